@@ -1,0 +1,3 @@
+"""dbaf_jax: reversible, password-controlled face de-identification (DBAF) in JAX/Flax."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Training of both DBAF stages."""

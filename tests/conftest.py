@@ -1,0 +1,22 @@
+"""Test setup: CPU JAX with 8 host devices for the sharding tests, torch on the CPU."""
+
+import os
+import sys
+import types
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+# The only torchvision wheel for torch 2.13 is a CUDA build: its pure-Python model
+# definitions (needed by lpips) import once this module of compiled ops is stubbed.
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+
+
+@pytest.fixture
+def np_rng():
+    return np.random.default_rng(0)

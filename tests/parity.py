@@ -1,0 +1,47 @@
+"""Helpers for comparing JAX outputs with PyTorch references."""
+
+import numpy as np
+import torch
+
+
+def relative_error(actual, expected) -> float:
+    """max |actual - expected| / max |expected| (the suite's measure of parity)."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    scale = max(np.abs(expected).max(), 1e-12)
+    return float(np.abs(actual - expected).max() / scale)
+
+
+def assert_parity(actual, expected, tol: float = 1e-4, name: str = "output") -> None:
+    err = relative_error(actual, expected)
+    assert err < tol, f"{name}: relative error {err:.3g} >= {tol:g}"
+
+
+def nhwc(t: torch.Tensor) -> np.ndarray:
+    """A torch (B, C, H, W) tensor as a numpy (B, H, W, C) array."""
+    return t.detach().permute(0, 2, 3, 1).numpy()
+
+
+def nchw(x) -> torch.Tensor:
+    """A (B, H, W, C) array as a torch (B, C, H, W) float32 tensor."""
+    return torch.from_numpy(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 3, 1, 2)))
+
+
+def randomize_(module: torch.nn.Module, seed: int = 0, scale: float = 1.0) -> torch.nn.Module:
+    """Fills every parameter and float buffer with random values, BatchNorm variances positive.
+
+    Parameters and buffers that are zero or one at init (biases, noise weights,
+    BatchNorm statistics, PReLU slopes) get random values too, so a converter that
+    drops one cannot pass a parity test by luck.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+            if not tensor.is_floating_point():
+                continue
+            values = torch.randn(tensor.shape, generator=gen) * scale
+            if name.endswith("running_var"):
+                values = values.abs() + 0.5
+            tensor.copy_(values)
+    return module

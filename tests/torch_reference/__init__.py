@@ -1,0 +1,1 @@
+"""PyTorch reference modules with the public checkpoints' key layouts (tests only)."""
