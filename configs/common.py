@@ -1,0 +1,117 @@
+"""Fields shared by both stages, and the variants that apply to either.
+
+Sources named in the comments: "ref" is the authors' PyTorch code (its argparse
+defaults and training scripts), "paper" is the DBAF paper, "design" is
+../shared/DESIGN.md where it records a fact about either.
+"""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.stage = 1
+
+    # Converted checkpoints (python -m convert.*) that both stages start from.
+    c.model_dir = ""  # e4e, e4e_decoder or generator, discriminator, arcface, lpips_alex, parser_unet
+
+    c.model = ml_collections.ConfigDict()
+    c.model.size = 256  # ref --stylegan_size
+    c.model.style_dim = 512  # ref
+    c.model.n_mlp = 8  # ref Generator(size, 512, 8)
+    c.model.channel_multiplier = 2  # ref (rosinality default)
+    c.model.width_scale = 1.0  # 1.0 = the public checkpoints; < 1 only for the tiny runs
+    c.model.latent_groups = (4, 4, 6)  # ref / design: coarse, medium, fine
+    c.model.cid = ml_collections.ConfigDict()
+    c.model.cid.kind = "vit"  # "vit" (ref/paper) or "mlp" (paper ablation w/o CID: a 4-layer MLP)
+    c.model.cid.attention = "tokens"  # "tokens" (paper, our default) or "batch" (ref: attention across the batch)
+    c.model.cid.shared = False  # ref: one ViT per group; paper: one shared attention
+    c.model.cid.depth = 6  # ref
+    c.model.cid.heads = 14  # ref
+    c.model.cid.head_dim = 64  # ref
+    c.model.cid.mlp_dim = 2048  # ref
+    c.model.cid.dropout = 0.1  # ref (active whenever the reference trains)
+    c.model.maar = ml_collections.ConfigDict()
+    c.model.maar.enabled = True  # paper ablation w/o MAAR: generator reads its stored noise
+    c.model.maar.variant = "reference"  # "reference" (1x1 conv + CBAM) or "paper" (eqs. 6-8)
+
+    c.data = ml_collections.ConfigDict()
+    c.data.dir = ""  # prepared with `python -m dbaf_jax.data --images DIR --out DATA_DIR`
+    c.data.synthetic = False  # deterministic synthetic images, for smoke runs
+    c.data.synthetic_size = 64  # number of synthetic images
+
+    c.batch_size = 16  # global batch; ref stage 1: 16
+    c.num_epochs = 5  # ref --epoch
+    c.num_steps = -1  # > 0 overrides num_epochs
+
+    c.optimizer = ml_collections.ConfigDict()
+    c.optimizer.name = "ranger"  # ref: Ranger for G side and D
+    c.optimizer.learning_rate = 1e-4  # ref --lr, both optimizers
+    c.r1_gamma = 10.0  # ref --r1
+    c.r1_every = 1  # ref: R1 on every D step
+    c.trainable = ("cid", "maar", "decoder", "discriminator")  # ref stage 1
+
+    c.loss = ml_collections.ConfigDict()
+    c.loss.form = "reference"
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = -1  # -1: all devices not used by fsdp
+    c.mesh.fsdp = 1
+    c.compute_dtype = "float32"  # or "bfloat16" (parameters stay float32)
+
+    c.log_every = 10  # ref writes scalars every 10 steps
+    c.sample_every = 500
+    c.checkpoint_every = 1000
+    c.keep_checkpoints = 3
+    return c
+
+
+def apply_variants(config: ml_collections.ConfigDict, variants: str, table: dict) -> ml_collections.ConfigDict:
+    """Applies comma-separated variant names (``'paper,tiny'``) from ``table`` in order."""
+    for name in filter(None, (v.strip() for v in (variants or "").split(","))):
+        if name not in table:
+            raise ValueError(f"unknown variant {name!r}; choose from {sorted(table)}")
+        table[name](config)
+    return config
+
+
+def tiny(c: ml_collections.ConfigDict) -> None:
+    """Reduced widths and size so both stages train on a CPU in minutes."""
+    c.model.size = 32
+    c.model.style_dim = 32
+    c.model.n_mlp = 2
+    c.model.width_scale = 1 / 16
+    c.model.latent_groups = (2, 2, 4)
+    c.model.cid.depth = 1
+    c.model.cid.heads = 2
+    c.model.cid.head_dim = 8
+    c.model.cid.mlp_dim = 32
+    c.data.synthetic = True
+    c.data.synthetic_size = 32
+    c.batch_size = 4
+    c.num_steps = 30
+    c.log_every = 5
+    c.sample_every = 15
+    c.checkpoint_every = 15
+
+
+def no_cid(c: ml_collections.ConfigDict) -> None:
+    """Paper ablation: a 4-layer MLP instead of CID."""
+    c.model.cid.kind = "mlp"
+
+
+def no_maar(c: ml_collections.ConfigDict) -> None:
+    """Paper ablation: no MAAR; the generator reads its stored noise."""
+    c.model.maar.enabled = False
+
+
+def reference_cid(c: ml_collections.ConfigDict) -> None:
+    """The reference's CID exactly: attention across the batch (to continue its training)."""
+    c.model.cid.attention = "batch"
+
+
+def paper_cid(c: ml_collections.ConfigDict) -> None:
+    """The paper's CID and MAAR: one shared multi-head attention, MAAR by eqs. (6)-(8)."""
+    c.model.cid.shared = True
+    c.model.maar.variant = "paper"

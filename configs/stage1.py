@@ -1,0 +1,62 @@
+"""Stage 1 (disentanglement): CID, MAAR, the generator and D learn to mix identity and attributes.
+
+Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
+  reference    the authors' code (default): its loss terms, weights and CID batch attention off
+  paper        the paper's loss set (eq. 18) and its CID/MAAR arrangement
+  tiny         reduced widths and size on synthetic data, minutes on a CPU
+  ref_cid      CID attention across the batch, exactly as the reference trains
+  no_cid       ablation: a 4-layer MLP instead of CID
+  no_maar      ablation: no MAAR
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def reference_losses(c: ml_collections.ConfigDict) -> None:
+    c.loss.form = "reference"
+    c.loss.id = 0.5  # ref --lambdaid: 1 - clamp(cos(X_id, X_mix), min=margin)
+    c.loss.id_margin = 0.0  # ref --id_cos_margin (stage 1)
+    c.loss.rec = 3.5  # ref --lambdarec, SmoothL1(X_attr, X_mix)
+    c.loss.lpips = 1.0  # ref --lambdalpips, LPIPS(alex) batch mean
+    c.loss.reg = 0.1  # ref --lambdalatent, mean(w^2)
+    c.loss.parse = 0.1  # ref --lambdaparse
+    c.loss.contrastive = 0.1  # ref --lambdacontrastive
+    c.loss.same_threshold = 0.0  # ref --same_thres
+    c.loss.different_threshold = 0.5  # ref --not_same_thres
+    c.loss.adv = 1.0  # ref: non-saturating G loss, unweighted
+    c.pair_self_every = 3  # ref --cycle_num: every 3rd step pairs each image with itself
+
+
+def paper(c: ml_collections.ConfigDict) -> None:
+    c.loss.form = "paper"
+    c.loss.id = 0.0  # paper eq. (18) has no identity term in stage 1
+    c.loss.id_margin = 0.0
+    c.loss.rec = 3.5  # paper: lambda_rec, L1
+    c.loss.lpips = 1.0  # paper: lambda_lpips
+    c.loss.reg = 0.1  # paper: lambda_reg, sum_i ||w_i - w_avg||
+    c.loss.parse = 0.1  # paper: lambda_parse
+    c.loss.contrastive = 1.0  # paper: lambda_c
+    c.loss.same_threshold = 0.0  # paper tau+ (value not given; the reference's)
+    c.loss.different_threshold = 0.5  # paper tau- (value not given; the reference's)
+    c.loss.adv = 1.0  # paper eq. (18)
+    common.paper_cid(c)
+
+
+VARIANTS = {
+    "reference": reference_losses,
+    "paper": paper,
+    "tiny": common.tiny,
+    "ref_cid": common.reference_cid,
+    "no_cid": common.no_cid,
+    "no_maar": common.no_maar,
+}
+
+
+def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
+    c = common.base_config()
+    c.stage = 1
+    c.batch_size = 16  # ref stage 1 --batchsize
+    reference_losses(c)
+    return common.apply_variants(c, variants, VARIANTS)

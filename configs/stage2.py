@@ -1,0 +1,71 @@
+"""Stage 2 (anonymization): KRIA learns key-conditioned identity transforms.
+
+Starts from a stage-1 workdir (``init_from``) or a converted model directory.
+Variants as ``--config configs/stage2.py:paper`` or ``:reference,tiny``:
+  reference     the authors' code (default): latent-space recovery, its loss terms and weights
+  paper         the paper's loss set (eqs. 29-39) and recovery by re-encoding the anonymized image
+  tiny          reduced widths and size on synthetic data
+  single_stage  ablation: train everything from the base checkpoints in one stage
+  frozen_generator  keep the fine-tuned generator fixed
+  ref_cid, no_cid, no_maar  as in stage 1
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def reference_losses(c: ml_collections.ConfigDict) -> None:
+    c.loss.form = "reference"
+    c.loss.id = 1.0  # ref: identity terms unweighted
+    c.loss.id_margin = 0.1  # ref --id_cos_margin (stage 2)
+    c.loss.rec = 0.05  # ref --lambdarec, SmoothL1, summed over the five outputs
+    c.loss.lpips = 1.0  # ref --lambdalpips, summed over the five outputs
+    c.loss.parse = 0.1  # ref --lambdaparse, summed over the five outputs
+    c.loss.reg = 0.1  # ref --lambdalatent, mean(w^2) averaged over the five codes
+    c.loss.adv = 1.0  # ref: G loss averaged over the five outputs
+    c.recovery = "latent"  # ref: A + KRIA([KRIA([I, key]), key]) with the original A and MAAR maps
+
+
+def paper(c: ml_collections.ConfigDict) -> None:
+    c.loss.form = "paper"
+    c.loss.id = 2.0  # paper lambda_id
+    c.loss.id_margin = 0.0  # paper eqs. (29)-(31): max(0, cos)
+    c.loss.rec = 0.05  # paper lambda_rec, L1 summed over S2
+    c.loss.lpips = 1.0  # paper lambda_lpips
+    c.loss.parse = 0.1  # paper lambda_parse
+    c.loss.reg = 0.1  # paper lambda_reg
+    c.loss.adv = 1.0  # paper eq. (38): summed over S2
+    c.recovery = "image"  # paper eqs. (21)-(23): re-encode the anonymized image
+    common.paper_cid(c)
+
+
+def single_stage(c: ml_collections.ConfigDict) -> None:
+    """Ablation: no disentanglement stage; CID and MAAR start untrained."""
+    c.init_from = ""
+
+
+def frozen_generator(c: ml_collections.ConfigDict) -> None:
+    c.trainable = tuple(t for t in c.trainable if t != "decoder")
+
+
+VARIANTS = {
+    "reference": reference_losses,
+    "paper": paper,
+    "tiny": common.tiny,
+    "single_stage": single_stage,
+    "frozen_generator": frozen_generator,
+    "ref_cid": common.reference_cid,
+    "no_cid": common.no_cid,
+    "no_maar": common.no_maar,
+}
+
+
+def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
+    c = common.base_config()
+    c.stage = 2
+    c.init_from = ""  # a stage-1 workdir or a converted DBAF model directory
+    c.batch_size = 8  # ref stage 2 --batchsize
+    c.trainable = ("kria", "cid", "maar", "decoder", "discriminator")  # ref stage 2
+    reference_losses(c)
+    return common.apply_variants(c, variants, VARIANTS)
