@@ -1,0 +1,97 @@
+"""Reading and writing the face images of the user commands.
+
+Images are (H, W, 3) float32 RGB in [-1, 1] in memory. Outputs are PNG files whose
+text chunk ``dbaf_jax`` holds JSON metadata (the key's salt and KDF parameters and
+the model that made them; never the password).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from PIL import Image, PngImagePlugin
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+METADATA_CHUNK = "dbaf_jax"
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A file that could not be used, and why."""
+
+    path: Path
+    reason: str
+
+
+def list_images(folder: str | Path) -> list[Path]:
+    """Every image file below ``folder`` (any nesting), sorted; by suffix, case-insensitive."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder}: not a directory")
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def read_image(path: str | Path, size: int) -> np.ndarray:
+    """Decodes ``path`` to (size, size, 3) float32 in [-1, 1].
+
+    Faces are expected aligned and square; other sizes are resized with bilinear
+    filtering (as the reference's transforms.Resize does). Raises ValueError naming
+    the file when it cannot be decoded.
+    """
+    try:
+        with Image.open(path) as img:
+            img = img.convert("RGB")
+            if img.size != (size, size):
+                img = img.resize((size, size), Image.BILINEAR)
+            pixels = np.asarray(img, dtype=np.float32)
+    except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
+        raise ValueError(f"{path}: cannot read image ({err})") from None
+    return pixels / 127.5 - 1.0
+
+
+def to_uint8(image: np.ndarray) -> np.ndarray:
+    """(H, W, 3) in [-1, 1] -> uint8, clipping what lies outside."""
+    return np.clip(np.rint((np.asarray(image, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+
+
+def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any]) -> None:
+    """Writes ``image`` (H, W, 3) in [-1, 1] as a PNG carrying ``metadata``; atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = PngImagePlugin.PngInfo()
+    info.add_text(METADATA_CHUNK, json.dumps(metadata, sort_keys=True))
+    tmp = path.with_name(path.name + ".partial")
+    Image.fromarray(to_uint8(image)).save(tmp, format="PNG", pnginfo=info)
+    tmp.replace(path)
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The ``dbaf_jax`` metadata of a PNG written by `write_png`; ValueError if absent."""
+    try:
+        with Image.open(path) as img:
+            text = img.text.get(METADATA_CHUNK) if hasattr(img, "text") else None
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(f"{path}: cannot read image ({err})") from None
+    if text is None:
+        raise ValueError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
+    return json.loads(text)
+
+
+def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tuple[list[Path], np.ndarray, list[Skipped]]]:
+    """Yields (paths, images (B, size, size, 3), skipped) batches; unreadable files are skipped."""
+    batch_paths, batch_images, skipped = [], [], []
+    for path in paths:
+        try:
+            batch_images.append(read_image(path, size))
+            batch_paths.append(path)
+        except ValueError as err:
+            skipped.append(Skipped(path, str(err)))
+        if len(batch_paths) == batch_size:
+            yield batch_paths, np.stack(batch_images), skipped
+            batch_paths, batch_images, skipped = [], [], []
+    if batch_paths or skipped:
+        yield batch_paths, (np.stack(batch_images) if batch_images else np.zeros((0, size, size, 3), np.float32)), skipped

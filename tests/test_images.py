@@ -1,0 +1,47 @@
+"""Image folder reading, corrupt-file skipping and PNG metadata."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dbaf_jax import images
+
+
+def _write(path, size, seed):
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+    return pixels
+
+
+def test_list_and_batches_skip_corrupt_files(tmp_path):
+    a = _write(tmp_path / "a.png", 8, 0)
+    _write(tmp_path / "nested" / "b.jpg", 16, 1)
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "notes.txt").write_text("ignored: not an image suffix")
+    paths = images.list_images(tmp_path)
+    assert [p.name for p in paths] == ["a.png", "broken.png", "b.jpg"]
+    batches = list(images.iter_batches(paths, size=8, batch_size=2))
+    done = [p.name for b in batches for p in b[0]]
+    skipped = [s for b in batches for s in b[2]]
+    assert done == ["a.png", "b.jpg"]
+    assert [s.path.name for s in skipped] == ["broken.png"] and "broken.png" in skipped[0].reason
+    first = batches[0][1][0]
+    np.testing.assert_allclose(first, a / 127.5 - 1.0, atol=1e-6)
+    assert batches[-1][1][-1].shape == (8, 8, 3)  # the 16x16 jpeg was resized
+
+
+def test_png_round_trip_keeps_pixels_and_metadata(tmp_path):
+    image = np.random.default_rng(0).uniform(-1, 1, (8, 8, 3)).astype(np.float32)
+    meta = {"salt": "00ff", "model": "m"}
+    images.write_png(tmp_path / "out" / "x.png", image, meta)
+    assert images.read_metadata(tmp_path / "out" / "x.png") == meta
+    back = images.read_image(tmp_path / "out" / "x.png", 8)
+    np.testing.assert_allclose(back, images.to_uint8(image) / 127.5 - 1.0, atol=1e-6)
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_metadata_missing_is_named(tmp_path):
+    _write(tmp_path / "plain.png", 4, 0)
+    with pytest.raises(ValueError, match="plain.png"):
+        images.read_metadata(tmp_path / "plain.png")
