@@ -1,0 +1,174 @@
+"""LPIPS: parity with the real `lpips` package through convert.lpips, and the converter's refusals."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import lpips
+import numpy as np
+import pytest
+import torch
+
+from convert.common import run
+from convert.lpips import default_lin_path, main
+from dbaf_jax.checkpoints import load_network
+from dbaf_jax.models.lpips import LPIPS, normalize_channels
+from tests.parity import assert_parity, nchw, nhwc, randomize_
+
+SIZE = 64
+
+
+def reference_lpips(net: str, seed: int) -> lpips.LPIPS:
+    """The package's LPIPS with its shipped v0.1 linear weights and a random trunk.
+
+    Trunk weights are drawn N(0, 2 / fan_in) and biases N(0, 1) (torchvision's VGG biases
+    start at zero, which would hide a converter that drops them).
+    """
+    ref = lpips.LPIPS(net=net, pnet_rand=True, verbose=False)
+    randomize_(ref.net, seed)
+    with torch.no_grad():
+        for param in ref.net.parameters():
+            if param.dim() == 4:
+                param.mul_(math.sqrt(2.0 / param[0].numel()))
+    return ref.eval()
+
+
+def torchvision_trunk_state_dict(ref: lpips.LPIPS) -> dict:
+    """The trunk in torchvision's layout: lpips's `net.slice{n}.{j}.*` is `features.{j}.*`."""
+    state = {f"features.{name.split('.', 1)[1]}": t.clone() for name, t in ref.net.state_dict().items()}
+    state["classifier.6.bias"] = torch.zeros(1000)  # torchvision files carry the head; it is skipped
+    return state
+
+
+def convert_reference(net: str, seed: int, tmp_path):
+    ref = reference_lpips(net, seed)
+    trunk_file = tmp_path / f"{net}_trunk.pth"
+    torch.save(torchvision_trunk_state_dict(ref), trunk_file)
+    run(main, ["--net", net, "--trunk", str(trunk_file), "--out", str(tmp_path / "models")])
+    return ref, load_network(tmp_path / "models" / f"lpips_{net}")
+
+
+def image_pairs(batch: int, seed: int):
+    rng = np.random.default_rng(seed)
+    images0 = rng.uniform(-1, 1, (batch, SIZE, SIZE, 3)).astype(np.float32)
+    images1 = np.clip(images0 + rng.normal(0, 0.3, images0.shape), -1, 1).astype(np.float32)
+    return images0, images1
+
+
+@pytest.mark.parametrize("net, seed", [("alex", 0), ("vgg", 1)])
+def test_parity_with_lpips_package(net, seed, tmp_path):
+    ref, network = convert_reference(net, seed, tmp_path)
+    assert isinstance(network.module, LPIPS) and network.module.net == net
+    images0, images1 = image_pairs(3, seed)
+    with torch.no_grad():
+        total_ref, layers_ref = ref(nchw(images0), nchw(images1), retPerLayer=True)
+        taps_ref = ref.net(ref.scaling_layer(nchw(images0)))
+
+    module, variables = network.module, network.variables
+    shift, scale = np.array([-0.030, -0.088, -0.188]), np.array([0.458, 0.448, 0.450])
+    taps = module.apply(variables, (images0 - shift) / scale, method=lambda m, z: m.trunk(z))
+    for k, (tap, tap_ref) in enumerate(zip(taps, taps_ref), start=1):
+        assert_parity(tap, nhwc(tap_ref), name=f"{net} tap {k}")
+    layers = module.apply(variables, images0, images1, method="layer_distances")
+    for k, (layer, layer_ref) in enumerate(zip(layers, layers_ref), start=1):
+        assert_parity(layer, layer_ref.reshape(-1).numpy(), name=f"{net} layer {k} term")
+    total = jax.jit(module.apply)(variables, images0, images1)
+    assert total.shape == (3,)
+    assert_parity(total, total_ref.reshape(-1).numpy(), name=f"{net} distance")
+
+
+def test_gradient_parity_alex(tmp_path):
+    """The loss trains the generator through LPIPS: gradients w.r.t. the image must match too."""
+    ref, network = convert_reference("alex", 2, tmp_path)
+    images0, images1 = image_pairs(2, 2)
+    x0 = nchw(images0).requires_grad_(True)
+    ref(x0, nchw(images1)).mean().backward()
+    grad = jax.grad(lambda x: network.module.apply(network.variables, x, images1).mean())(images0)
+    assert_parity(grad, nhwc(x0.grad), name="d lpips / d image")
+
+
+def test_identical_images_are_at_distance_zero():
+    module = LPIPS("alex")
+    images = jnp.asarray(image_pairs(2, 3)[0])
+    variables = module.init(jax.random.key(0), images, images)
+    np.testing.assert_array_equal(module.apply(variables, images, images), np.zeros(2))
+
+
+def test_channel_normalization_gradient_is_finite_at_zero():
+    features = jnp.zeros((1, 2, 2, 4)).at[0, 0, 0].set(jnp.array([1.0, -2.0, 0.5, 0.0]))
+    grad = jax.grad(lambda f: normalize_channels(f).sum())(features)
+    assert np.isfinite(np.asarray(grad)).all()
+    np.testing.assert_allclose(normalize_channels(features)[0, 0, 0], features[0, 0, 0] / (math.sqrt(5.25) + 1e-10))
+
+
+@pytest.mark.parametrize("net, size", [("alex", 256), ("vgg", 256)])
+def test_full_size_shapes(net, size):
+    module = LPIPS(net)
+    images = jax.ShapeDtypeStruct((4, size, size, 3), jnp.float32)
+    variables = jax.eval_shape(module.init, jax.random.key(0), images, images)
+    assert jax.eval_shape(module.apply, variables, images, images).shape == (4,)
+    params = variables["params"]
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    # torchvision's feature extractors (2.47M / 14.71M) plus the linear weights (1152 / 1472).
+    assert n_params == {"alex": 2_469_696 + 1152, "vgg": 14_714_688 + 1472}[net]
+
+
+def test_default_lin_file_is_the_packages():
+    path = default_lin_path("alex")
+    assert path is not None and path.parent.name == "v0.1" and path.parent.parent.name == "weights"
+
+
+# Refusals ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def alex_trunk_state():
+    return torchvision_trunk_state_dict(reference_lpips("alex", 3))
+
+
+def convert_expecting_refusal(trunk_state, tmp_path, capsys) -> str:
+    trunk_file = tmp_path / "trunk.pth"
+    torch.save(trunk_state, trunk_file)
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, ["--net", "alex", "--trunk", str(trunk_file), "--out", str(tmp_path / "models")])
+    assert exit_info.value.code == 1
+    assert not (tmp_path / "models" / "lpips_alex").exists()
+    return capsys.readouterr().err
+
+
+def test_refuses_missing_key(alex_trunk_state, tmp_path, capsys):
+    state = {k: v for k, v in alex_trunk_state.items() if k != "features.3.weight"}
+    err = convert_expecting_refusal(state, tmp_path, capsys)
+    assert "missing (1): features.3.weight" in err
+
+
+def test_refuses_unexpected_key(alex_trunk_state, tmp_path, capsys):
+    err = convert_expecting_refusal({**alex_trunk_state, "features.13.weight": torch.zeros(3)}, tmp_path, capsys)
+    assert "unexpected (1): features.13.weight" in err
+
+
+def test_refuses_misshaped_key(alex_trunk_state, tmp_path, capsys):
+    state = {**alex_trunk_state, "features.6.weight": torch.zeros(384, 192, 5, 5)}
+    err = convert_expecting_refusal(state, tmp_path, capsys)
+    assert "mis-shaped (1): features.6.weight [384, 192, 5, 5]" in err
+
+
+def test_refuses_wrong_lin_file(alex_trunk_state, tmp_path, capsys):
+    """The VGG linear weights given for AlexNet: every layer but the first is mis-shaped."""
+    trunk_file = tmp_path / "trunk.pth"
+    torch.save(alex_trunk_state, trunk_file)
+    with pytest.raises(SystemExit):
+        run(main, ["--net", "alex", "--trunk", str(trunk_file), "--lin", str(default_lin_path("vgg")),
+                   "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "vgg.pth" in err and "mis-shaped (4): lin1.model.1.weight" in err
+
+
+def test_refuses_non_checkpoint(tmp_path, capsys):
+    not_a_checkpoint = tmp_path / "notes.pth"
+    not_a_checkpoint.write_text("these are not weights\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, ["--net", "alex", "--trunk", str(not_a_checkpoint), "--out", str(tmp_path)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "notes.pth" in err
