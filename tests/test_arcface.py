@@ -1,0 +1,122 @@
+"""ArcFace IR-SE50: DBAF's preprocessing, embedding and identity-loss maps against PyTorch
+through `python -m convert.arcface`, full-size shapes, and the converter's refusals."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from convert.arcface import main
+from convert.common import run
+from dbaf_jax.checkpoints import load_network
+from dbaf_jax.models.arcface import ArcFace, preprocess
+from tests.parity import assert_parity, nchw, nhwc, relative_error
+from tests.torch_reference.arcface import Backbone, extract_feats
+from tests.torch_reference.irse import randomize_irse_
+
+WIDTH = 0.25
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A random reduced-width torch ArcFace, its checkpoint file, and the converted network."""
+    torch.manual_seed(0)
+    net = randomize_irse_(Backbone(50, width_scale=WIDTH), seed=3)
+    tmp = tmp_path_factory.mktemp("arcface")
+    ckpt = tmp / "model_ir_se50.pth"
+    torch.save(net.state_dict(), ckpt)
+    run(main, ["--ckpt", str(ckpt), "--out", str(tmp / "models"), "--width-scale", str(WIDTH)])
+    return net, ckpt, load_network(tmp / "models" / "arcface")
+
+
+@pytest.mark.parametrize("size", [256, 320])  # 320 is first pooled to 256, as the reference does
+def test_embedding_and_maps_match_torch(reference, size):
+    net, _, converted = reference
+    images = np.tanh(np.random.default_rng(size).standard_normal((2, size, size, 3))).astype(np.float32)
+    with torch.no_grad():
+        expected = extract_feats(net, nchw(images))
+    actual = jax.jit(lambda v, x: converted.module.apply(v, x, return_maps=True))(converted.variables, images)
+    errors = []
+    for k, (a, e) in enumerate(zip(actual.maps, expected[:-1])):
+        assert_parity(a, nhwc(e), name=f"map h{k}")
+        errors.append(relative_error(a, nhwc(e)))
+    assert_parity(actual.embedding, expected[-1].numpy(), name="embedding")
+    errors.append(relative_error(actual.embedding, expected[-1].numpy()))
+    np.testing.assert_allclose(np.linalg.norm(actual.embedding, axis=-1), 1.0, rtol=1e-5)
+    # The plain call (the reference Backbone.forward on the preprocessed input) gives the same embedding.
+    with torch.no_grad():
+        plain = net(nchw(preprocess(images)))
+    assert_parity(converted.module.apply(converted.variables, images), plain.numpy(), name="forward")
+    print(f"max relative error ({size}): {max(errors):.2e}")
+
+
+def test_network_record(reference):
+    _, ckpt, converted = reference
+    assert converted.info["kind"] == "arcface:ArcFace"
+    assert converted.info["config"]["width_scale"] == WIDTH
+    assert set(converted.variables) == {"params", "batch_stats"}
+
+
+def test_full_size_layout():
+    sd = Backbone(50).state_dict()
+    assert len(sd) == 397
+    variables = jax.eval_shape(ArcFace().init, jax.random.key(0), jnp.zeros((1, 256, 256, 3)))
+    leaves = jax.tree.leaves(variables)
+    tracked = [k for k in sd if k.endswith("num_batches_tracked")]
+    assert len(leaves) == len(sd) - len(tracked)
+    assert sum(x.size for x in leaves) == sum(v.numel() for k, v in sd.items() if k not in tracked)
+    out = jax.eval_shape(
+        lambda v, x: ArcFace().apply(v, x, return_maps=True), variables, jnp.zeros((2, 1024, 1024, 3))
+    )
+    assert out.embedding.shape == (2, 512)
+    assert [m.shape for m in out.maps] == [
+        (2, 112, 112, 64), (2, 56, 56, 64), (2, 28, 28, 128), (2, 14, 14, 256), (2, 7, 7, 512)
+    ]
+
+
+def _refusal(reference, tmp_path, capsys, edit):
+    net, _, _ = reference
+    sd = dict(net.state_dict())
+    edit(sd)
+    bad = tmp_path / "bad.pth"
+    torch.save(sd, bad)
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, ["--ckpt", str(bad), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)])
+    assert exit_info.value.code == 1
+    assert not (tmp_path / "models" / "arcface").exists()
+    return capsys.readouterr().err
+
+
+def test_refuses_missing_key(reference, tmp_path, capsys):
+    err = _refusal(reference, tmp_path, capsys, lambda sd: sd.pop("body.5.res_layer.5.fc2.weight"))
+    assert "missing (1): body.5.res_layer.5.fc2.weight" in err
+
+
+def test_refuses_unexpected_key(reference, tmp_path, capsys):
+    err = _refusal(reference, tmp_path, capsys, lambda sd: sd.update({"head.kernel": torch.zeros(3)}))
+    assert "unexpected (1): head.kernel" in err
+
+
+def test_refuses_misshaped_key(reference, tmp_path, capsys):
+    def edit(sd):
+        sd["output_layer.3.weight"] = torch.zeros(512, 100)
+        sd["body.7.shortcut_layer.0.weight"] = torch.zeros(64, 32, 3, 3)
+
+    err = _refusal(reference, tmp_path, capsys, edit)
+    assert "mis-shaped (2)" in err
+    assert "output_layer.3.weight [512, 100]" in err and "body.7.shortcut_layer.0.weight [64, 32, 3, 3]" in err
+
+
+def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
+    bogus = tmp_path / "model_ir_se50.pth"
+    bogus.write_text("not a checkpoint")
+    result = subprocess.run(
+        [sys.executable, "-m", "convert.arcface", "--ckpt", str(bogus), "--out", str(tmp_path / "models")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "not a readable PyTorch checkpoint" in result.stderr
