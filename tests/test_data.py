@@ -1,0 +1,143 @@
+"""Dataset preparation (ArrayRecord via tfds, no TensorFlow) and the resumable, host-split loader."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dbaf_jax import data
+
+SIZE = 16
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    """9 good images (PNG, JPEG, upper-case suffix; nested), one corrupt JPEG, one truncated PNG, a text file."""
+    root = tmp_path_factory.mktemp("faces")
+    (root / "a" / "b").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    pixels = {}
+    names = ["a/b/p0.png", "a/b/p1.png", "a/p2.png", "a/j3.jpg", "p4.png", "j5.jpeg", "p6.PNG", "a/b/p7.png", "p8.png"]
+    for name in names:
+        img = rng.integers(0, 256, (20 + len(name), 24, 3), dtype=np.uint8)
+        pixels[name] = img
+        Image.fromarray(img).save(root / name, format="JPEG" if name.endswith(("jpg", "jpeg")) else "PNG")
+    (root / "a" / "corrupt.jpg").write_bytes(b"not a jpeg" * 20)
+    full = (root / "p4.png").read_bytes()
+    (root / "a" / "b" / "truncated.png").write_bytes(full[: len(full) // 2])
+    (root / "a" / "notes.txt").write_text("not an image")
+    return root, pixels
+
+
+@pytest.fixture(scope="module")
+def prepared(image_folder, tmp_path_factory):
+    root, _ = image_folder
+    out = tmp_path_factory.mktemp("prepared") / "dataset"
+    return out, data.prepare(root, out, size=SIZE)
+
+
+def test_prepare_counts_and_skips(prepared):
+    out, summary = prepared
+    assert summary.written == 9
+    assert summary.skipped == ("a/b/truncated.png", "a/corrupt.jpg")
+    assert summary.ignored == ("a/notes.txt",)
+    assert json.loads((out / data.SUMMARY_FILE).read_text())["skipped"] == list(summary.skipped)
+    assert "a/corrupt.jpg" in summary.report()
+    assert "tensorflow" not in sys.modules
+
+
+def test_prepared_images_read_back_with_tfds(image_folder, prepared):
+    import tensorflow_datasets as tfds
+
+    root, pixels = image_folder
+    out, _ = prepared
+    source = tfds.data_source(data.DATASET_NAME, data_dir=str(out), split=data.SPLIT)
+    assert len(source) == 9
+    for record in (source[i] for i in range(len(source))):
+        name = record["file_name"].decode()
+        expected = np.asarray(Image.open(root / name).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR))
+        np.testing.assert_array_equal(record["image"], expected)  # PNG storage is lossless
+        if not name.endswith(("jpg", "jpeg")):
+            expected = np.asarray(Image.fromarray(pixels[name]).resize((SIZE, SIZE), Image.BILINEAR))
+            np.testing.assert_array_equal(record["image"], expected)
+
+
+def test_prepare_refuses_existing_output(image_folder, prepared):
+    root, _ = image_folder
+    out, _ = prepared
+    with pytest.raises(FileExistsError, match="not empty"):
+        data.prepare(root, out, size=SIZE)
+    assert data.main(["--images", str(root), "--out", str(out), "--size", str(SIZE)]) == 1
+
+
+def test_cli_writes_dataset(image_folder, tmp_path, capsys):
+    root, _ = image_folder
+    assert data.main(["--images", str(root), "--out", str(tmp_path / "d"), "--size", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert "9 images written" in printed and "2 unreadable image files skipped" in printed
+    assert data.PreparedImages(tmp_path / "d").size == 8
+
+
+def take(iterator, n):
+    return np.stack([next(iterator) for _ in range(n)])
+
+
+def test_loader_shapes_range_and_epochs(prepared):
+    out, _ = prepared
+    # 9 images, global batch 3: each epoch is 3 batches holding every image once.
+    batches = take(data.make_loader(out, 3, seed=7, process_index=0, process_count=1), 6)
+    assert batches.shape == (6, 3, SIZE, SIZE, 3) and batches.dtype == np.float32
+    assert batches.min() >= -1.0 and batches.max() <= 1.0
+    source = data.PreparedImages(out)
+    every_image = sorted(data.to_float(source[i]).tobytes() for i in range(len(source)))
+    epoch0, epoch1 = batches[:3].reshape(9, SIZE, SIZE, 3), batches[3:].reshape(9, SIZE, SIZE, 3)
+    assert sorted(x.tobytes() for x in epoch0) == every_image
+    assert sorted(x.tobytes() for x in epoch1) == every_image
+    assert not np.array_equal(epoch0, epoch1), "each epoch is reshuffled"
+
+
+def test_loader_is_deterministic_and_seeded(prepared):
+    out, _ = prepared
+    first = take(data.make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
+    again = take(data.make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
+    other = take(data.make_loader(out, 4, seed=4, process_index=0, process_count=1), 5)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_loader_resumes_exactly(prepared):
+    out, _ = prepared
+    uninterrupted = take(data.make_loader(out, 4, seed=5, process_index=0, process_count=1), 8)
+    for k in (1, 3, 5):  # 9 images, batch 4: batches straddle epochs
+        resumed = take(data.make_loader(out, 4, seed=5, start_step=k, process_index=0, process_count=1), 8 - k)
+        np.testing.assert_array_equal(resumed, uninterrupted[k:])
+
+
+def test_loader_splits_global_batch_over_hosts(prepared):
+    out, _ = prepared
+    whole = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=1), 4)
+    host0 = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=2), 4)
+    host1 = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=1, process_count=2), 4)
+    assert host0.shape == (4, 2, SIZE, SIZE, 3)
+    np.testing.assert_array_equal(np.concatenate([host0, host1], axis=1), whole)
+    with pytest.raises(ValueError, match="does not split"):
+        data.make_loader(out, 5, seed=2, process_index=0, process_count=2)
+
+
+def test_loader_num_epochs_ends_the_stream(prepared):
+    out, _ = prepared
+    assert len(list(data.make_loader(out, 4, seed=0, num_epochs=2, process_index=0, process_count=1))) == 4  # 18 // 4
+
+
+def test_synthetic_loader():
+    source = data.SyntheticFaces(6, 24, seed=1)
+    np.testing.assert_array_equal(source[2], data.SyntheticFaces(6, 24, seed=1)[2])
+    assert not np.array_equal(source[2], source[3])
+    assert source[0].dtype == np.uint8 and source[0].std() > 10
+    loader = data.make_synthetic_loader(6, 24, 4, seed=1, process_index=0, process_count=1)
+    batches = take(loader, 3)
+    assert batches.shape == (3, 4, 24, 24, 3) and -1.0 <= batches.min() and batches.max() <= 1.0
+    resumed = take(data.make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2)
+    np.testing.assert_array_equal(resumed, batches[1:])
