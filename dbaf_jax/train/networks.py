@@ -1,0 +1,165 @@
+"""Every network a training run needs, built from the config and initialised.
+
+The model proper (e4e, CID, MAAR, decoder, KRIA; see `dbaf_jax.models.dbaf`) and the
+auxiliary networks: the discriminator, the key generator (the base StyleGAN2 whose
+mapping network turns key z into w) and the frozen critics of the losses (ArcFace,
+LPIPS, the U-Net face parser).
+
+Pretrained networks come from the converted model directory ``config.model_dir``
+(sub-directories named as in `PRETRAINED`); without one every network is initialised
+at random from the seed, which is what the ``tiny`` smoke runs do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from dbaf_jax import checkpoints
+from dbaf_jax.models.arcface import ArcFace
+from dbaf_jax.models.cid import CID, LatentMLP
+from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables
+from dbaf_jax.models.e4e import Encoder4Editing
+from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.lpips import LPIPS
+from dbaf_jax.models.maar import MAAR
+from dbaf_jax.models.parsers import UNetParser
+from dbaf_jax.models.stylegan2 import Discriminator, Generator
+
+# Network name in a run -> sub-directory of the converted model directory it starts from.
+PRETRAINED = {
+    "e4e": "e4e",
+    "decoder": "generator",  # the reference fine-tunes g_ema
+    KEY_GENERATOR: "generator",
+    "discriminator": "discriminator",
+    "arcface": "arcface",
+    "lpips": "lpips_alex",
+    "parser": "parser_unet",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Networks:
+    """The modules of a run: the DBAF composition and the auxiliary networks."""
+
+    model: DBAF
+    discriminator: Discriminator
+    key_generator: Generator
+    arcface: ArcFace
+    lpips: LPIPS
+    parser: UNetParser
+
+
+def build(config: ml_collections.ConfigDict) -> Networks:
+    """The modules described by ``config.model`` (widths, variants)."""
+    m = config.model
+    decoder = Generator(
+        size=m.size,
+        style_dim=m.style_dim,
+        n_mlp=m.n_mlp,
+        channel_multiplier=m.channel_multiplier,
+        width_scale=m.width_scale,
+        dtype=config.compute_dtype,
+    )
+    groups = tuple(m.latent_groups)
+    if m.cid.kind == "vit":
+        cid = CID(
+            n_latent=decoder.n_latent,
+            style_dim=m.style_dim,
+            groups=groups,
+            depth=m.cid.depth,
+            heads=m.cid.heads,
+            head_dim=m.cid.head_dim,
+            mlp_dim=m.cid.mlp_dim,
+            dropout=m.cid.dropout,
+            attention=m.cid.attention,
+            shared=m.cid.shared,
+        )
+    else:
+        cid = LatentMLP(style_dim=m.style_dim)
+    maar = MAAR(channels=decoder.channels(16), variant=m.maar.variant) if m.maar.enabled else None
+    model = DBAF(
+        e4e=Encoder4Editing(stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.width_scale, input_size=m.size),
+        cid=cid,
+        maar=maar,
+        decoder=decoder,
+        kria=KRIA(style_dim=m.style_dim, groups=groups),
+    )
+    return Networks(
+        model=model,
+        discriminator=Discriminator(
+            size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale, dtype=config.compute_dtype
+        ),
+        key_generator=dataclasses.replace(decoder, dtype="float32"),
+        arcface=ArcFace(width_scale=m.width_scale),
+        lpips=LPIPS(net="alex"),
+        parser=UNetParser(),
+    )
+
+
+def modules(networks: Networks) -> dict:
+    """Network name -> module, for every network of a run."""
+    model = networks.model
+    named = {
+        "e4e": model.e4e,
+        "cid": model.cid,
+        "maar": model.maar,
+        "decoder": model.decoder,
+        "kria": model.kria,
+        "discriminator": networks.discriminator,
+        KEY_GENERATOR: networks.key_generator,
+        "arcface": networks.arcface,
+        "lpips": networks.lpips,
+        "parser": networks.parser,
+    }
+    return {name: module for name, module in named.items() if module is not None}
+
+
+def init_variables(networks: Networks, rng: jax.Array, size: int) -> Variables:
+    """Random variables for every network (float32), from one seed."""
+    model = networks.model
+    batch = 2
+    images = jnp.zeros((batch, size, size, 3))
+    latents = jnp.zeros((batch, model.decoder.n_latent, model.decoder.style_dim))
+    names = ("e4e", "cid", "maar", "decoder", "kria", "discriminator", "arcface", "lpips", "parser")
+    rngs = dict(zip(names, jax.random.split(rng, len(names))))
+    variables = {"e4e": model.e4e.init(rngs["e4e"], images)}
+    features = model.e4e.apply(variables["e4e"], images)
+    variables["cid"] = model.cid.init(rngs["cid"], latents)
+    if model.maar is not None:
+        variables["maar"] = model.maar.init(rngs["maar"], features.c3, features.c2, features.c1)
+    variables["decoder"] = model.decoder.init(rngs["decoder"], latents)
+    variables["kria"] = model.kria.init(rngs["kria"], latents, latents)
+    variables["discriminator"] = networks.discriminator.init(rngs["discriminator"], images)
+    variables[KEY_GENERATOR] = variables["decoder"]
+    variables["arcface"] = networks.arcface.init(rngs["arcface"], images)
+    variables["lpips"] = networks.lpips.init(rngs["lpips"], images, images)
+    variables["parser"] = networks.parser.init(rngs["parser"], images)
+    return variables
+
+
+def load_pretrained(networks: Networks, variables: Variables, model_dir: str | Path) -> Variables:
+    """Replaces the random variables of `PRETRAINED` networks by the converted ones.
+
+    Refuses a converted network whose architecture differs from the run's (naming the
+    fields), since its variables would not fit.
+    """
+    model_dir = Path(model_dir)
+    built = modules(networks)
+    loaded = dict(variables)
+    for name, sub_dir in PRETRAINED.items():
+        path = model_dir / sub_dir
+        if not path.is_dir():
+            raise FileNotFoundError(f"{model_dir}: no converted {sub_dir!r} network (needed for {name})")
+        network = checkpoints.load_network(path)
+        expected = checkpoints.module_config(built[name])
+        found = checkpoints.module_config(network.module)
+        differ = {k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v}
+        if differ:
+            raise ValueError(f"{path}: architecture differs from the config (field: file vs config) {differ}")
+        loaded[name] = network.variables
+    return loaded

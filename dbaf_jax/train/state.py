@@ -1,0 +1,93 @@
+"""The train state of either stage, and how it splits a run's variables.
+
+Networks named in ``config.trainable`` train; the rest (e4e, the critics, the key
+generator, and whatever the config freezes) are ``frozen``: passed to the step as an
+argument, replicated, never differentiated and without optimizer state.
+
+Ranger's Lookahead keeps two copies of every trained parameter
+(``optax.LookaheadParams``): the networks run on ``fast``; checkpoints hold both;
+exported networks use ``fast`` (`dbaf_jax.train.optimizers`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train import optimizers
+
+DISCRIMINATOR = "discriminator"
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything a step changes.
+
+    step: int32 scalar, steps done.
+    generator_params: LookaheadParams of {network: params} for the trained G-side networks.
+    generator_opt_state: their Ranger state.
+    discriminator_params: LookaheadParams of the discriminator's params.
+    discriminator_opt_state: its Ranger state.
+    model_state: {network: non-param collections} of trained networks (MAAR's batch_stats,
+      the decoder's noise buffers).
+    rng: PRNG key data (uint32), for CID's dropout and the training keys.
+    """
+
+    step: jax.Array
+    generator_params: optax.LookaheadParams
+    generator_opt_state: Any
+    discriminator_params: optax.LookaheadParams
+    discriminator_opt_state: Any
+    model_state: dict
+    rng: jax.Array
+
+    def variables(self, frozen: Variables) -> Variables:
+        """{network: variables} for the forward pass: fast weights of trained nets plus frozen ones."""
+        merged = dict(frozen)
+        for name, params in self.generator_params.fast.items():
+            merged[name] = {"params": params, **self.model_state.get(name, {})}
+        merged[DISCRIMINATOR] = {"params": self.discriminator_params.fast}
+        return merged
+
+
+def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    if config.optimizer.name != "ranger":
+        raise ValueError(f"optimizer {config.optimizer.name!r}: only 'ranger' (the reference's) is implemented")
+    return optimizers.ranger(config.optimizer.learning_rate)
+
+
+def create(config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array) -> tuple[TrainState, Variables]:
+    """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables)."""
+    trainable = set(config.trainable)
+    unknown = trainable - set(variables)
+    if unknown:
+        raise ValueError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
+    generator_side = {n: v["params"] for n, v in variables.items() if n in trainable and n != DISCRIMINATOR}
+    model_state = {
+        n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in generator_side
+    }
+    frozen = {n: v for n, v in variables.items() if n not in generator_side and n != DISCRIMINATOR}
+    tx = optimizer(config)
+    g_params = optax.LookaheadParams.init_synced(generator_side)
+    d_params = optax.LookaheadParams.init_synced(variables[DISCRIMINATOR]["params"])
+    state = TrainState(
+        step=jnp.zeros((), jnp.int32),
+        generator_params=g_params,
+        generator_opt_state=tx.init(g_params),
+        discriminator_params=d_params,
+        discriminator_opt_state=tx.init(d_params),
+        model_state=model_state,
+        rng=jax.random.key_data(rng),
+    )
+    return state, frozen
+
+
+def exported_variables(state: TrainState, frozen: Variables) -> Variables:
+    """The variables a model directory stores: the fast weights, as the networks run."""
+    return jax.device_get(state.variables(frozen))
