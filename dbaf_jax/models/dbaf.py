@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 
-from dbaf_jax import checkpoints
+from dbaf_jax import checkpoints, keys
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
@@ -35,6 +35,8 @@ Variables = dict[str, Any]
 
 # The networks of the model proper, by the names used in variable dicts and model directories.
 NETWORKS = ("e4e", "cid", "maar", "decoder", "kria")
+# The frozen StyleGAN2 (the base g_ema) whose mapping network turns key z into key w.
+KEY_GENERATOR = "generator"
 
 
 class Encoding(NamedTuple):
@@ -55,13 +57,30 @@ class Encoding(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class DBAF:
-    """The composition of DBAF's networks (``maar`` is None in the no-MAAR ablation)."""
+    """The composition of DBAF's networks (``maar`` is None in the no-MAAR ablation).
+
+    ``key_generator`` is the frozen base StyleGAN2 whose mapping network turns key
+    z into key w (variables under `KEY_GENERATOR`).
+    """
 
     e4e: Encoder4Editing
     cid: nn.Module
     maar: MAAR | None
     decoder: Generator
     kria: KRIA
+    key_generator: Generator
+
+    def for_inference(self) -> "DBAF":
+        """The model as users run it: a CID trained with attention across the batch
+        processes each image as if alone (the reference's test-time behaviour), so an
+        output never depends on its batch-mates."""
+        if getattr(self.cid, "attention", None) == "batch":
+            return dataclasses.replace(self, cid=self.cid.clone(attention="single"))
+        return self
+
+    def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
+        """Key latents z (B, n_groups, style_dim) -> keys (B, n_latent, style_dim)."""
+        return keys.key_from_z(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
 
     def encode(
         self, variables: Variables, images: jax.Array, train: bool = False, rng: jax.Array | None = None
@@ -130,10 +149,6 @@ class DBAF:
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
 
-# The frozen StyleGAN2 (the base g_ema) whose mapping network turns key z into key w.
-KEY_GENERATOR = "generator"
-
-
 def load(directory) -> tuple[DBAF, Variables]:
     """Loads a DBAF model directory (``python -m convert.dbaf`` or a training export).
 
@@ -152,5 +167,6 @@ def load(directory) -> tuple[DBAF, Variables]:
         maar=networks["maar"].module if "maar" in networks else None,
         decoder=networks["decoder"].module,
         kria=networks["kria"].module,
+        key_generator=networks[KEY_GENERATOR].module,
     )
     return model, {name: network.variables for name, network in networks.items()}

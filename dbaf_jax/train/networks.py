@@ -48,7 +48,6 @@ class Networks:
 
     model: DBAF
     discriminator: Discriminator
-    key_generator: Generator
     arcface: ArcFace
     lpips: LPIPS
     parser: UNetParser
@@ -88,13 +87,13 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         maar=maar,
         decoder=decoder,
         kria=KRIA(style_dim=m.style_dim, groups=groups),
+        key_generator=dataclasses.replace(decoder, dtype="float32"),
     )
     return Networks(
         model=model,
         discriminator=Discriminator(
             size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale, dtype=config.compute_dtype
         ),
-        key_generator=dataclasses.replace(decoder, dtype="float32"),
         arcface=ArcFace(width_scale=m.width_scale),
         lpips=LPIPS(net="alex"),
         parser=UNetParser(),
@@ -111,7 +110,7 @@ def modules(networks: Networks) -> dict:
         "decoder": model.decoder,
         "kria": model.kria,
         "discriminator": networks.discriminator,
-        KEY_GENERATOR: networks.key_generator,
+        KEY_GENERATOR: model.key_generator,
         "arcface": networks.arcface,
         "lpips": networks.lpips,
         "parser": networks.parser,
@@ -142,19 +141,23 @@ def init_variables(networks: Networks, rng: jax.Array, size: int) -> Variables:
     return variables
 
 
-def load_pretrained(networks: Networks, variables: Variables, model_dir: str | Path) -> Variables:
-    """Replaces the random variables of `PRETRAINED` networks by the converted ones.
+def load_pretrained(
+    networks: Networks, variables: Variables, model_dir: str | Path, sub_dirs: dict[str, str]
+) -> Variables:
+    """Replaces the variables of the networks in ``sub_dirs`` (name -> sub-directory of
+    ``model_dir``, e.g. `PRETRAINED`) by the ones stored there.
 
-    Refuses a converted network whose architecture differs from the run's (naming the
-    fields), since its variables would not fit.
+    Refuses a stored network whose architecture differs from the run's (naming the
+    fields), since its variables would not fit: e.g. a stage-1 result of another
+    width given to stage 2.
     """
     model_dir = Path(model_dir)
     built = modules(networks)
     loaded = dict(variables)
-    for name, sub_dir in PRETRAINED.items():
+    for name, sub_dir in sub_dirs.items():
         path = model_dir / sub_dir
         if not path.is_dir():
-            raise FileNotFoundError(f"{model_dir}: no converted {sub_dir!r} network (needed for {name})")
+            raise FileNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
         network = checkpoints.load_network(path)
         expected = checkpoints.module_config(built[name])
         found = checkpoints.module_config(network.module)

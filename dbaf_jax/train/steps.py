@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dbaf_jax import keys, losses
+from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train import optimizers
 from dbaf_jax.train.networks import Networks
@@ -42,7 +42,6 @@ class StepSettings:
     r1_every: int = 1
     train_discriminator: bool = True
     recovery: str = "latent"  # stage 2: "latent" (reference) or "image" (paper)
-    latent_groups: tuple[int, ...] = (4, 4, 6)
     learning_rate: float = 1e-4
 
     @classmethod
@@ -61,7 +60,6 @@ class StepSettings:
             r1_every=config.r1_every,
             train_discriminator=DISCRIMINATOR in config.trainable,
             recovery=config.get("recovery", "latent"),
-            latent_groups=tuple(config.model.latent_groups),
             learning_rate=config.optimizer.learning_rate,
         )
 
@@ -234,11 +232,11 @@ def stage1_step(
     )
 
 
-def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, batch: int, groups: tuple[int, ...]) -> jax.Array:
+def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, batch: int) -> jax.Array:
     """Random training keys (B, n_latent, style_dim): z ~ N(0, I) per group through the frozen mapping."""
-    generator = networks.key_generator
-    z = jax.random.normal(rng, (batch, len(groups), generator.style_dim))
-    return keys.key_from_z(generator, frozen["generator"], z, groups)
+    model = networks.model
+    z = jax.random.normal(rng, (batch, len(model.kria.groups), model.key_generator.style_dim))
+    return model.key_from_z(frozen, z)
 
 
 class Stage2Outputs(NamedTuple):
@@ -287,7 +285,7 @@ def stage2_step(
     """Stage 2 (anonymization) on ``images`` (B, H, W, 3), with fresh random keys."""
     rng, key_rng, fwd_rng = jax.random.split(jax.random.wrap_key_data(state.rng), 3)
     key_set = jnp.stack(
-        [sample_keys(networks, frozen, k, images.shape[0], settings.latent_groups) for k in jax.random.split(key_rng, 4)]
+        [sample_keys(networks, frozen, k, images.shape[0]) for k in jax.random.split(key_rng, 4)]
     )
 
     def forward(fast_params):

@@ -1,0 +1,259 @@
+"""Anonymize a folder of aligned faces with a password, and recover them with it.
+
+    python -m dbaf_jax.anonymize --model DIR --password-file F IN_DIR OUT_DIR
+    python -m dbaf_jax.recover   --model DIR --password-file F IN_DIR OUT_DIR
+
+Each run draws a fresh random salt; password + salt give the key (`dbaf_jax.keys`).
+Every output PNG carries, in its ``dbaf_jax`` text chunk, the salt and KDF
+parameters and which model made it, never the password. Recovery reads them back,
+so only the password is needed. A wrong password is not an error: it yields another
+face, which is what keeps the original private.
+
+Recovery from the anonymized image alone re-encodes it and applies KRIA with the key
+(the paper's path). ``--save-latents`` additionally writes ``NAME.latents.npz`` beside
+each output with what the reference's latent-space recovery needs (the anonymized
+identity code, the attribute code and MAAR's maps of the original); recover with
+``--mode latent`` to use it. Those files describe the original face: keep them private.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from dbaf_jax import __version__, images, keys
+from dbaf_jax.models import dbaf
+
+LATENTS_SUFFIX = ".latents.npz"
+
+
+def read_password(path: str | Path) -> str:
+    """The first line of ``path``, without its line ending; refuses an empty password."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SystemExit(f"error: cannot read the password file {path}: {err.strerror}") from None
+    password = text.splitlines()[0] if text else ""
+    if not password:
+        raise SystemExit(f"error: the password file {path} is empty")
+    return password
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """sha256 over the files of the networks that decide the output (name-ordered)."""
+    digest = hashlib.sha256()
+    for name in dbaf.NETWORKS + (dbaf.KEY_GENERATOR,):
+        for path in sorted((model_dir / name).rglob("*")):
+            if path.is_file():
+                digest.update(str(path.relative_to(model_dir)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class Report:
+    """What a folder run did: written outputs, skipped inputs with reasons, existing outputs."""
+
+    written: list[Path] = dataclasses.field(default_factory=list)
+    skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
+
+    def print(self, out=sys.stderr) -> None:
+        print(f"wrote {len(self.written)} image(s)", file=out)
+        if self.skipped:
+            print(f"skipped {len(self.skipped)} file(s):", file=out)
+            for item in self.skipped:
+                print(f"  {item.reason}", file=out)
+
+
+class FaceAnonymizer:
+    """A loaded DBAF model with jitted anonymize and recover functions (the Python API).
+
+    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with images (B, 256, 256, 3)
+    in [-1, 1] and a key (L, D) from `key_for`; ``recover`` likewise.
+    """
+
+    def __init__(self, model_dir: str | Path):
+        self.model_dir = Path(model_dir)
+        self.model, self.variables = dbaf.load(self.model_dir)
+        self.model = self.model.for_inference()
+        self.fingerprint = model_fingerprint(self.model_dir)
+        self.size = self.model.decoder.size
+        self._anonymize = jax.jit(self._anonymize_fn)
+        self._recover_image = jax.jit(lambda v, x, k: self.model.recover_image(v, x, k)[0])
+        self._recover_latent = jax.jit(self._recover_latent_fn)
+
+    def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
+        """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
+        z = keys.key_latents(keys.derive_seed(password, record), len(self.model.kria.groups), self.model.decoder.style_dim)
+        return self.model.key_from_z(self.variables, jnp.asarray(z)[None])[0]
+
+    def _anonymize_fn(self, variables, batch, key):
+        encoding, _ = self.model.encode(variables, batch)
+        anonymized, _, anonymized_identity = self.model.anonymize(variables, encoding, key[None])
+        return anonymized, (anonymized_identity, encoding.attribute_code, encoding.attribute_maps)
+
+    def _recover_latent_fn(self, variables, anonymized_identity, attribute_code, maps, key):
+        encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
+        return self.model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
+
+    def anonymize(self, batch: np.ndarray, key: jax.Array) -> tuple[np.ndarray, dict]:
+        """Images (B, H, W, 3) -> (anonymized images, latents for `recover_from_latents`)."""
+        anonymized, (identity, attribute, maps) = self._anonymize(self.variables, jnp.asarray(batch), key)
+        latents = {"anonymized_identity": identity, "attribute_code": attribute}
+        latents.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
+        return np.asarray(anonymized), jax.device_get(latents)
+
+    def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
+        """The paper's recovery from the anonymized images alone (B, H, W, 3)."""
+        return np.asarray(self._recover_image(self.variables, jnp.asarray(anonymized), key))
+
+    def recover_from_latents(self, latents: dict, key: jax.Array) -> np.ndarray:
+        """The reference's latent-space recovery from what `anonymize` returned."""
+        maps = [value for name, value in sorted(latents.items()) if name.startswith("attribute_map_")]
+        return np.asarray(
+            self._recover_latent(self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
+        )
+
+
+def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
+    return (out_dir / source.relative_to(in_dir)).with_suffix(".png")
+
+
+def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
+    """Refuses, before anything is written, to replace existing outputs without --overwrite."""
+    existing = [str(p) for p in targets if p.exists()]
+    if existing and not overwrite:
+        shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
+        raise SystemExit(f"error: {len(existing)} output(s) exist already ({shown}); pass --overwrite to replace them")
+
+
+def anonymize_folder(
+    anonymizer: FaceAnonymizer,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int = 8,
+    overwrite: bool = False,
+    save_latents: bool = False,
+) -> Report:
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    sources = images.list_images(in_dir)
+    check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
+    record = keys.new_key_record()
+    key = anonymizer.key_for(password, record)
+    metadata = {
+        "dbaf_jax": __version__,
+        "operation": "anonymize",
+        "key": record.to_json(),
+        "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
+    }
+    report = Report()
+    with tqdm(total=len(sources), unit="img", desc="anonymize") as bar:
+        for paths, batch, skipped in images.iter_batches(sources, anonymizer.size, batch_size):
+            report.skipped += skipped
+            if paths:
+                anonymized, latents = anonymizer.anonymize(batch, key)
+                for i, source in enumerate(paths):
+                    target = output_path(in_dir, out_dir, source)
+                    images.write_png(target, anonymized[i], metadata)
+                    if save_latents:
+                        np.savez_compressed(
+                            target.with_name(target.stem + LATENTS_SUFFIX), **{k: v[i] for k, v in latents.items()}
+                        )
+                    report.written.append(target)
+            bar.update(len(paths) + len(skipped))
+    return report
+
+
+def recover_folder(
+    anonymizer: FaceAnonymizer,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int = 8,
+    overwrite: bool = False,
+    mode: str = "image",
+) -> Report:
+    """Recovers the PNGs of an anonymize run; each file's own salt gives its key."""
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    sources = [p for p in images.list_images(in_dir) if p.suffix.lower() == ".png"]
+    check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
+    report = Report()
+    key_cache: dict[str, jax.Array] = {}
+    readable: list[tuple[Path, dict]] = []
+    for source in sources:
+        try:
+            meta = images.read_metadata(source)
+            if meta.get("operation") != "anonymize" or "key" not in meta:
+                raise ValueError(f"{source}: not an anonymized image (operation {meta.get('operation')!r})")
+            readable.append((source, meta))
+        except ValueError as err:
+            report.skipped.append(images.Skipped(source, str(err)))
+    with tqdm(total=len(readable), unit="img", desc="recover") as bar:
+        for source, meta in readable:
+            record_json = json.dumps(meta["key"], sort_keys=True)
+            if record_json not in key_cache:
+                key_cache[record_json] = anonymizer.key_for(password, keys.KeyRecord.from_json(meta["key"]))
+            key = key_cache[record_json]
+            try:
+                if mode == "latent":
+                    side = source.with_name(source.stem + LATENTS_SUFFIX)
+                    if not side.is_file():
+                        raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
+                    with np.load(side) as data:
+                        latents = {k: data[k][None] for k in data.files}
+                    recovered = anonymizer.recover_from_latents(latents, key)[0]
+                else:
+                    recovered = anonymizer.recover(images.read_image(source, anonymizer.size)[None], key)[0]
+            except ValueError as err:
+                report.skipped.append(images.Skipped(source, str(err)))
+                bar.update(1)
+                continue
+            target = output_path(in_dir, out_dir, source)
+            out_meta = {**meta, "operation": "recover", "mode": mode}
+            images.write_png(target, recovered, out_meta)
+            report.written.append(target)
+            bar.update(1)
+    return report
+
+
+def command_line(operation: str, argv: list[str] | None = None) -> Report:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m dbaf_jax.{operation}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
+    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
+    parser.add_argument("in_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    if operation == "anonymize":
+        parser.add_argument("--save-latents", action="store_true", help="also write NAME.latents.npz (private!)")
+    else:
+        parser.add_argument("--mode", choices=("image", "latent"), default="image")
+    args = parser.parse_args(argv)
+    password = read_password(args.password_file)
+    anonymizer = FaceAnonymizer(args.model)
+    if operation == "anonymize":
+        report = anonymize_folder(
+            anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.save_latents
+        )
+    else:
+        report = recover_folder(anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode)
+    report.print()
+    return report
+
+
+if __name__ == "__main__":
+    command_line("anonymize")

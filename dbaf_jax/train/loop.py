@@ -1,0 +1,189 @@
+"""The training loop of both stages: `train_and_evaluate(config, workdir)`.
+
+One code path for 1 CPU, forced host devices, one GPU or a multi-host pod: the state
+is placed on a ('data', 'fsdp') mesh (`dbaf_jax.sharding`), batches arrive as
+global arrays split over the mesh, and the step is one ``jax.jit`` with explicit
+shardings and a donated state. Inside the step every array keeps its global
+meaning, so CID's reference attention across the batch spans the GLOBAL batch
+exactly as an unsharded run would (never just a device's shard).
+
+Outputs in the workdir: ``checkpoints/`` (resumable: re-running the same command
+continues from the latest one, data position and RNG included), ``metrics/``
+(TensorBoard events and ``metrics.jsonl``), ``samples/`` (PNG grids) and, at the end,
+``model/``: a model directory (`dbaf_jax.checkpoints`) that stage 2 starts from
+(``init_from``) and, after stage 2, that `dbaf_jax.anonymize` runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from dbaf_jax import checkpoints, data, sharding
+from dbaf_jax.models.dbaf import KEY_GENERATOR, NETWORKS
+from dbaf_jax.train import checkpointing, metrics as metrics_lib, networks as networks_lib, steps
+from dbaf_jax.train import state as state_lib
+
+MODEL_EXPORT = "model"
+# Networks a stage-1 export hands to stage 2 (the critics come from model_dir again).
+STAGE1_EXPORTS = ("e4e", "cid", "maar", "decoder", KEY_GENERATOR, "discriminator")
+
+
+def architecture(config: ml_collections.ConfigDict) -> dict:
+    """What must agree between a checkpoint and the run that resumes or continues it."""
+    return {"architecture": json.loads(config.model.to_json())}
+
+
+def initial_variables(config: ml_collections.ConfigDict, nets: networks_lib.Networks, rng: jax.Array) -> dict:
+    """Random init, then the converted base networks, then (stage 2) the stage-1 result."""
+    variables = networks_lib.init_variables(nets, rng, config.model.size)
+    if config.model_dir:
+        variables = networks_lib.load_pretrained(nets, variables, config.model_dir, networks_lib.PRETRAINED)
+    if config.stage == 2 and config.get("init_from"):
+        source = Path(config.init_from)
+        source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
+        names = {n: n for n in STAGE1_EXPORTS if (source / n).is_dir() or n != "maar"}
+        variables = networks_lib.load_pretrained(nets, variables, source, names)
+    return variables
+
+
+def data_source(config: ml_collections.ConfigDict):
+    if config.data.synthetic:
+        return data.SyntheticFaces(config.data.synthetic_size, config.model.size, config.seed)
+    source = data.PreparedImages(config.data.dir)
+    if source.size != config.model.size:
+        raise ValueError(f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px")
+    return source
+
+
+def make_step(config: ml_collections.ConfigDict, nets: networks_lib.Networks, mesh, state, frozen):
+    """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics)."""
+    settings = steps.StepSettings.from_config(config)
+    if config.stage == 1:
+        fn = functools.partial(steps.stage1_step, nets, settings)
+    else:
+        fn = lambda state, frozen, images, index_in_epoch: steps.stage2_step(nets, settings, state, frozen, images)  # noqa: E731
+    state_sharding = jax.tree.map(lambda x: x.sharding, state)
+    frozen_sharding = jax.tree.map(lambda x: x.sharding, frozen)
+    replicated = sharding.replicated(mesh)
+    return jax.jit(
+        fn,
+        in_shardings=(state_sharding, frozen_sharding, sharding.batch_sharding(mesh), replicated),
+        out_shardings=(state_sharding, replicated),
+        donate_argnums=(0,),
+    )
+
+
+def make_sampler(config, nets: networks_lib.Networks, frozen, images: jax.Array, rng: jax.Array):
+    """A jitted function state -> list of image batches (B, H, W, 3), one per grid column.
+
+    Columns: stage 1 identity, attributes, mixed; stage 2 input, anonymized 1,
+    anonymized 2, recovered, wrong key 1, wrong key 2. The batch (and the stage-2
+    keys) are fixed, so successive grids show the same faces.
+    """
+    settings = steps.StepSettings.from_config(config)
+    model = nets.model
+    if config.stage == 1:
+
+        @jax.jit
+        def sample(state):
+            variables = state.variables(frozen)
+            identity, _ = model.encode(variables, images)
+            attributes, _ = model.encode(variables, jnp.roll(images, 1, axis=0))
+            mixed, _ = model.mix(variables, identity, attributes)
+            return [images, jnp.roll(images, 1, axis=0), mixed]
+
+        return sample
+    key_set = jnp.stack([steps.sample_keys(nets, frozen, k, images.shape[0]) for k in jax.random.split(rng, 4)])
+
+    @jax.jit
+    def sample(state):
+        variables = state.variables(frozen)
+        outputs, _ = steps.stage2_forward(nets, settings, variables, images, key_set, rng, train=False)
+        return [images, *outputs.images]
+
+    return sample
+
+
+def sample_grid(columns: list[jax.Array]) -> np.ndarray:
+    """One row per face, one column per output -> a uint8 grid."""
+    stacked = np.stack([np.asarray(c) for c in jax.device_get(columns)], axis=1)  # (B, columns, H, W, 3)
+    return metrics_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
+
+
+def export(workdir: Path, nets: networks_lib.Networks, variables: dict, stage: int) -> Path:
+    """Writes the trained networks as a model directory ``workdir/model``."""
+    out = workdir / MODEL_EXPORT
+    named = networks_lib.modules(nets)
+    names = [n for n in NETWORKS + (KEY_GENERATOR, "discriminator") if n in named and (stage == 2 or n != "kria")]
+    for name in names:
+        checkpoints.save_network(out / name, named[name], variables[name], source=f"stage {stage} training", overwrite=True)
+    return out
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
+    nets = networks_lib.build(config)
+    init_rng, state_rng, sample_rng = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+
+    source = data_source(config)
+    steps_per_epoch = len(source) // config.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
+    total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
+
+    variables = initial_variables(config, nets, init_rng)
+    state, frozen = state_lib.create(config, variables, state_rng)
+    state = jax.device_put(state, sharding.param_sharding(mesh, state))
+    frozen = jax.device_put(frozen, sharding.replicated(mesh))
+    del variables
+
+    meta = {"stage": config.stage, **architecture(config)}
+    checkpointer = checkpointing.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)
+    restored = checkpointer.restore_latest(checkpointing.abstract_like(state), expected=meta)
+    start = 0
+    if restored is not None:
+        state, start = restored.state, restored.step
+        logging.info("resumed from step %d", start)
+
+    step_fn = make_step(config, nets, mesh, state, frozen)
+    batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
+    sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
+    sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)
+    writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start)
+    step = start
+    try:
+        with checkpointing.catch_sigterm():
+            for step in range(start, total_steps):
+                images = sharding.put_batch(mesh, next(batches))
+                index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
+                state, step_metrics = step_fn(state, frozen, images, index_in_epoch)
+                done = step + 1
+                if done % config.log_every == 0 or done == total_steps:
+                    scalars = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+                    writer.write_scalars(done, scalars)
+                if done % config.sample_every == 0 or done == total_steps:
+                    writer.write_images(done, {f"stage{config.stage}_samples": sample_grid(sampler(state))})
+                checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
+                step = done
+    except KeyboardInterrupt:
+        logging.warning("interrupted at step %d: saving a checkpoint", step)
+        checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
+        checkpointer.close()
+        raise
+    checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
+    checkpointer.close()
+    writer.close()
+    if jax.process_index() == 0:
+        out = export(workdir, nets, state_lib.exported_variables(state, frozen), config.stage)
+        logging.info("exported the trained model to %s", out)
+    return state
