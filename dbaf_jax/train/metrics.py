@@ -1,0 +1,145 @@
+"""Training metrics: scalars to stdout and TensorBoard, sample grids as PNG and TensorBoard images.
+
+TensorBoard files are written with tensorboardX (pinned in requirements.txt), not
+with ``clu.metric_writers``: clu's writers import TensorFlow, which is not a runtime
+dependency of this project (DESIGN section 7), while tensorboardX writes the same
+event files with only numpy and protobuf. tensorboardX is imported when a writer
+with ``tensorboard=True`` is made, not when this module is imported, because its
+package import also imports torch where torch happens to be installed (it probes
+for torch.Tensor); the training runtime has no torch, so there it imports nothing
+else.
+
+Only the primary process (``jax.process_index() == 0``) writes; on the others the
+writer does nothing, so every host can call it unconditionally.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from PIL import Image
+
+SAMPLES_DIR = "samples"
+
+
+def to_uint8(images: np.ndarray) -> np.ndarray:
+    """Images in [-1, 1] -> uint8, values outside clipped."""
+    return np.clip(np.rint((np.asarray(images, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+
+
+def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float = -1.0) -> np.ndarray:
+    """Tiles (N, H, W, 3) images in [-1, 1] into a uint8 (rows*(H+p)+p, cols*(W+p)+p, 3) grid.
+
+    Images fill the grid row by row, cols = ceil(N / rows); ``padding`` pixels of
+    ``pad_value`` (black by default) separate and surround them. For the anonymize
+    samples, pass images ordered (original, anonymized 1, anonymized 2, recovered,
+    ...) per face with rows = the number of faces.
+    """
+    images = np.asarray(images, np.float32)
+    n, h, w, c = images.shape
+    cols = math.ceil(n / rows)
+    grid = np.full((rows * (h + padding) + padding, cols * (w + padding) + padding, c), pad_value, np.float32)
+    for i, image in enumerate(images):
+        top, left = padding + (i // cols) * (h + padding), padding + (i % cols) * (w + padding)
+        grid[top : top + h, left : left + w] = image
+    return to_uint8(grid)
+
+
+def format_duration(seconds: float) -> str:
+    """'1:02:03' (h:mm:ss), or '?' when unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+class MetricsWriter:
+    """Scalars (stdout + TensorBoard), images (PNG + TensorBoard), steps/s and ETA.
+
+    ``total_steps`` gives the ETA; ``start_step`` is where this run (re)started, so
+    the first rate covers the steps since then (it includes compilation).
+    """
+
+    def __init__(
+        self,
+        logdir: str | Path,
+        total_steps: int | None = None,
+        start_step: int = 0,
+        tensorboard: bool = True,
+        print_fn: Callable[[str], Any] = print,
+        is_primary: bool | None = None,
+    ):
+        if is_primary is None:
+            import jax
+
+            is_primary = jax.process_index() == 0
+        self.logdir = Path(logdir)
+        self.total_steps = total_steps
+        self.is_primary = is_primary
+        self._print = print_fn
+        self._last = (start_step, time.perf_counter())
+        self._tb = None
+        if is_primary:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            if tensorboard:
+                from tensorboardX import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.logdir), flush_secs=30)
+
+    def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
+        """Logs ``scalars`` (numbers or 0-d arrays) at ``step`` plus steps_per_sec; returns them as floats."""
+        now = time.perf_counter()
+        last_step, last_time = self._last
+        self._last = (step, now)
+        if not self.is_primary:
+            return {}
+        values = {name: float(np.asarray(value)) for name, value in scalars.items()}
+        rate = (step - last_step) / (now - last_time) if step > last_step and now > last_time else float("nan")
+        parts = [f"step {step}" + (f"/{self.total_steps}" if self.total_steps else "")]
+        if math.isfinite(rate):
+            values["steps_per_sec"] = rate
+            parts.append(f"{rate:.3g} steps/s")
+            if self.total_steps:
+                parts.append(f"ETA {format_duration((self.total_steps - step) / rate)}")
+        parts += [f"{name} {values[name]:.5g}" for name in scalars]
+        self._print(" | ".join(parts))
+        if self._tb is not None:
+            for name, value in values.items():
+                self._tb.add_scalar(name, value, step)
+        return values
+
+    def write_images(self, step: int, images: Mapping[str, np.ndarray]) -> list[Path]:
+        """Writes each (H, W, 3) image (uint8, or float in [-1, 1]) as samples/<name>_<step>.png and to TensorBoard."""
+        if not self.is_primary:
+            return []
+        paths = []
+        for name, image in images.items():
+            image = np.asarray(image)
+            pixels = image if image.dtype == np.uint8 else to_uint8(image)
+            path = self.logdir / SAMPLES_DIR / f"{name.replace('/', '_')}_{step:08d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels).save(path)
+            paths.append(path)
+            if self._tb is not None:
+                self._tb.add_image(name, pixels, step, dataformats="HWC")
+        return paths
+
+    def flush(self) -> None:
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
