@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import os
 import shutil
 import sys
@@ -78,8 +79,6 @@ class PrepareSummary:
     ignored: tuple[str, ...]
 
     def to_json(self) -> str:
-        import json
-
         return json.dumps(dataclasses.asdict(self), indent=2)
 
     def report(self) -> str:
@@ -174,13 +173,14 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     Files with an image suffix that PIL cannot decode are skipped and listed; other
     files are ignored and counted. The dataset is built next to ``out_dir`` and
     renamed into place, so ``out_dir`` never holds half a dataset. An existing
-    non-empty ``out_dir`` is refused unless ``overwrite``.
+    non-empty ``out_dir`` is refused unless ``overwrite``. The summary is printed
+    and returned.
     """
     import tensorflow_datasets as tfds
 
     image_dir, out_dir = Path(image_dir), Path(out_dir).absolute()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass overwrite")
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
     image_paths = list_images(image_dir)
     image_set = set(image_paths)
     ignored = sorted(p.relative_to(image_dir).as_posix() for p in image_dir.rglob("*") if p.is_file() and p not in image_set)
@@ -203,6 +203,7 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     if out_dir.exists():
         shutil.rmtree(out_dir)
     staging.rename(out_dir)
+    print(summary.report())
     return summary
 
 
@@ -360,11 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
     args = parser.parse_args(argv)
     try:
-        summary = prepare(args.images, args.out, args.size, overwrite=args.overwrite)
+        prepare(args.images, args.out, args.size, overwrite=args.overwrite)
     except (FileExistsError, NotADirectoryError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(summary.report())
     return 0
 
 

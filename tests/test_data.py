@@ -14,16 +14,17 @@ SIZE = 16
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory):
-    """9 good images (PNG, JPEG, upper-case suffix; nested), one corrupt JPEG, one truncated PNG, a text file."""
+    """9 good images (PNG, JPEG, WebP, upper-case suffix; nested), a corrupt JPEG, a truncated PNG, a text file."""
     root = tmp_path_factory.mktemp("faces")
     (root / "a" / "b").mkdir(parents=True)
     rng = np.random.default_rng(0)
     pixels = {}
-    names = ["a/b/p0.png", "a/b/p1.png", "a/p2.png", "a/j3.jpg", "p4.png", "j5.jpeg", "p6.PNG", "a/b/p7.png", "p8.png"]
+    names = ["a/b/p0.png", "a/b/p1.png", "a/p2.png", "a/j3.jpg", "p4.png", "j5.jpeg", "p6.PNG", "a/b/w7.webp", "p8.png"]
     for name in names:
         img = rng.integers(0, 256, (20 + len(name), 24, 3), dtype=np.uint8)
         pixels[name] = img
-        Image.fromarray(img).save(root / name, format="JPEG" if name.endswith(("jpg", "jpeg")) else "PNG")
+        fmt = {"jpg": "JPEG", "jpeg": "JPEG", "webp": "WEBP"}.get(name.rsplit(".", 1)[1], "PNG")
+        Image.fromarray(img).save(root / name, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
     (root / "a" / "corrupt.jpg").write_bytes(b"not a jpeg" * 20)
     full = (root / "p4.png").read_bytes()
     (root / "a" / "b" / "truncated.png").write_bytes(full[: len(full) // 2])
@@ -59,7 +60,7 @@ def test_prepared_images_read_back_with_tfds(image_folder, prepared):
         name = record["file_name"].decode()
         expected = np.asarray(Image.open(root / name).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR))
         np.testing.assert_array_equal(record["image"], expected)  # PNG storage is lossless
-        if not name.endswith(("jpg", "jpeg")):
+        if not name.endswith(("jpg", "jpeg")):  # lossless sources: the pixels we generated
             expected = np.asarray(Image.fromarray(pixels[name]).resize((SIZE, SIZE), Image.BILINEAR))
             np.testing.assert_array_equal(record["image"], expected)
 
