@@ -109,7 +109,6 @@ class ModulatedConv2d(nn.Module):
         return y
 
 
-
 class StyledConv(nn.Module):
     """Modulated 3x3 conv, ``+ noise_weight * noise``, fused leaky ReLU with a bias."""
 
