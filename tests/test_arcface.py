@@ -54,6 +54,25 @@ def test_embedding_and_maps_match_torch(reference, size):
     print(f"max relative error ({size}): {max(errors):.2e}")
 
 
+def test_input_gradient_matches_torch(reference):
+    # DBAF's identity losses backpropagate through the frozen ArcFace into generated images.
+    net, _, converted = reference
+    rng = np.random.default_rng(5)
+    images = np.tanh(rng.standard_normal((2, 256, 256, 3))).astype(np.float32)
+    target = rng.standard_normal((2, 512)).astype(np.float32)
+
+    def loss(x):
+        features = converted.module.apply(converted.variables, x, return_maps=True)
+        return (features.embedding * target).sum() + sum(jnp.abs(m).mean() for m in features.maps)
+
+    grad = jax.jit(jax.grad(loss))(images)
+    x_t = nchw(images).requires_grad_(True)
+    features = extract_feats(net, x_t)
+    ((features[-1] * torch.from_numpy(target)).sum() + sum(m.abs().mean() for m in features[:-1])).backward()
+    assert_parity(grad, nhwc(x_t.grad), name="input gradient")
+    print(f"gradient relative error: {relative_error(grad, nhwc(x_t.grad)):.2e}")
+
+
 def test_network_record(reference):
     _, ckpt, converted = reference
     assert converted.info["kind"] == "arcface:ArcFace"
