@@ -252,7 +252,7 @@ class SyntheticFaces:
         for cells, amplitude in ((4, 0.6), (8, 0.3), (16, 0.15)):
             coarse = rng.normal(0.0, amplitude, (cells, cells, 3)).astype(np.float32)
             channels = [
-                np.asarray(Image.fromarray(coarse[..., c], mode="F").resize((self.size, self.size), Image.BICUBIC))
+                np.asarray(Image.fromarray(coarse[..., c]).resize((self.size, self.size), Image.BICUBIC))
                 for c in range(3)
             ]
             field += np.stack(channels, axis=-1)
