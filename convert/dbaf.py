@@ -1,0 +1,113 @@
+"""Key mappings for DBAF's own stage checkpoints (plain PyTorch state_dicts).
+
+- CID, ``w_disentanglement*.pth`` (``DisentanglementId``) -> `cid_variables`
+- MAAR, ``attr_block*.pth`` (``AttrBlock``) -> `maar_variables`
+- KRIA, ``*id_mlp*.pth`` (``AnonymizationNet``) -> `kria_variables`
+
+Each takes the state_dict as numpy arrays (`convert.common.to_numpy`), the Flax
+module it is for, and the file name for messages, and returns the module's variable
+tree, refusing the file (ConversionError) on any missing, unexpected or mis-shaped key.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from convert.common import ConversionError, Rule, conv_kernel, linear_kernel, map_state_dict
+from dbaf_jax.models.cid import CID
+from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.maar import MAAR
+
+Array = np.ndarray
+
+# PyTorch keeps a step counter beside BatchNorm statistics; with a fixed momentum it is unused.
+_BATCH_COUNTERS = ("*.num_batches_tracked",)
+
+
+def _drop_singleton_middle(x: Array) -> Array:
+    """The reference's positional embedding (n_latent, 1, dim) -> (n_latent, dim)."""
+    return x[:, 0, :] if x.ndim == 3 and x.shape[1] == 1 else x
+
+
+def _linear(rules: dict, flax_path: tuple[str, ...], torch_prefix: str, bias: bool = True) -> None:
+    rules[(*flax_path, "kernel")] = Rule(f"{torch_prefix}.weight", linear_kernel)
+    if bias:
+        rules[(*flax_path, "bias")] = Rule(f"{torch_prefix}.bias")
+
+
+def _layer_norm(rules: dict, flax_path: tuple[str, ...], torch_prefix: str) -> None:
+    rules[(*flax_path, "scale")] = Rule(f"{torch_prefix}.weight")
+    rules[(*flax_path, "bias")] = Rule(f"{torch_prefix}.bias")
+
+
+def cid_variables(state_dict: Mapping[str, Array], module: CID, source: str) -> dict:
+    """``DisentanglementId`` state_dict -> CID variables (the reference's three ViTs)."""
+    if module.shared or len(module.groups) != 3:
+        raise ConversionError(f"{source}: the reference CID has three separate ViTs; build CID with shared=False")
+    codes = jnp.zeros((1, module.n_latent, module.style_dim), jnp.float32)
+    expected = jax.eval_shape(module.init, jax.random.key(0), codes)
+    rules: dict = {("params", "pos_embedding"): Rule("pos_embedding", _drop_singleton_middle)}
+    _linear(rules, ("params", "linear_w"), "linear_w")
+    for g in range(3):
+        for i in range(module.depth):
+            flax_block = ("params", f"vit_{g}", f"block_{i}")
+            torch_block = f"layers.{g}.transformer.layers.{i}"
+            _layer_norm(rules, (*flax_block, "attention_norm"), f"{torch_block}.0.norm")
+            _linear(rules, (*flax_block, "attention", "to_qkv"), f"{torch_block}.0.fn.to_qkv", bias=False)
+            _linear(rules, (*flax_block, "attention", "to_out"), f"{torch_block}.0.fn.to_out.0")
+            _layer_norm(rules, (*flax_block, "mlp_norm"), f"{torch_block}.1.norm")
+            _linear(rules, (*flax_block, "mlp_in"), f"{torch_block}.1.fn.net.0")
+            _linear(rules, (*flax_block, "mlp_out"), f"{torch_block}.1.fn.net.3")
+    return map_state_dict(state_dict, rules, expected, source)
+
+
+def maar_variables(
+    state_dict: Mapping[str, Array],
+    module: MAAR,
+    source: str,
+    in_channels: tuple[int, int, int] = (512, 256, 128),
+) -> dict:
+    """``AttrBlock`` state_dict -> MAAR variables (reference variant).
+
+    ``in_channels`` are the channels of c3, c2, c1 (e4e's 512, 256, 128).
+    """
+    if module.variant != "reference":
+        raise ConversionError(f"{source}: the reference AttrBlock is MAAR's 'reference' variant")
+    maps = [jnp.zeros((1, 4, 4, c), jnp.float32) for c in in_channels]
+    expected = jax.eval_shape(module.init, jax.random.key(0), *maps)
+    rules: dict = {}
+    for name in ("c3", "c2", "c1"):
+        rules[("params", f"conv_{name}", "kernel")] = Rule(f"conv_{name}.weight", conv_kernel)
+        rules[("params", f"conv_{name}", "bias")] = Rule(f"conv_{name}.bias")
+        gate = ("params", f"cbam_{name}", "channel_gate")
+        _linear(rules, (*gate, "hidden"), f"cbam_{name}.ChannelGate.mlp.1")
+        _linear(rules, (*gate, "out"), f"cbam_{name}.ChannelGate.mlp.3")
+        spatial = f"cbam_{name}.SpatialGate.spatial"
+        rules[("params", f"cbam_{name}", "spatial_gate", "conv", "kernel")] = Rule(f"{spatial}.conv.weight", conv_kernel)
+        bn = (f"cbam_{name}", "spatial_gate", "bn")
+        rules[("params", *bn, "scale")] = Rule(f"{spatial}.bn.weight")
+        rules[("params", *bn, "bias")] = Rule(f"{spatial}.bn.bias")
+        rules[("batch_stats", *bn, "mean")] = Rule(f"{spatial}.bn.running_mean")
+        rules[("batch_stats", *bn, "var")] = Rule(f"{spatial}.bn.running_var")
+    return map_state_dict(state_dict, rules, expected, source, ignore=_BATCH_COUNTERS)
+
+
+def kria_variables(state_dict: Mapping[str, Array], module: KRIA, source: str) -> dict:
+    """``AnonymizationNet`` state_dict -> KRIA variables."""
+    if len(module.groups) != 3:
+        raise ConversionError(f"{source}: the reference KRIA has three cMLPs; build KRIA with three groups")
+    n_latent = sum(module.groups)
+    codes = jnp.zeros((1, n_latent, module.style_dim), jnp.float32)
+    expected = jax.eval_shape(module.init, jax.random.key(0), codes, codes)
+    rules: dict = {}
+    n_equal = 3 + module.extra_layers
+    for g, group in enumerate(KRIA.GROUP_NAMES):
+        for j in range(n_equal):
+            # EqualLinear's stored (unscaled) weight and bias; the scaling stays at run time.
+            _linear(rules, ("params", f"cmlp_{group}", f"equal_linear_{j}"), f"mapper.{g}.model.{j}")
+        _linear(rules, ("params", f"cmlp_{group}", "linear"), f"mapper.{g}.model.{n_equal}")
+    return map_state_dict(state_dict, rules, expected, source)

@@ -1,0 +1,144 @@
+"""MAAR: parity with the reference's AttrBlock (eval and train BatchNorm), the paper variant."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from convert.common import ConversionError, load_torch_checkpoint, to_numpy
+from convert.dbaf import maar_variables
+from dbaf_jax.checkpoints import load_network, save_network
+from dbaf_jax.models.maar import MAAR, noise_inputs
+from dbaf_jax.models.stylegan2 import Generator
+from tests.parity import assert_parity, nchw, nhwc, randomize_
+from tests.torch_reference.dbaf import AttrBlock
+
+# Reduced widths and sizes: c3, c2, c1 at 4, 8, 16 px (16, 32, 64 at 256 px).
+IN_CHANNELS = (16, 8, 4)
+CHANNELS, REDUCTION = 32, 4
+SIZES = (4, 8, 16)
+
+
+def feature_maps(batch=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(batch, s, s, c)).astype(np.float32) for s, c in zip(SIZES, IN_CHANNELS)]
+
+
+def convert(tmp_path, ref):
+    ckpt = tmp_path / "attr_block_best_model.pth"
+    torch.save(ref.state_dict(), ckpt)
+    module = MAAR(channels=CHANNELS, reduction=REDUCTION)
+    variables = maar_variables(
+        to_numpy(load_torch_checkpoint(ckpt), str(ckpt)), module, str(ckpt), in_channels=IN_CHANNELS
+    )
+    return load_network(save_network(tmp_path / "maar", module, variables, source=ckpt.name))
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    ref = randomize_(AttrBlock(IN_CHANNELS, CHANNELS, REDUCTION), seed=0, scale=0.5)
+    return ref, convert(tmp_path_factory.mktemp("maar"), ref)
+
+
+def test_eval_mode_matches_reference(converted):
+    ref, net = converted
+    maps = feature_maps()
+    gated = {}
+    hook = ref.cbam_c2.ChannelGate.register_forward_hook(lambda m, i, o: gated.update(c2=nhwc(o)))
+    with torch.no_grad():
+        expected = [nhwc(t) for t in ref.eval()(*map(nchw, maps))]
+    hook.remove()
+    outputs, state = net.module.apply(net.variables, *maps, capture_intermediates=True)
+    for name, actual, want in zip(("c3", "c2", "c1"), outputs, expected):
+        assert actual.shape == want.shape == (2, *want.shape[1:3], CHANNELS)
+        assert_parity(actual, want, name=name)
+    channel_gated = state["intermediates"]["cbam_c2"]["channel_gate"]["__call__"][0]
+    assert_parity(channel_gated, gated["c2"], name="c2 channel gate")
+
+
+def test_train_mode_matches_reference_and_updates_running_stats(converted):
+    ref, net = converted
+    maps = feature_maps(batch=3, seed=1)
+    ref = ref.train()
+    with torch.no_grad():
+        expected = [nhwc(t) for t in ref(*map(nchw, maps))]
+    outputs, updates = net.module.apply(net.variables, *maps, train=True, mutable=["batch_stats"])
+    for name, actual, want in zip(("c3", "c2", "c1"), outputs, expected):
+        assert_parity(actual, want, name=f"{name} (train)")
+    for name in ("c3", "c2", "c1"):
+        bn = getattr(ref, f"cbam_{name}").SpatialGate.spatial.bn
+        stats = updates["batch_stats"][f"cbam_{name}"]["spatial_gate"]["bn"]
+        before = net.variables["batch_stats"][f"cbam_{name}"]["spatial_gate"]["bn"]
+        assert not np.allclose(stats["mean"], before["mean"])
+        assert_parity(stats["mean"], bn.running_mean.numpy(), name=f"{name} running mean")
+        assert_parity(stats["var"], bn.running_var.numpy(), name=f"{name} running var")
+    ref.eval()
+
+
+def test_paper_variant_follows_equations_6_to_8():
+    module = MAAR(channels=CHANNELS, variant="paper")
+    maps = feature_maps(seed=2)
+    variables = jax.jit(module.init)(jax.random.key(0, impl="rbg"), *maps)
+    assert "batch_stats" not in variables
+    outputs = module.apply(variables, *maps)
+    # A direct numpy reading of the equations for c1.
+    p = jax.tree.map(np.asarray, variables["params"])
+    x = maps[2] @ p["conv_c1"]["kernel"][0, 0] + p["conv_c1"]["bias"]
+    d = x.shape[-1]
+    pooled = np.repeat(x.max(-1, keepdims=True) + x.mean(-1, keepdims=True), d, axis=-1)  # Psi_CME + Psi_CAE
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    attention = p["attention_c1"]
+    m_prime = sigmoid(pooled @ attention["kernel"] + attention["bias"])  # (6)
+    summary = np.concatenate([m_prime.max(axis=(1, 2)), m_prime.mean(axis=(1, 2))], axis=-1)
+    m_bar = sigmoid(summary @ attention["spatial_mlp"]["kernel"] + attention["spatial_mlp"]["bias"])  # (7)
+    expected = m_bar[:, None, None, :] * m_prime * x  # (8)
+    assert_parity(outputs[2], expected, name="paper c1")
+    assert [o.shape for o in outputs] == [(2, s, s, CHANNELS) for s in SIZES]
+
+
+def test_noise_inputs_feed_generator_layers_3_to_8():
+    m16, m32, m64 = (jnp.full((1, s, s, 512), s, jnp.float32) for s in (16, 32, 64))
+    noise = noise_inputs((m16, m32, m64))
+    assert sorted(noise) == [3, 4, 5, 6, 7, 8]
+    assert noise[3] is m16 and noise[4] is m16 and noise[5] is m32 and noise[6] is m32 and noise[8] is m64
+    with pytest.raises(ValueError):
+        noise_inputs((m16, m32))
+
+
+def test_full_size_shapes_parameter_count_and_generator_fit():
+    module = MAAR()
+    maps = [jax.ShapeDtypeStruct((2, s, s, c), jnp.float32) for s, c in zip((16, 32, 64), (512, 256, 128))]
+    variables = jax.eval_shape(module.init, jax.random.key(0), *maps)
+    outputs = jax.eval_shape(module.apply, variables, *maps)
+    assert [o.shape for o in outputs] == [(2, 16, 16, 512), (2, 32, 32, 512), (2, 64, 64, 512)]
+    with torch.device("meta"):
+        reference = AttrBlock()
+    n_reference = sum(t.numel() for k, t in reference.state_dict().items() if not k.endswith("num_batches_tracked"))
+    assert sum(a.size for a in jax.tree.leaves(variables)) == n_reference
+    generator = Generator()
+    latents = jax.ShapeDtypeStruct((2, 14, 512), jnp.float32)
+    gen_variables = jax.eval_shape(generator.init, jax.random.key(0), latents)
+    image = jax.eval_shape(
+        lambda v, w, m: generator.apply(v, w, noise=noise_inputs(m)), gen_variables, latents, outputs
+    )
+    assert image.shape == (2, 256, 256, 3)
+
+
+def _refuse(state_dict, message_parts):
+    with pytest.raises(ConversionError) as err:
+        maar_variables(state_dict, MAAR(channels=CHANNELS, reduction=REDUCTION), "bad.pth", in_channels=IN_CHANNELS)
+    for part in message_parts:
+        assert part in str(err.value)
+
+
+def test_refuses_missing_unexpected_and_misshaped_keys():
+    good = to_numpy(AttrBlock(IN_CHANNELS, CHANNELS, REDUCTION).state_dict(), "ref")
+    assert "cbam_c1.SpatialGate.spatial.bn.num_batches_tracked" in good  # ignored, not unexpected
+    missing = dict(good)
+    del missing["cbam_c1.SpatialGate.spatial.bn.running_var"]
+    _refuse(missing, ["missing (1)", "cbam_c1.SpatialGate.spatial.bn.running_var"])
+    extra = dict(good, **{"cbam_c3.SpatialGate.spatial.conv.bias": np.zeros((1,), np.float32)})
+    _refuse(extra, ["unexpected (1)", "cbam_c3.SpatialGate.spatial.conv.bias"])
+    misshaped = dict(good, **{"conv_c2.weight": np.zeros((CHANNELS, 7, 1, 1), np.float32)})
+    _refuse(misshaped, ["mis-shaped (1)", "conv_c2.weight [32, 7, 1, 1]"])
