@@ -119,3 +119,37 @@ def test_centralize_gradients_default_axes():
     out, _ = tx.update(grads, tx.init(grads))
     np.testing.assert_allclose(out["kernel"].mean(axis=(0, 1)), 0.0, atol=1e-6)
     np.testing.assert_array_equal(out["bias"], grads["bias"])
+
+
+def params_leaf(tree, path):
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def test_reference_centralization_on_the_project_networks():
+    """Leaves whose torch tensor has another layout are found by structure in the real trees."""
+    from dbaf_jax.models.cid import CID
+    from dbaf_jax.models.stylegan2 import Generator
+
+    generator = Generator(size=8, style_dim=16, n_mlp=2, width_scale=1 / 32)
+    cid = CID(n_latent=4, style_dim=16, groups=(2, 1, 1), depth=1, heads=2, head_dim=4, mlp_dim=8)
+    key = jax.random.key(0)
+    params = {
+        "decoder": jax.eval_shape(generator.init, key, jnp.zeros((1, generator.n_latent, 16)))["params"],
+        "cid": jax.eval_shape(cid.init, key, jnp.zeros((2, 4, 16)))["params"],
+    }
+    axes = optimizers.reference_centralization(params)
+    decided = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        names = tuple(optimizers._key_name(entry) for entry in path)
+        decided[names] = axes(names, leaf.shape)
+    everything = {p for p, a in decided.items() if a is not None and len(a) == len(params_leaf(params, p).shape)}
+    modulated = {p for p in decided if p[0] == "decoder" and p[-2:] == ("conv", "kernel")}
+    assert len(modulated) == 2 + 3  # conv1, to_rgb1, convs_0, convs_1, to_rgbs_0
+    to_rgb_biases = {("decoder", "to_rgb1", "bias"), ("decoder", "to_rgbs_0", "bias")}
+    assert everything == modulated | to_rgb_biases | {("decoder", "constant_input")}
+    assert decided[("decoder", "conv1", "bias")] is None  # StyledConv bias: torch 1-d activate.bias
+    assert decided[("decoder", "conv1", "conv", "modulation", "kernel")] == (0,)  # EqualLinear (in, out)
+    assert decided[("cid", "pos_embedding")] == (1,)  # torch (N, 1, D): per latent
+    assert decided[("cid", "linear_w", "kernel")] == (0,)

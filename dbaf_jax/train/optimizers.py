@@ -36,8 +36,10 @@ torch dim but the first. For Flax kernels laid out with the output features last
 (`output_last_axes`, the default). Parameters whose torch tensor has a leading
 dim of size 1 are centralised over ALL their values: rosinality's modulated-conv
 weights (1, out, in, k, k), the constant input (1, C, 4, 4) and ToRGB biases
-(1, 3, 1, 1) (which Flax may store as (3,)). Pass ``centralization_axes`` mapping
-those paths to every axis to reproduce the reference exactly.
+(1, 3, 1, 1) (which Flax stores as (3,)); CID's positional embedding, torch
+(14, 1, 512) and Flax (14, 512), is centralised per latent, over its last axis.
+`reference_centralization` derives these from a parameter tree of this project's
+networks; pass it as ``centralization_axes`` to reproduce the reference exactly.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from flax import traverse_util
 
 CentralizationAxes = Callable[[tuple[str, ...], tuple[int, ...]], "tuple[int, ...] | None"]
 
@@ -56,6 +59,38 @@ def output_last_axes(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[int
     """Centralise over every axis but the last (output features), for arrays with ndim > 1."""
     del path
     return tuple(range(len(shape) - 1)) if len(shape) > 1 else None
+
+
+def reference_centralization(params: Any) -> CentralizationAxes:
+    """The centralisation axes that reproduce Ranger on the reference's torch tensors.
+
+    ``params`` is a (nested dict) parameter tree of this project's networks, e.g.
+    ``{'decoder': ..., 'cid': ..., 'maar': ..., 'kria': ...}``. Found by structure:
+    a ModulatedConv2d kernel is the ``kernel`` beside a ``modulation`` sub-module;
+    a ToRGB bias is the ``bias`` of a module holding a modulated ``conv`` and no
+    ``noise_weight`` (a StyledConv's bias is torch's 1-d ``activate.bias``). Those
+    and ``constant_input`` are centralised over all their values, ``pos_embedding``
+    over its last axis, everything else by `output_last_axes`.
+    """
+    flat = traverse_util.flatten_dict(params)
+    all_values = {path for path in flat if path[-1] == "constant_input"}
+    for path in flat:
+        if path[-2:] == ("modulation", "kernel"):
+            conv = path[:-2]
+            all_values.add(conv + ("kernel",))
+            owner = conv[:-1]
+            if owner + ("bias",) in flat and owner + ("noise_weight",) not in flat:
+                all_values.add(owner + ("bias",))
+    per_latent = {path for path in flat if path[-1] == "pos_embedding"}
+
+    def axes(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        if path in all_values:
+            return tuple(range(len(shape)))
+        if path in per_latent:
+            return (len(shape) - 1,)
+        return output_last_axes(path, shape)
+
+    return axes
 
 
 def _key_name(entry: Any) -> str:
