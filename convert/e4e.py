@@ -47,7 +47,7 @@ from convert.common import (
 from convert.irse import IGNORED, conv_rules, irse_body_rules
 from convert.stylegan2 import generator_variables, infer_generator
 from dbaf_jax.checkpoints import save_network
-from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder, style_spatial
+from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 
 ENCODER_NAME = "e4e"
 DECODER_NAME = "e4e_decoder"
@@ -70,7 +70,7 @@ def encoder_rules(module: GradualStyleEncoder) -> dict:
     """Flax leaf -> Rule for the encoder, from the ``encoder.`` keys with the prefix removed."""
     rules = irse_body_rules(("body",), module.num_layers, module.width_scale)
     for i in range(module.n_styles):
-        for k in range(int(math.log2(style_spatial(i)))):
+        for k in range(int(math.log2(module.style_spatial(i)))):
             rules.update(conv_rules((f"styles_{i}", f"conv_{k}"), f"styles.{i}.convs.{2 * k}", bias=True))
         rules[("params", f"styles_{i}", "linear", "kernel")] = Rule(f"styles.{i}.linear.weight", linear_kernel)
         rules[("params", f"styles_{i}", "linear", "bias")] = Rule(f"styles.{i}.linear.bias")
@@ -82,7 +82,7 @@ def encoder_rules(module: GradualStyleEncoder) -> dict:
 
 def encoder_variables(state_dict: Mapping[str, np.ndarray], module: GradualStyleEncoder, source: str) -> dict:
     """The encoder's variables from its state_dict (``encoder.`` removed) plus ``latent_avg``."""
-    expected = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, 256, 256, 3), jnp.float32))
+    expected = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, module.input_size, module.input_size, 3), jnp.float32))
     return map_state_dict(state_dict, encoder_rules(module), expected, source, ignore=IGNORED)
 
 

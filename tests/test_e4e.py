@@ -123,7 +123,9 @@ def test_reconstruction_matches_torch_psp_pipeline(e4e, images):
 def test_network_records(e4e):
     _, encoder, decoder = e4e
     assert encoder.info["kind"] == "e4e:Encoder4Editing"
-    assert encoder.info["config"] == {"num_layers": 50, "style_dim": STYLE_DIM, "stylegan_size": SIZE, "width_scale": WIDTH}
+    assert encoder.info["config"] == {
+        "input_size": 256, "num_layers": 50, "style_dim": STYLE_DIM, "stylegan_size": SIZE, "width_scale": WIDTH
+    }
     assert encoder.variables["buffers"]["latent_avg"].shape == (10, STYLE_DIM)
     assert decoder.info["kind"] == "stylegan2:Generator"
     assert decoder.module.size == SIZE and decoder.module.style_dim == STYLE_DIM

@@ -158,3 +158,25 @@ class CID(nn.Module):
         if self.attention == "batch":
             return vit(x.swapaxes(0, 1), deterministic).swapaxes(0, 1)
         return vit(x[:, :, None, :], deterministic)[:, :, 0, :]
+
+
+class LatentMLP(nn.Module):
+    """The paper's ablation without CID: a 4-layer MLP per latent in place of the ViTs.
+
+    Same contract as `CID`: codes (B, n_latent, style_dim) -> (attribute_code,
+    identity_code = codes - attribute_code). ``deterministic`` is accepted for the
+    common call and unused (no dropout).
+    """
+
+    style_dim: int = 512
+    depth: int = 4
+
+    @nn.compact
+    def __call__(self, codes: jnp.ndarray, deterministic: bool = True) -> tuple[jnp.ndarray, jnp.ndarray]:
+        del deterministic
+        x = codes
+        for i in range(self.depth):
+            x = nn.Dense(self.style_dim, name=f"linear_{i}")(x)
+            if i < self.depth - 1:
+                x = nn.gelu(x, approximate=False)
+        return x, codes - x

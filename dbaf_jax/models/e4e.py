@@ -36,17 +36,13 @@ from dbaf_jax.nn.resize import resize_bilinear_align_corners
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default, used by the style blocks
 COARSE_END = 3  # styles [0, 3) read c3
 MIDDLE_END = 7  # styles [3, 7) read p2, the rest p1
-STYLE_SPATIAL = (16, 32, 64)  # the sizes of c3, p2, p1 for a 256 input
+# c3, p2 and p1 are the input downsampled by 16, 8 and 4 (16, 32, 64 for a 256 input).
+MAP_STRIDES = (16, 8, 4)
 
 
 def style_count(stylegan_size: int) -> int:
     """Number of W+ latents of a StyleGAN2 generator of this output size (14 for 256)."""
     return 2 * int(math.log2(stylegan_size)) - 2
-
-
-def style_spatial(index: int) -> int:
-    """Side of the map that style block ``index`` reads: 16 (c3), 32 (p2) or 64 (p1)."""
-    return STYLE_SPATIAL[(index >= COARSE_END) + (index >= MIDDLE_END)]
 
 
 class EncoderOutput(NamedTuple):
@@ -86,20 +82,27 @@ class GradualStyleEncoder(nn.Module):
       style_dim: width of a latent (512).
       width_scale: channel multiplier of the body (1.0 for the public checkpoints).
       num_layers: IR-SE depth (50).
+      input_size: side of the input images (256 for the public checkpoints; smaller
+        only for reduced test and smoke configurations).
     """
 
     stylegan_size: int = 256
     style_dim: int = 512
     width_scale: float = 1.0
     num_layers: int = 50
+    input_size: int = 256
 
     @property
     def n_styles(self) -> int:
         return style_count(self.stylegan_size)
 
+    def style_spatial(self, index: int) -> int:
+        """Side of the map style block ``index`` reads: c3, p2 or p1 (16, 32, 64 at 256 px)."""
+        return self.input_size // MAP_STRIDES[(index >= COARSE_END) + (index >= MIDDLE_END)]
+
     def setup(self):
         self.body = IRSEBody(self.num_layers, self.width_scale)
-        self.styles = [GradualStyleBlock(self.style_dim, style_spatial(i)) for i in range(self.n_styles)]
+        self.styles = [GradualStyleBlock(self.style_dim, self.style_spatial(i)) for i in range(self.n_styles)]
         top_channels = unit_specs(self.num_layers, self.width_scale)[-1][1]  # c3's width
         self.lateral_middle = conv(top_channels, 1, 1, "lateral_middle", use_bias=True)
         self.lateral_fine = conv(top_channels, 1, 1, "lateral_fine", use_bias=True)
@@ -114,8 +117,8 @@ class GradualStyleEncoder(nn.Module):
         c1, c2, c3 = units[c1_index], units[c2_index], units[c3_index]
         p2 = resize_bilinear_align_corners(c3, c2.shape[1:3]) + self.lateral_middle(c2)
         p1 = resize_bilinear_align_corners(p2, c1.shape[1:3]) + self.lateral_fine(c1)
-        by_spatial = dict(zip(STYLE_SPATIAL, (c3, p2, p1)))
-        styles = jnp.stack([block(by_spatial[style_spatial(i)]) for i, block in enumerate(self.styles)], axis=1)
+        by_spatial = {m.shape[1]: m for m in (c3, p2, p1)}
+        styles = jnp.stack([block(by_spatial[self.style_spatial(i)]) for i, block in enumerate(self.styles)], axis=1)
         return styles, c3, c2, c1
 
     def combine(self, styles: jax.Array) -> jax.Array:
