@@ -87,7 +87,8 @@ def maar_variables(
         _linear(rules, (*gate, "hidden"), f"cbam_{name}.ChannelGate.mlp.1")
         _linear(rules, (*gate, "out"), f"cbam_{name}.ChannelGate.mlp.3")
         spatial = f"cbam_{name}.SpatialGate.spatial"
-        rules[("params", f"cbam_{name}", "spatial_gate", "conv", "kernel")] = Rule(f"{spatial}.conv.weight", conv_kernel)
+        conv = ("params", f"cbam_{name}", "spatial_gate", "conv", "kernel")
+        rules[conv] = Rule(f"{spatial}.conv.weight", conv_kernel)
         bn = (f"cbam_{name}", "spatial_gate", "bn")
         rules[("params", *bn, "scale")] = Rule(f"{spatial}.bn.weight")
         rules[("params", *bn, "bias")] = Rule(f"{spatial}.bn.bias")

@@ -136,7 +136,9 @@ class CID(nn.Module):
         self.pos_embedding = self.param(
             "pos_embedding", nn.initializers.normal(1.0), (self.n_latent, self.style_dim)
         )
-        vit = lambda name: ViT(self.depth, self.heads, self.head_dim, self.mlp_dim, self.dropout, name=name)  # noqa: E731
+        def vit(name: str) -> ViT:
+            return ViT(self.depth, self.heads, self.head_dim, self.mlp_dim, self.dropout, name=name)
+
         if self.shared:
             self.vits = (vit("vit"),) * len(self.groups)
         else:

@@ -136,9 +136,8 @@ class BasicConv(nn.Module):
 class ChannelGate(nn.Module):
     def __init__(self, channels, reduction=16):
         super().__init__()
-        self.mlp = nn.Sequential(
-            nn.Flatten(), nn.Linear(channels, channels // reduction), nn.ReLU(), nn.Linear(channels // reduction, channels)
-        )
+        hidden = channels // reduction
+        self.mlp = nn.Sequential(nn.Flatten(), nn.Linear(channels, hidden), nn.ReLU(), nn.Linear(hidden, channels))
 
     def forward(self, x):
         avg = F.avg_pool2d(x, x.shape[2:], stride=x.shape[2:])

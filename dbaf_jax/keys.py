@@ -1,0 +1,167 @@
+"""Password -> KRIA key, reproducible for years and across library versions.
+
+Derivation version 1, every step fixed here and in the tests' vectors:
+
+1. Password -> seed: the password string is normalised to Unicode NFC (the same
+   password typed on different systems gives the same bytes) and encoded as UTF-8;
+   ``scrypt`` (RFC 7914, via Python's ``hashlib``/OpenSSL) with a random 16-byte salt
+   and the record's cost parameters (default N = 2**15, r = 8, p = 1: 32 MiB and
+   about 0.1 s, the usual interactive setting) gives a 32-byte seed.
+2. Seed -> Gaussians: SHAKE-256 of ``DOMAIN + seed`` is read as big-endian 64-bit
+   words; each word keeps its top 53 bits, k = word >> 11. Word pairs (k1, k2) give
+   u1 = (k1 + 1) / 2**53 in (0, 1] (never 0, so the logarithm is finite) and
+   u2 = k2 / 2**53 in [0, 1), and Box-Muller gives two standard normals
+   z0 = sqrt(-2 ln u1) cos(2 pi u2), z1 = sqrt(-2 ln u1) sin(2 pi u2), in float64,
+   stored in the order z0, z1 of pair 0, then pair 1, ... The first
+   ``n_groups * style_dim`` of them, row-major, are the z vectors (3, 512), cast to
+   float32. No library random stream is involved, so NumPy or JAX upgrades cannot
+   change them; the float64 transcendental functions may differ in the last bit
+   between platforms, which can move a float32 value by at most one unit in the last
+   place in rare ties, far below anything KRIA distinguishes.
+3. z -> key: the frozen generator's mapping network (``Generator.map``) maps each z
+   to a w, and the three w are repeated by the latent groups (4/4/6 at 256 px) into
+   the (n_latent, style_dim) key, as the reference builds its keys.
+
+What is stored beside an output is a `KeyRecord` (salt, KDF name and parameters,
+derivation version): never the password, which also never appears in logs or names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import secrets
+import unicodedata
+from typing import Any, Mapping, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+DERIVATION_VERSION = 1
+KDF_NAME = "scrypt"
+SALT_BYTES = 16
+SEED_BYTES = 32
+# Go's x/crypto and most guides name N = 2**15, r = 8, p = 1 for interactive use.
+DEFAULT_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
+# Domain separation: this stream is for key latents, version 1, and nothing else.
+DOMAIN = b"dbaf-jax key latents v1\x00"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRecord:
+    """How a key was derived, minus the password: what is stored beside the outputs.
+
+    ``salt`` is hex; ``n``, ``r``, ``p`` are scrypt's cost parameters. JSON layout:
+    ``{"version": 1, "kdf": "scrypt", "kdf_params": {"n": .., "r": .., "p": ..},
+    "salt": "<32 hex digits>"}``.
+    """
+
+    salt: str
+    n: int = DEFAULT_SCRYPT["n"]
+    r: int = DEFAULT_SCRYPT["r"]
+    p: int = DEFAULT_SCRYPT["p"]
+    kdf: str = KDF_NAME
+    version: int = DERIVATION_VERSION
+
+    def __post_init__(self):
+        if self.version != DERIVATION_VERSION:
+            raise ValueError(f"key derivation version {self.version} is not supported (this is {DERIVATION_VERSION})")
+        if self.kdf != KDF_NAME:
+            raise ValueError(f"key derivation function {self.kdf!r} is not supported (only {KDF_NAME!r})")
+        try:
+            salt = bytes.fromhex(self.salt)
+        except (TypeError, ValueError):
+            raise ValueError("key record salt must be a hex string") from None
+        if len(salt) != SALT_BYTES:
+            raise ValueError(f"key record salt must be {SALT_BYTES} bytes, got {len(salt)}")
+        if self.n < 2 or self.n & (self.n - 1) or self.r < 1 or self.p < 1:
+            raise ValueError(f"invalid scrypt parameters n={self.n}, r={self.r}, p={self.p}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "kdf": self.kdf,
+            "kdf_params": {"n": self.n, "r": self.r, "p": self.p},
+            "salt": self.salt,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "KeyRecord":
+        params = data.get("kdf_params", {})
+        return cls(
+            salt=data["salt"],
+            n=int(params["n"]),
+            r=int(params["r"]),
+            p=int(params["p"]),
+            kdf=data["kdf"],
+            version=int(data["version"]),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "KeyRecord":
+        return cls.from_dict(json.loads(text))
+
+
+def new_key_record(
+    n: int = DEFAULT_SCRYPT["n"], r: int = DEFAULT_SCRYPT["r"], p: int = DEFAULT_SCRYPT["p"]
+) -> KeyRecord:
+    """A record with a fresh random salt (from the OS's CSPRNG)."""
+    return KeyRecord(salt=secrets.token_bytes(SALT_BYTES).hex(), n=n, r=r, p=p)
+
+
+def derive_seed(password: str, record: KeyRecord) -> bytes:
+    """scrypt(NFC-normalised UTF-8 password, salt) -> the 32-byte seed."""
+    if not isinstance(password, str) or not password:
+        raise ValueError("the password must be a non-empty string")
+    secret = unicodedata.normalize("NFC", password).encode("utf-8")
+    # OpenSSL refuses scrypt above 32 MiB unless told how much memory it may use.
+    maxmem = 128 * record.r * (record.n + record.p + 2) + (1 << 20)
+    return hashlib.scrypt(
+        secret, salt=bytes.fromhex(record.salt), n=record.n, r=record.r, p=record.p, maxmem=maxmem, dklen=SEED_BYTES
+    )
+
+
+def key_latents(seed: bytes, n_groups: int = 3, style_dim: int = 512) -> np.ndarray:
+    """Seed -> z (n_groups, style_dim) float32 standard normals (module docstring, step 2)."""
+    if len(seed) != SEED_BYTES:
+        raise ValueError(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
+    count = n_groups * style_dim
+    pairs = (count + 1) // 2
+    stream = hashlib.shake_256(DOMAIN + seed).digest(16 * pairs)
+    words = (np.frombuffer(stream, dtype=">u8") >> np.uint64(11)).astype(np.float64).reshape(pairs, 2)
+    u1 = (words[:, 0] + 1.0) / 2.0**53
+    u2 = words[:, 1] / 2.0**53
+    radius = np.sqrt(-2.0 * np.log(u1))
+    angle = 2.0 * math.pi * u2
+    z = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=1).reshape(-1)[:count]
+    return z.reshape(n_groups, style_dim).astype(np.float32)
+
+
+def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = (4, 4, 6)) -> jnp.ndarray:
+    """z (..., len(groups), style_dim) -> key (..., sum(groups), style_dim).
+
+    Each z goes through the generator's mapping network; group g's w fills
+    ``groups[g]`` consecutive latents (the reference's ``sample_w``).
+    """
+    z = jnp.asarray(z)
+    if z.shape[-2] != len(groups):
+        raise ValueError(f"expected {len(groups)} z vectors (one per group), got shape {z.shape}")
+    w = generator.apply(gen_variables, z.reshape(-1, z.shape[-1]), method="map").reshape(z.shape)
+    return jnp.repeat(w, np.asarray(groups), axis=-2, total_repeat_length=sum(groups))
+
+
+def derive_key(
+    password: str, record: KeyRecord, generator, gen_variables, groups: Sequence[int] = (4, 4, 6)
+) -> jnp.ndarray:
+    """Password + record -> the KRIA key (sum(groups), style_dim), (14, 512) at 256 px.
+
+    ``generator``/``gen_variables``: the frozen StyleGAN2 ``Generator`` whose mapping
+    network makes the keys (the pretrained ``g_ema``, as the reference).
+    """
+    z = key_latents(derive_seed(password, record), len(groups), generator.style_dim)
+    return latents_to_key(generator, gen_variables, z, groups)
