@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import ConversionError, load_torch_checkpoint, to_numpy
 from convert.dbaf import maar_variables
@@ -74,6 +75,17 @@ def test_train_mode_matches_reference_and_updates_running_stats(converted):
         assert_parity(stats["mean"], bn.running_mean.numpy(), name=f"{name} running mean")
         assert_parity(stats["var"], bn.running_var.numpy(), name=f"{name} running var")
     ref.eval()
+
+
+def test_train_mode_statistics_span_the_global_batch_when_sharded(converted):
+    _, net = converted
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    maps = feature_maps(batch=8, seed=3)
+    sharded = [jax.device_put(m, NamedSharding(mesh, PartitionSpec("data"))) for m in maps]
+    step = jax.jit(lambda v, *m: net.module.apply(v, *m, train=True, mutable=["batch_stats"]))
+    (expected, expected_stats), (actual, actual_stats) = step(net.variables, *maps), step(net.variables, *sharded)
+    for a, e in zip(jax.tree.leaves((actual, actual_stats)), jax.tree.leaves((expected, expected_stats))):
+        assert_parity(a, e, tol=1e-6)
 
 
 def test_paper_variant_follows_equations_6_to_8():
