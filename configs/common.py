@@ -21,7 +21,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.style_dim = 512  # ref
     c.model.n_mlp = 8  # ref Generator(size, 512, 8)
     c.model.channel_multiplier = 2  # ref (rosinality default)
-    c.model.width_scale = 1.0  # 1.0 = the public checkpoints; < 1 only for the tiny runs
+    c.model.width_scale = 1.0  # generator and D widths; 1.0 = the public checkpoints
+    c.model.encoder_width_scale = 1.0  # e4e and ArcFace (IR-SE50) widths; >= 0.25 (squeeze-excitation)
     c.model.latent_groups = (4, 4, 6)  # ref / design: coarse, medium, fine
     c.model.cid = ml_collections.ConfigDict()
     c.model.cid.kind = "vit"  # "vit" (ref/paper) or "mlp" (paper ablation w/o CID: a 4-layer MLP)
@@ -78,11 +79,12 @@ def apply_variants(config: ml_collections.ConfigDict, variants: str, table: dict
 
 def tiny(c: ml_collections.ConfigDict) -> None:
     """Reduced widths and size so both stages train on a CPU in minutes."""
-    c.model.size = 32
+    c.model.size = 64
     c.model.style_dim = 32
     c.model.n_mlp = 2
     c.model.width_scale = 1 / 16
-    c.model.latent_groups = (2, 2, 4)
+    c.model.encoder_width_scale = 1 / 4
+    c.model.latent_groups = (3, 3, 4)
     c.model.cid.depth = 1
     c.model.cid.heads = 2
     c.model.cid.head_dim = 8

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -95,8 +94,8 @@ class FaceAnonymizer:
 
     def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
-        z = keys.key_latents(keys.derive_seed(password, record), len(self.model.kria.groups), self.model.decoder.style_dim)
-        return self.model.key_from_z(self.variables, jnp.asarray(z)[None])[0]
+        model = self.model
+        return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
 
     def _anonymize_fn(self, variables, batch, key):
         encoding, _ = self.model.encode(variables, batch)
@@ -155,7 +154,7 @@ def anonymize_folder(
     metadata = {
         "dbaf_jax": __version__,
         "operation": "anonymize",
-        "key": record.to_json(),
+        "key": record.to_dict(),
         "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
     }
     report = Report()
@@ -190,7 +189,7 @@ def recover_folder(
     sources = [p for p in images.list_images(in_dir) if p.suffix.lower() == ".png"]
     check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
     report = Report()
-    key_cache: dict[str, jax.Array] = {}
+    key_cache: dict[keys.KeyRecord, jax.Array] = {}
     readable: list[tuple[Path, dict]] = []
     for source in sources:
         try:
@@ -202,10 +201,10 @@ def recover_folder(
             report.skipped.append(images.Skipped(source, str(err)))
     with tqdm(total=len(readable), unit="img", desc="recover") as bar:
         for source, meta in readable:
-            record_json = json.dumps(meta["key"], sort_keys=True)
-            if record_json not in key_cache:
-                key_cache[record_json] = anonymizer.key_for(password, keys.KeyRecord.from_json(meta["key"]))
-            key = key_cache[record_json]
+            record = keys.KeyRecord.from_dict(meta["key"])
+            if record not in key_cache:
+                key_cache[record] = anonymizer.key_for(password, record)
+            key = key_cache[record]
             try:
                 if mode == "latent":
                     side = source.with_name(source.stem + LATENTS_SUFFIX)

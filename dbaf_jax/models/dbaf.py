@@ -80,7 +80,7 @@ class DBAF:
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (B, n_groups, style_dim) -> keys (B, n_latent, style_dim)."""
-        return keys.key_from_z(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
+        return keys.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
 
     def encode(
         self, variables: Variables, images: jax.Array, train: bool = False, rng: jax.Array | None = None

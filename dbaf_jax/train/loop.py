@@ -63,13 +63,15 @@ def data_source(config: ml_collections.ConfigDict):
     return source
 
 
-def make_step(config: ml_collections.ConfigDict, nets: networks_lib.Networks, mesh, state, frozen):
+def make_step(config: ml_collections.ConfigDict, nets: networks_lib.Networks, txs, mesh, state, frozen):
     """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics)."""
     settings = steps.StepSettings.from_config(config)
     if config.stage == 1:
-        fn = functools.partial(steps.stage1_step, nets, settings)
+        fn = functools.partial(steps.stage1_step, nets, settings, txs)
     else:
-        fn = lambda state, frozen, images, index_in_epoch: steps.stage2_step(nets, settings, state, frozen, images)  # noqa: E731
+        fn = lambda state, frozen, images, index_in_epoch: steps.stage2_step(  # noqa: E731
+            nets, settings, txs, state, frozen, images
+        )
     state_sharding = jax.tree.map(lambda x: x.sharding, state)
     frozen_sharding = jax.tree.map(lambda x: x.sharding, frozen)
     replicated = sharding.replicated(mesh)
@@ -142,7 +144,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
 
     variables = initial_variables(config, nets, init_rng)
-    state, frozen = state_lib.create(config, variables, state_rng)
+    state, frozen, txs = state_lib.create(config, variables, state_rng)
     state = jax.device_put(state, sharding.param_sharding(mesh, state))
     frozen = jax.device_put(frozen, sharding.replicated(mesh))
     del variables
@@ -155,7 +157,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         state, start = restored.state, restored.step
         logging.info("resumed from step %d", start)
 
-    step_fn = make_step(config, nets, mesh, state, frozen)
+    step_fn = make_step(config, nets, txs, mesh, state, frozen)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
     sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
     sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)

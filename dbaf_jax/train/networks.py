@@ -82,7 +82,9 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         cid = LatentMLP(style_dim=m.style_dim)
     maar = MAAR(channels=decoder.channels(16), variant=m.maar.variant) if m.maar.enabled else None
     model = DBAF(
-        e4e=Encoder4Editing(stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.width_scale, input_size=m.size),
+        e4e=Encoder4Editing(
+            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
+        ),
         cid=cid,
         maar=maar,
         decoder=decoder,
@@ -94,7 +96,7 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         discriminator=Discriminator(
             size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale, dtype=config.compute_dtype
         ),
-        arcface=ArcFace(width_scale=m.width_scale),
+        arcface=ArcFace(width_scale=m.encoder_width_scale),
         lpips=LPIPS(net="alex"),
         parser=UNetParser(),
     )
@@ -134,7 +136,7 @@ def init_variables(networks: Networks, rng: jax.Array, size: int) -> Variables:
     variables["decoder"] = model.decoder.init(rngs["decoder"], latents)
     variables["kria"] = model.kria.init(rngs["kria"], latents, latents)
     variables["discriminator"] = networks.discriminator.init(rngs["discriminator"], images)
-    variables[KEY_GENERATOR] = variables["decoder"]
+    variables[KEY_GENERATOR] = jax.tree.map(jnp.copy, variables["decoder"])  # the decoder's start, own buffers
     variables["arcface"] = networks.arcface.init(rngs["arcface"], images)
     variables["lpips"] = networks.lpips.init(rngs["lpips"], images, images)
     variables["parser"] = networks.parser.init(rngs["parser"], images)

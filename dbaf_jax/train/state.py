@@ -11,7 +11,7 @@ exported networks use ``fast`` (`dbaf_jax.train.optimizers`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax
 import jax
@@ -56,14 +56,34 @@ class TrainState:
         return merged
 
 
-def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+class Optimizers(NamedTuple):
+    """The two Ranger instances: generator side and discriminator."""
+
+    generator: optax.GradientTransformation
+    discriminator: optax.GradientTransformation
+
+
+def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) -> Optimizers:
+    """Ranger for both sides with the reference's lr; the generator side centralises its
+    gradients over the axes PyTorch's tensors imply (`optimizers.reference_centralization`)."""
     if config.optimizer.name != "ranger":
         raise ValueError(f"optimizer {config.optimizer.name!r}: only 'ranger' (the reference's) is implemented")
-    return optimizers.ranger(config.optimizer.learning_rate)
+    lr = config.optimizer.learning_rate
+    return Optimizers(
+        generator=optimizers.ranger(lr, centralization_axes=optimizers.reference_centralization(generator_side_params)),
+        discriminator=optimizers.ranger(lr),
+    )
 
 
-def create(config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array) -> tuple[TrainState, Variables]:
-    """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables)."""
+def synced(params) -> optax.LookaheadParams:
+    """Fast and slow weights equal but in separate buffers (the state is donated)."""
+    return optax.LookaheadParams(fast=params, slow=jax.tree.map(jnp.copy, params))
+
+
+def create(
+    config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
+) -> tuple[TrainState, Variables, Optimizers]:
+    """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables, optimizers)."""
     trainable = set(config.trainable)
     unknown = trainable - set(variables)
     if unknown:
@@ -73,19 +93,19 @@ def create(config: ml_collections.ConfigDict, variables: Variables, rng: jax.Arr
         n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in generator_side
     }
     frozen = {n: v for n, v in variables.items() if n not in generator_side and n != DISCRIMINATOR}
-    tx = optimizer(config)
-    g_params = optax.LookaheadParams.init_synced(generator_side)
-    d_params = optax.LookaheadParams.init_synced(variables[DISCRIMINATOR]["params"])
+    txs = make_optimizers(config, generator_side)
+    g_params = synced(generator_side)
+    d_params = synced(variables[DISCRIMINATOR]["params"])
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         generator_params=g_params,
-        generator_opt_state=tx.init(g_params),
+        generator_opt_state=txs.generator.init(g_params),
         discriminator_params=d_params,
-        discriminator_opt_state=tx.init(d_params),
+        discriminator_opt_state=txs.discriminator.init(d_params),
         model_state=model_state,
         rng=jax.random.key_data(rng),
     )
-    return state, frozen
+    return state, frozen, txs
 
 
 def exported_variables(state: TrainState, frozen: Variables) -> Variables:

@@ -20,9 +20,8 @@ import optax
 
 from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train import optimizers
 from dbaf_jax.train.networks import Networks
-from dbaf_jax.train.state import DISCRIMINATOR, TrainState
+from dbaf_jax.train.state import DISCRIMINATOR, Optimizers, TrainState
 
 Metrics = dict[str, jax.Array]
 
@@ -42,7 +41,6 @@ class StepSettings:
     r1_every: int = 1
     train_discriminator: bool = True
     recovery: str = "latent"  # stage 2: "latent" (reference) or "image" (paper)
-    learning_rate: float = 1e-4
 
     @classmethod
     def from_config(cls, config) -> "StepSettings":
@@ -60,7 +58,6 @@ class StepSettings:
             r1_every=config.r1_every,
             train_discriminator=DISCRIMINATOR in config.trainable,
             recovery=config.get("recovery", "latent"),
-            learning_rate=config.optimizer.learning_rate,
         )
 
 
@@ -94,6 +91,7 @@ def _regulariser(settings: StepSettings, frozen: Variables) -> Callable[[jax.Arr
 def _discriminator_update(
     networks: Networks,
     settings: StepSettings,
+    tx: optax.GradientTransformation,
     state: TrainState,
     real: jax.Array,
     fakes: list[jax.Array],
@@ -117,7 +115,6 @@ def _discriminator_update(
     metrics = {"d_total": total, **terms}
     if not settings.train_discriminator:
         return state, metrics
-    tx = optimizers.ranger(settings.learning_rate)
     updates, opt_state = tx.update(grads, state.discriminator_opt_state, state.discriminator_params)
     params = optax.apply_updates(state.discriminator_params, updates)
     return state.replace(discriminator_params=params, discriminator_opt_state=opt_state), metrics
@@ -126,6 +123,7 @@ def _discriminator_update(
 def _adversarial_step(
     networks: Networks,
     settings: StepSettings,
+    txs: Optimizers,
     state: TrainState,
     forward: Callable,
     real: jax.Array,
@@ -141,13 +139,14 @@ def _adversarial_step(
     terms)`` is the generator-side loss, computed with the updated D.
     """
     outputs, pullback, model_updates = jax.vjp(forward, state.generator_params.fast, has_aux=True)
-    state, d_metrics = _discriminator_update(networks, settings, state, real, fakes_of(outputs), reduction)
+    state, d_metrics = _discriminator_update(
+        networks, settings, txs.discriminator, state, real, fakes_of(outputs), reduction
+    )
     (total, terms), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(
         outputs, state.discriminator_params.fast
     )
     (grads,) = pullback(output_grads)
-    tx = optimizers.ranger(settings.learning_rate)
-    updates, opt_state = tx.update(grads, state.generator_opt_state, state.generator_params)
+    updates, opt_state = txs.generator.update(grads, state.generator_opt_state, state.generator_params)
     model_state = {
         name: {**collections, **model_updates.get(name, {})} for name, collections in state.model_state.items()
     }
@@ -171,6 +170,7 @@ def _trained_variables(state: TrainState, frozen: Variables, fast_params) -> Var
 def stage1_step(
     networks: Networks,
     settings: StepSettings,
+    txs: Optimizers,
     state: TrainState,
     frozen: Variables,
     images: jax.Array,
@@ -228,7 +228,7 @@ def stage1_step(
 
     fakes_of = lambda outputs: [outputs[0]]  # noqa: E731
     return _adversarial_step(
-        networks, settings, state, forward, attr_images, fakes_of, "mean", loss_of_outputs, rng
+        networks, settings, txs, state, forward, attr_images, fakes_of, "mean", loss_of_outputs, rng
     )
 
 
@@ -280,7 +280,12 @@ def _synthesize_many(model, variables, latents: list[jax.Array], maps: tuple[jax
 
 
 def stage2_step(
-    networks: Networks, settings: StepSettings, state: TrainState, frozen: Variables, images: jax.Array
+    networks: Networks,
+    settings: StepSettings,
+    txs: Optimizers,
+    state: TrainState,
+    frozen: Variables,
+    images: jax.Array,
 ) -> tuple[TrainState, Metrics]:
     """Stage 2 (anonymization) on ``images`` (B, H, W, 3), with fresh random keys."""
     rng, key_rng, fwd_rng = jax.random.split(jax.random.wrap_key_data(state.rng), 3)
@@ -322,5 +327,5 @@ def stage2_step(
 
     fakes_of = lambda outputs: list(outputs.images)  # noqa: E731
     return _adversarial_step(
-        networks, settings, state, forward, images, fakes_of, reduction, loss_of_outputs, rng
+        networks, settings, txs, state, forward, images, fakes_of, reduction, loss_of_outputs, rng
     )
