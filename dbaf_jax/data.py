@@ -44,7 +44,7 @@ import grain
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.images import list_images
+from dbaf_jax.images import list_images, to_float
 
 DATASET_NAME = "dbaf_faces"
 DATASET_VERSION = "1.0.0"
@@ -278,11 +278,6 @@ def record_index(position: int, num_records: int, seed: int) -> int:
     return grain.experimental.index_shuffle(
         offset, max_index=num_records - 1, seed=_epoch_seed(seed, epoch), rounds=SHUFFLE_ROUNDS
     )
-
-
-def to_float(pixels: np.ndarray) -> np.ndarray:
-    """uint8 -> float32 in [-1, 1], as torchvision's ToTensor then Normalize(0.5, 0.5)."""
-    return (pixels.astype(np.float32) / np.float32(255.0) - np.float32(0.5)) / np.float32(0.5)
 
 
 def batches(

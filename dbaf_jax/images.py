@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -50,22 +51,44 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
             pixels = np.asarray(img, dtype=np.float32)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
-    return pixels / 127.5 - 1.0
+    return to_float(pixels)
 
 
-def to_uint8(image: np.ndarray) -> np.ndarray:
-    """(H, W, 3) in [-1, 1] -> uint8, clipping what lies outside."""
-    return np.clip(np.rint((np.asarray(image, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+def to_float(pixels: np.ndarray) -> np.ndarray:
+    """uint8 -> float32 in [-1, 1], as torchvision's ToTensor then Normalize(0.5, 0.5) (the reference's input)."""
+    return (pixels.astype(np.float32) / np.float32(255.0) - np.float32(0.5)) / np.float32(0.5)
+
+
+def to_uint8(images: np.ndarray) -> np.ndarray:
+    """Images in [-1, 1] -> uint8, values outside clipped."""
+    return np.clip(np.rint((np.asarray(images, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+
+
+def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float = -1.0) -> np.ndarray:
+    """Tiles (N, H, W, 3) images in [-1, 1] into a uint8 (rows*(H+p)+p, cols*(W+p)+p, 3) grid.
+
+    Images fill the grid row by row, cols = ceil(N / rows); ``padding`` pixels of
+    ``pad_value`` (black by default) separate and surround them.
+    """
+    images = np.asarray(images, np.float32)
+    n, h, w, c = images.shape
+    cols = math.ceil(n / rows)
+    grid = np.full((rows * (h + padding) + padding, cols * (w + padding) + padding, c), pad_value, np.float32)
+    for i, image in enumerate(images):
+        top, left = padding + (i // cols) * (h + padding), padding + (i % cols) * (w + padding)
+        grid[top : top + h, left : left + w] = image
+    return to_uint8(grid)
 
 
 def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any]) -> None:
-    """Writes ``image`` (H, W, 3) in [-1, 1] as a PNG carrying ``metadata``; atomic rename."""
+    """Writes ``image`` (H, W, 3), uint8 or float in [-1, 1], as a PNG carrying ``metadata``; atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     info = PngImagePlugin.PngInfo()
     info.add_text(METADATA_CHUNK, json.dumps(metadata, sort_keys=True))
     tmp = path.with_name(path.name + ".partial")
-    Image.fromarray(to_uint8(image)).save(tmp, format="PNG", pnginfo=info)
+    pixels = image if image.dtype == np.uint8 else to_uint8(image)
+    Image.fromarray(pixels).save(tmp, format="PNG", pnginfo=info)
     tmp.replace(path)
 
 

@@ -36,12 +36,6 @@ def sample(generator: Generator, variables, rng: jax.Array, count: int, psi: flo
     return generator.apply(variables, latents)
 
 
-def grid(batch: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """(rows*cols, H, W, 3) -> (rows*H, cols*W, 3)."""
-    n, h, w, c = batch.shape
-    return batch.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a converted generator directory (e.g. DIR/generator)")
@@ -65,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     count = args.rows * args.cols
     batch = jax.jit(lambda v, r: sample(generator, v, r, count, args.psi))(variables, rng)
     out = Path(args.out)
-    images.write_png(out, grid(np.asarray(batch), args.rows, args.cols), {"source": args.model or "random init"})
+    images.write_png(out, images.make_grid(np.asarray(batch), args.rows, padding=0), {"source": args.model or "random init"})
     print(f"wrote {out} ({args.rows}x{args.cols} faces at {generator.size}px)")
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
+from dbaf_jax.images import make_grid
 from dbaf_jax.train import metrics
 
 
@@ -35,7 +36,7 @@ def read_events(path):
 
 def test_make_grid_layout():
     images = np.stack([np.full((4, 6, 3), v, np.float32) for v in (-1.0, -0.5, 0.0, 0.5, 1.0)])
-    grid = metrics.make_grid(images, rows=2, padding=1, pad_value=1.0)
+    grid = make_grid(images, rows=2, padding=1, pad_value=1.0)
     assert grid.shape == (2 * 5 + 1, 3 * 7 + 1, 3) and grid.dtype == np.uint8
     assert grid[0].min() == 255 and grid[:, 0].min() == 255  # border
     assert (grid[1:5, 1:7] == 0).all() and (grid[1:5, 8:14] == 64).all() and (grid[1:5, 15:21] == 128).all()
@@ -45,7 +46,7 @@ def test_make_grid_layout():
 
 def test_writer_scalars_images_and_rate(tmp_path):
     lines = []
-    grid = metrics.make_grid(np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)), rows=2)
+    grid = make_grid(np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)), rows=2)
     with metrics.MetricsWriter(tmp_path, total_steps=100, start_step=10, print_fn=lines.append, is_primary=True) as writer:
         time.sleep(0.01)
         values = writer.write_scalars(20, {"g_total": jnp.asarray(1.5), "d/r1": 0.25})

@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from dbaf_jax import checkpoints, data, sharding
+from dbaf_jax import images as images_lib
 from dbaf_jax.models.dbaf import KEY_GENERATOR, NETWORKS
 from dbaf_jax.train import checkpointing, metrics as metrics_lib, networks as networks_lib, steps
 from dbaf_jax.train import state as state_lib
@@ -117,7 +118,7 @@ def make_sampler(config, nets: networks_lib.Networks, frozen, images: jax.Array,
 def sample_grid(columns: list[jax.Array]) -> np.ndarray:
     """One row per face, one column per output -> a uint8 grid."""
     stacked = np.stack([np.asarray(c) for c in jax.device_get(columns)], axis=1)  # (B, columns, H, W, 3)
-    return metrics_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
+    return images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
 
 
 def export(workdir: Path, nets: networks_lib.Networks, variables: dict, stage: int) -> Path:

@@ -23,30 +23,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from PIL import Image
 
+from dbaf_jax.images import to_uint8
+
 SAMPLES_DIR = "samples"
-
-
-def to_uint8(images: np.ndarray) -> np.ndarray:
-    """Images in [-1, 1] -> uint8, values outside clipped."""
-    return np.clip(np.rint((np.asarray(images, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
-
-
-def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float = -1.0) -> np.ndarray:
-    """Tiles (N, H, W, 3) images in [-1, 1] into a uint8 (rows*(H+p)+p, cols*(W+p)+p, 3) grid.
-
-    Images fill the grid row by row, cols = ceil(N / rows); ``padding`` pixels of
-    ``pad_value`` (black by default) separate and surround them. For the anonymize
-    samples, pass images ordered (original, anonymized 1, anonymized 2, recovered,
-    ...) per face with rows = the number of faces.
-    """
-    images = np.asarray(images, np.float32)
-    n, h, w, c = images.shape
-    cols = math.ceil(n / rows)
-    grid = np.full((rows * (h + padding) + padding, cols * (w + padding) + padding, c), pad_value, np.float32)
-    for i, image in enumerate(images):
-        top, left = padding + (i // cols) * (h + padding), padding + (i % cols) * (w + padding)
-        grid[top : top + h, left : left + w] = image
-    return to_uint8(grid)
 
 
 def format_duration(seconds: float) -> str:
