@@ -7,7 +7,7 @@ be overridden on the command line. Re-running the same command resumes from the
 workdir's latest checkpoint. On a multi-host pod pass --distributed on every host.
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -19,6 +19,8 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
     del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; -v 0 shows it
     import jax
 
     if FLAGS.distributed:
