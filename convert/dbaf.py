@@ -1,4 +1,37 @@
-"""Key mappings for DBAF's own stage checkpoints (plain PyTorch state_dicts).
+"""DBAF's stage checkpoints plus the base checkpoints -> one DBAF model directory.
+
+    python -m convert.dbaf --e4e e4e_ffhq_encode_256.pt --stylegan stylegan2-ffhq-256.pt
+        --cid best_model_w_disentanglement.pth --maar best_model_attr_block.pth
+        --decoder best_model_decoder_finetune.pth --kria best_model_id_mlp.pth
+        [--discriminator D.pth] --out DIR [--overwrite]
+
+writes, each with `dbaf_jax.checkpoints.save_network`:
+  DIR/e4e            the encoder of the e4e (pSp-layout) file, with its latent_avg
+  DIR/generator      ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping
+                     turns key z into key w (the reference's test.py keys with the
+                     original generator, not the fine-tuned one)
+  DIR/decoder        the fine-tuned generator (a plain rosinality Generator state_dict)
+  DIR/cid            CID with attention='batch', as the reference trains it;
+                     ``DBAF.for_inference()`` runs it image by image ('single')
+  DIR/maar           MAAR, the reference variant
+  DIR/kria           KRIA (omit --kria for a stage-1 result)
+  DIR/discriminator  with --discriminator: a plain Discriminator state_dict, or a
+                     rosinality training checkpoint whose ``d`` is taken
+
+Architectures are read from the tensors' shapes; what shapes cannot tell is an option:
+the latent groups (``--latent-groups``, default 4,4,rest: the reference's 4/4/6 at
+256 px) and CID's number of attention heads (``--cid-heads``, default 14). The
+networks must fit together (style_dim, number of latents, MAAR's input channels and
+output width against e4e and the decoder); every file and every cross-check is
+verified before anything is written, and problems are reported together.
+
+A directory converted without --kria is a stage-1 result: give it to stage 2 as
+``init_from`` (with the ``ref_cid`` variant, since the converted CID attends across the
+batch), together with --discriminator (stage 2 continues the discriminator; when the
+stage-1 discriminator is not at hand, pass the StyleGAN2 file to start from its ``d``).
+With --kria the directory is what `dbaf_jax.anonymize` and `dbaf_jax.recover` run.
+
+The key mappings of DBAF's own stage checkpoints (plain PyTorch state_dicts):
 
 - CID, ``w_disentanglement*.pth`` (``DisentanglementId``) -> `cid_variables`
 - MAAR, ``attr_block*.pth`` (``AttrBlock``) -> `maar_variables`
@@ -11,14 +44,33 @@ tree, refusing the file (ConversionError) on any missing, unexpected or mis-shap
 
 from __future__ import annotations
 
-from typing import Mapping
+import argparse
+import re
+from pathlib import Path
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from convert.common import ConversionError, Rule, conv_kernel, linear_kernel, map_state_dict
+from convert import e4e as e4e_convert
+from convert.common import (
+    ConversionError,
+    Rule,
+    conv_kernel,
+    linear_kernel,
+    load_torch_checkpoint,
+    map_state_dict,
+    run,
+    sub_dict,
+    to_numpy,
+)
+from convert.stylegan2 import discriminator_variables, generator_variables, infer_discriminator, infer_generator
+from dbaf_jax.checkpoints import save_network
 from dbaf_jax.models.cid import CID
+from dbaf_jax.models.dbaf import KEY_GENERATOR
+from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing
+from dbaf_jax.models.irse import stage_ends, unit_specs
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.maar import MAAR
 
@@ -112,3 +164,327 @@ def kria_variables(state_dict: Mapping[str, Array], module: KRIA, source: str) -
             _linear(rules, ("params", f"cmlp_{group}", f"equal_linear_{j}"), f"mapper.{g}.model.{j}")
         _linear(rules, ("params", f"cmlp_{group}", "linear"), f"mapper.{g}.model.{n_equal}")
     return map_state_dict(state_dict, rules, expected, source)
+
+
+# ---------------------------------------------------------------- the command line
+
+DISCRIMINATOR = "discriminator"
+# Networks written only when their file is given.
+OPTIONAL_NETWORKS = ("kria", DISCRIMINATOR)
+REFERENCE_CID_HEADS = 14
+STEM_CHANNELS = 64  # the IR-SE stem's width at width_scale 1
+
+
+def _require(state_dict: Mapping[str, Array], key: str, source: str, what: str) -> Array:
+    if key not in state_dict:
+        raise ConversionError(f"{source}: not a {what} state_dict (no {key!r})")
+    return state_dict[key]
+
+
+def _count(state_dict: Mapping[str, Array], pattern: str) -> int:
+    return len({m.group(1) for k in state_dict if (m := re.fullmatch(pattern, k))})
+
+
+def default_groups(n_latent: int) -> tuple[int, int, int]:
+    """The reference's coarse / medium / fine split: 4, 4 and the rest (4/4/6 at 256 px)."""
+    if n_latent <= 8:
+        raise ConversionError(f"{n_latent} latents leave no fine group; pass --latent-groups")
+    return (4, 4, n_latent - 8)
+
+
+def infer_cid(state_dict: Mapping[str, Array], source: str, groups: tuple[int, ...] | None, heads: int) -> CID:
+    """The CID a ``DisentanglementId`` state_dict describes (attention across the batch).
+
+    Shapes give everything but how the attention width splits into heads (``heads``).
+    """
+    what = "DisentanglementId (CID)"
+    style_dim = int(_require(state_dict, "linear_w.weight", source, what).shape[0])
+    n_latent = int(_require(state_dict, "pos_embedding", source, what).shape[0])
+    block = "layers.0.transformer.layers.0"
+    inner = int(_require(state_dict, f"{block}.0.fn.to_qkv.weight", source, what).shape[0]) // 3
+    mlp_dim = int(_require(state_dict, f"{block}.1.fn.net.0.weight", source, what).shape[0])
+    depth = _count(state_dict, r"layers\.0\.transformer\.layers\.(\d+)\.0\.norm\.weight")
+    groups = tuple(groups) if groups else default_groups(n_latent)
+    if sum(groups) != n_latent:
+        raise ConversionError(f"{source}: latent groups {groups} do not add up to its {n_latent} latents")
+    if inner % heads:
+        raise ConversionError(f"{source}: attention width {inner} is not a multiple of {heads} heads (--cid-heads)")
+    return CID(
+        n_latent=n_latent,
+        style_dim=style_dim,
+        groups=groups,
+        depth=depth,
+        heads=heads,
+        head_dim=inner // heads,
+        mlp_dim=mlp_dim,
+        attention="batch",
+    )
+
+
+def infer_maar(state_dict: Mapping[str, Array], source: str) -> tuple[MAAR, tuple[int, int, int]]:
+    """The MAAR an ``AttrBlock`` state_dict describes, and its input channels (c3, c2, c1)."""
+    what = "AttrBlock (MAAR)"
+    convs = [_require(state_dict, f"conv_{name}.weight", source, what) for name in ("c3", "c2", "c1")]
+    hidden = int(_require(state_dict, "cbam_c3.ChannelGate.mlp.1.weight", source, what).shape[0])
+    channels = int(convs[0].shape[0])
+    module = MAAR(channels=channels, reduction=max(1, channels // hidden))
+    return module, tuple(int(c.shape[1]) for c in convs)
+
+
+def infer_kria(state_dict: Mapping[str, Array], source: str, groups: tuple[int, ...]) -> KRIA:
+    """The KRIA an ``AnonymizationNet`` state_dict describes (its file does not hold the groups)."""
+    first = _require(state_dict, "mapper.0.model.0.weight", source, "AnonymizationNet (KRIA)")
+    layers = _count(state_dict, r"mapper\.0\.model\.(\d+)\.weight")
+    return KRIA(style_dim=int(first.shape[1]) // 2, groups=tuple(groups), extra_layers=max(0, layers - 4))
+
+
+def encoder_network(path: str | Path) -> tuple[Any, dict]:
+    """The e4e encoder of a pSp-layout file (``encoder.*`` and ``latent_avg``).
+
+    DBAF never runs the file's own decoder (``decoder.*``), so it is not converted.
+    """
+    source = str(path)
+    checkpoint = load_torch_checkpoint(path)
+    if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
+        raise ConversionError(f"{source}: not a pSp/e4e checkpoint (no 'state_dict')")
+    opts = e4e_convert.read_options(checkpoint)
+    encoder_type = opts.get("encoder_type", "Encoder4Editing")
+    if encoder_type != "Encoder4Editing":
+        raise ConversionError(f"{source}: DBAF runs an e4e encoder (Encoder4Editing); this file holds {encoder_type!r}")
+    if opts.get("start_from_latent_avg") is False:
+        raise ConversionError(f"{source}: opts.start_from_latent_avg is False; DBAF's e4e adds latent_avg")
+    if e4e_convert.LATENT_AVG_KEY not in checkpoint:
+        raise ConversionError(f"{source}: no 'latent_avg' entry")
+    state_dict = to_numpy(checkpoint["state_dict"], f"{source}:state_dict")
+    stray = sorted(k for k in state_dict if not k.startswith(("encoder.", "decoder.")))
+    if stray:
+        raise ConversionError(f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}")
+    encoder_sd = sub_dict(state_dict, "encoder.")
+    latent_avg = to_numpy({"latent_avg": checkpoint[e4e_convert.LATENT_AVG_KEY]}, source)["latent_avg"]
+    encoder_sd[e4e_convert.LATENT_AVG_KEY] = latent_avg
+    size = int(opts.get("stylegan_size") or e4e_convert.stylegan_size_from_styles(encoder_sd, source))
+    stem = _require(encoder_sd, "input_layer.0.weight", source, "e4e encoder")
+    encoder = Encoder4Editing(
+        stylegan_size=size, style_dim=int(latent_avg.shape[-1]), width_scale=int(stem.shape[0]) / STEM_CHANNELS
+    )
+    return encoder, e4e_convert.encoder_variables(encoder_sd, encoder, f"{source}:encoder")
+
+
+def base_generator_network(path: str | Path) -> tuple[Any, dict]:
+    """``g_ema`` of a rosinality training checkpoint (the key generator)."""
+    source = str(path)
+    checkpoint = load_torch_checkpoint(path)
+    if not isinstance(checkpoint, Mapping) or "g_ema" not in checkpoint:
+        raise ConversionError(f"{source}: not a rosinality StyleGAN2 checkpoint (no 'g_ema')")
+    source = f"{source}:g_ema"
+    state_dict = to_numpy(checkpoint["g_ema"], source)
+    module = infer_generator(state_dict, source)
+    return module, generator_variables(state_dict, module, source)
+
+
+def decoder_network(path: str | Path) -> tuple[Any, dict]:
+    """The fine-tuned generator: a plain rosinality Generator state_dict."""
+    source = str(path)
+    state_dict = to_numpy(load_torch_checkpoint(path), source)
+    module = infer_generator(state_dict, source)
+    return module, generator_variables(state_dict, module, source)
+
+
+def discriminator_network(path: str | Path) -> tuple[Any, dict]:
+    """A plain rosinality Discriminator state_dict, or ``d`` of a rosinality training checkpoint."""
+    source = str(path)
+    checkpoint = load_torch_checkpoint(path)
+    if isinstance(checkpoint, Mapping) and "d" in checkpoint:
+        checkpoint, source = checkpoint["d"], f"{source}:d"
+    state_dict = to_numpy(checkpoint, source)
+    module = infer_discriminator(state_dict, source)
+    return module, discriminator_variables(state_dict, module, source)
+
+
+def encoder_map_channels(encoder) -> tuple[int, int, int]:
+    """Channels of e4e's c3, c2, c1 (512, 256, 128 at full width)."""
+    specs = unit_specs(encoder.num_layers, encoder.width_scale)
+    _, c1_end, c2_end, c3_end = stage_ends(encoder.num_layers)
+    return specs[c3_end][1], specs[c2_end][1], specs[c1_end][1]
+
+
+def compatibility_problems(modules: Mapping[str, Any], maar_in_channels: tuple[int, ...] | None) -> list[str]:
+    """What keeps converted networks from working together (empty when they fit)."""
+    problems = []
+    style_dims = {n: m.style_dim for n, m in modules.items() if hasattr(m, "style_dim")}
+    if len(set(style_dims.values())) > 1:
+        problems.append(f"style_dim differs: {style_dims}")
+    e4e, decoder = modules.get("e4e"), modules.get("decoder")
+    n_latents = {
+        n: getattr(m, "n_styles", None) or getattr(m, "n_latent", None) or sum(m.groups)
+        for n, m in modules.items()
+        if n in ("e4e", KEY_GENERATOR, "decoder", "cid", "kria")
+    }
+    if len(set(n_latents.values())) > 1:
+        problems.append(f"number of latents differs: {n_latents}")
+    if "cid" in modules and "kria" in modules and tuple(modules["cid"].groups) != tuple(modules["kria"].groups):
+        problems.append(f"latent groups differ: cid {modules['cid'].groups}, kria {modules['kria'].groups}")
+    sizes = {n: m.size for n, m in modules.items() if n in (KEY_GENERATOR, "decoder", DISCRIMINATOR)}
+    if len(set(sizes.values())) > 1:
+        problems.append(f"image size differs: {sizes}")
+    maar = modules.get("maar")
+    if maar is not None and e4e is not None:
+        if tuple(maar_in_channels) != encoder_map_channels(e4e):
+            problems.append(f"maar reads {tuple(maar_in_channels)} channels, e4e's c3, c2, c1 have {encoder_map_channels(e4e)}")
+        if decoder is not None:
+            resolutions = [e4e.input_size // stride for stride in MAP_STRIDES]
+            widths = {r: decoder.channels(r) for r in resolutions if 4 <= r <= decoder.size}
+            if len(widths) < len(resolutions) or set(widths.values()) != {maar.channels}:
+                problems.append(
+                    f"maar's {maar.channels}-channel maps at {resolutions} px do not fit the decoder's noise inputs "
+                    f"(size {decoder.size}, widths {widths})"
+                )
+    return problems
+
+
+def convert_dbaf(
+    out_dir: str | Path,
+    *,
+    e4e: str | Path,
+    stylegan: str | Path,
+    cid: str | Path,
+    maar: str | Path,
+    decoder: str | Path,
+    kria: str | Path | None = None,
+    discriminator: str | Path | None = None,
+    latent_groups: tuple[int, ...] | None = None,
+    cid_heads: int = REFERENCE_CID_HEADS,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Converts DBAF's files into the model directory ``out_dir``; returns the written networks.
+
+    Every file is converted and the networks are checked against each other before
+    anything is written; all complaints are reported together in one ConversionError.
+    """
+    out_dir = Path(out_dir)
+    files = {
+        "e4e": e4e,
+        KEY_GENERATOR: stylegan,
+        "decoder": decoder,
+        "cid": cid,
+        "maar": maar,
+        "kria": kria,
+        DISCRIMINATOR: discriminator,
+    }
+    files = {name: Path(f) for name, f in files.items() if f is not None}
+    existing = [str(out_dir / n) for n in files if (out_dir / n).exists()]
+    if existing and not overwrite:
+        raise ConversionError(f"{', '.join(existing)} exist(s) already; pass --overwrite to replace")
+    stale = [str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()]
+    if stale:
+        raise ConversionError(
+            f"{', '.join(stale)} come(s) from another conversion and this one would not replace it; "
+            "remove it or choose another --out"
+        )
+
+    errors: list[str] = []
+    networks: dict[str, tuple[Any, dict]] = {}
+    maar_in_channels = None
+
+    def attempt(name, convert):
+        try:
+            networks[name] = convert()
+        except ConversionError as err:
+            errors.append(str(err))
+
+    def convert_cid():
+        source = str(files["cid"])
+        state_dict = to_numpy(load_torch_checkpoint(files["cid"]), source)
+        module = infer_cid(state_dict, source, latent_groups, cid_heads)
+        return module, cid_variables(state_dict, module, source)
+
+    def convert_maar():
+        nonlocal maar_in_channels
+        source = str(files["maar"])
+        state_dict = to_numpy(load_torch_checkpoint(files["maar"]), source)
+        module, maar_in_channels = infer_maar(state_dict, source)
+        return module, maar_variables(state_dict, module, source, maar_in_channels)
+
+    def convert_kria():
+        source = str(files["kria"])
+        state_dict = to_numpy(load_torch_checkpoint(files["kria"]), source)
+        if latent_groups:
+            groups = tuple(latent_groups)
+        elif "cid" in networks:
+            groups = networks["cid"][0].groups
+        else:
+            groups = default_groups(networks["decoder"][0].n_latent) if "decoder" in networks else (4, 4, 6)
+        module = infer_kria(state_dict, source, groups)
+        return module, kria_variables(state_dict, module, source)
+
+    attempt("e4e", lambda: encoder_network(files["e4e"]))
+    attempt(KEY_GENERATOR, lambda: base_generator_network(files[KEY_GENERATOR]))
+    attempt("decoder", lambda: decoder_network(files["decoder"]))
+    attempt("cid", convert_cid)
+    attempt("maar", convert_maar)
+    if "kria" in files:
+        attempt("kria", convert_kria)
+    if DISCRIMINATOR in files:
+        attempt(DISCRIMINATOR, lambda: discriminator_network(files[DISCRIMINATOR]))
+    problems = compatibility_problems({n: m for n, (m, _) in networks.items()}, maar_in_channels)
+    if problems:
+        errors.append("the networks do not fit together:\n  " + "\n  ".join(problems))
+    if errors:
+        raise ConversionError("\n".join(errors))
+
+    written = []
+    for name, (module, variables) in networks.items():
+        written.append(save_network(out_dir / name, module, variables, source=files[name].name, overwrite=overwrite))
+    return written
+
+
+def parse_groups(text: str) -> tuple[int, int, int]:
+    """'4,4,6' -> (4, 4, 6): three positive sizes (coarse, medium, fine)."""
+    try:
+        groups = tuple(int(g) for g in text.split(","))
+    except ValueError:
+        groups = ()
+    if len(groups) != 3 or min(groups) < 1:
+        raise argparse.ArgumentTypeError(f"expected three positive sizes like 4,4,6, got {text!r}")
+    return groups
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.dbaf",
+        description=__doc__.split("\n\nThe key mappings")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--e4e", required=True, help="e4e_ffhq_encode_256.pt (pSp layout)")
+    parser.add_argument("--stylegan", required=True, help="stylegan2-ffhq-256.pt (rosinality; its g_ema makes the keys)")
+    parser.add_argument("--cid", required=True, help="w_disentanglement*.pth (DisentanglementId state_dict)")
+    parser.add_argument("--maar", required=True, help="attr_block*.pth (AttrBlock state_dict)")
+    parser.add_argument("--decoder", required=True, help="*decoder*.pth (fine-tuned Generator state_dict)")
+    parser.add_argument("--kria", help="*id_mlp*.pth (AnonymizationNet state_dict); omit for a stage-1 result")
+    parser.add_argument("--discriminator", help="Discriminator state_dict, or a rosinality checkpoint whose d is taken")
+    parser.add_argument("--out", required=True, help="the DBAF model directory to write")
+    parser.add_argument("--latent-groups", type=parse_groups, help="coarse,medium,fine latent counts (default 4,4,rest)")
+    parser.add_argument("--cid-heads", type=int, default=REFERENCE_CID_HEADS, help="CID attention heads (reference: 14)")
+    parser.add_argument("--overwrite", action="store_true", help="replace networks already in --out")
+    args = parser.parse_args(argv)
+    written = convert_dbaf(
+        args.out,
+        e4e=args.e4e,
+        stylegan=args.stylegan,
+        cid=args.cid,
+        maar=args.maar,
+        decoder=args.decoder,
+        kria=args.kria,
+        discriminator=args.discriminator,
+        latent_groups=args.latent_groups,
+        cid_heads=args.cid_heads,
+        overwrite=args.overwrite,
+    )
+    for path in written:
+        print(f"wrote {path}")
+    if args.kria is None:
+        print(f"no --kria: {args.out} is a stage-1 result (stage 2's init_from), not yet usable by dbaf_jax.anonymize")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -5,9 +5,15 @@
 
 Each run draws a fresh random salt; password + salt give the key (`dbaf_jax.keys`).
 Every output PNG carries, in its ``dbaf_jax`` text chunk, the salt and KDF
-parameters and which model made it, never the password. Recovery reads them back,
-so only the password is needed. A wrong password is not an error: it yields another
-face, which is what keeps the original private.
+parameters and which model made it (a fingerprint of its weights), never the
+password. Recovery reads them back, so only the password is needed. A wrong password
+is not an error: it yields another face, which is what keeps the original private.
+Recovering with another model than the one that anonymized is reported as a warning.
+
+Inputs are read at the encoder's input size (256 for the public checkpoints; other
+sizes are resized); outputs are PNGs at the generator's size, named after their
+inputs (``face.jpg`` -> ``face.png``, sub-folders kept). Unreadable files are skipped
+and reported; existing outputs are never replaced without ``--overwrite``.
 
 Recovery from the anonymized image alone re-encodes it and applies KRIA with the key
 (the paper's path). ``--save-latents`` additionally writes ``NAME.latents.npz`` beside
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -28,9 +35,10 @@ from typing import Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 from tqdm import tqdm
 
-from dbaf_jax import __version__, images, keys
+from dbaf_jax import __version__, checkpoints, images, keys
 from dbaf_jax.models import dbaf
 
 LATENTS_SUFFIX = ".latents.npz"
@@ -49,25 +57,43 @@ def read_password(path: str | Path) -> str:
     return password
 
 
-def model_fingerprint(model_dir: Path) -> str:
-    """sha256 over the files of the networks that decide the output (name-ordered)."""
+def model_fingerprint(model: dbaf.DBAF, variables: dbaf.Variables) -> str:
+    """sha256 over what decides the outputs: each network's architecture and variable values.
+
+    It does not depend on the files (Orbax names them at random and stamps them), so the
+    same weights converted twice, or copied elsewhere, keep their fingerprint.
+    """
+    modules = {
+        "e4e": model.e4e,
+        "cid": model.cid,
+        "maar": model.maar,
+        "decoder": model.decoder,
+        "kria": model.kria,
+        dbaf.KEY_GENERATOR: model.key_generator,
+    }
     digest = hashlib.sha256()
-    for name in dbaf.NETWORKS + (dbaf.KEY_GENERATOR,):
-        for path in sorted((model_dir / name).rglob("*")):
-            if path.is_file():
-                digest.update(str(path.relative_to(model_dir)).encode())
-                digest.update(path.read_bytes())
+    for name in sorted(n for n, m in modules.items() if m is not None):
+        module = modules[name]
+        header = [name, checkpoints.module_kind(module), checkpoints.module_config(module)]
+        digest.update(json.dumps(header, sort_keys=True).encode())
+        for path, leaf in sorted(traverse_util.flatten_dict(variables[name]).items()):
+            leaf = np.ascontiguousarray(leaf)
+            digest.update(json.dumps(["/".join(path), str(leaf.dtype), list(leaf.shape)]).encode())
+            digest.update(leaf)
     return digest.hexdigest()[:16]
 
 
 @dataclasses.dataclass
 class Report:
-    """What a folder run did: written outputs, skipped inputs with reasons, existing outputs."""
+    """What a folder run did: written outputs, skipped inputs with reasons, warnings."""
 
     written: list[Path] = dataclasses.field(default_factory=list)
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def print(self, out=sys.stderr) -> None:
+        for warning in self.warnings:
+            print(f"warning: {warning}", file=out)
         print(f"wrote {len(self.written)} image(s)", file=out)
         if self.skipped:
             print(f"skipped {len(self.skipped)} file(s):", file=out)
@@ -78,18 +104,20 @@ class Report:
 class FaceAnonymizer:
     """A loaded DBAF model with jitted anonymize and recover functions (the Python API).
 
-    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with images (B, 256, 256, 3)
-    in [-1, 1] and a key (L, D) from `key_for`; ``recover`` likewise.
+    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with images
+    (B, input_size, input_size, 3) in [-1, 1] (256 x 256 for the public checkpoints) and
+    a key (L, D) from `key_for`; ``recover`` likewise. Each image is processed as if
+    alone (`DBAF.for_inference`), so results do not depend on the batch.
     """
 
     def __init__(self, model_dir: str | Path):
         self.model_dir = Path(model_dir)
-        self.model, self.variables = dbaf.load(self.model_dir)
-        self.model = self.model.for_inference()
-        self.fingerprint = model_fingerprint(self.model_dir)
-        self.size = self.model.decoder.size
+        model, self.variables = dbaf.load(self.model_dir)
+        self.fingerprint = model_fingerprint(model, self.variables)
+        self.model = model.for_inference()
+        self.input_size = self.model.e4e.input_size
         self._anonymize = jax.jit(self._anonymize_fn)
-        self._recover_image = jax.jit(lambda v, x, k: self.model.recover_image(v, x, k)[0])
+        self._recover_image = jax.jit(lambda v, x, k: self.model.recover_image(v, x, k[None])[0])
         self._recover_latent = jax.jit(self._recover_latent_fn)
 
     def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
@@ -129,6 +157,35 @@ def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
     return (out_dir / source.relative_to(in_dir)).with_suffix(".png")
 
 
+def latents_path(target: Path) -> Path:
+    """Where ``--save-latents`` puts the latents of output ``target``."""
+    return target.with_name(target.stem + LATENTS_SUFFIX)
+
+
+def plan_outputs(
+    in_dir: Path, out_dir: Path, sources: list[Path]
+) -> tuple[list[Path], dict[Path, Path], list[images.Skipped]]:
+    """(sources to process, their output paths, sources skipped because another input
+    has the same output name, e.g. ``a.jpg`` beside ``a.png``)."""
+    kept, targets, skipped = [], {}, []
+    first: dict[Path, Path] = {}
+    for source in sources:
+        target = output_path(in_dir, out_dir, source)
+        if target in first:
+            skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
+            continue
+        first[target] = source
+        kept.append(source)
+        targets[source] = target
+    return kept, targets, skipped
+
+
+def pad_batch(batch: np.ndarray, size: int) -> np.ndarray:
+    """Zero-pads axis 0 to ``size``: every call then has one shape and compiles once
+    (images do not interact at inference, so the padding does not change the others)."""
+    return np.concatenate([batch, np.zeros((size - len(batch), *batch.shape[1:]), batch.dtype)])
+
+
 def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
     """Refuses, before anything is written, to replace existing outputs without --overwrite."""
     existing = [str(p) for p in targets if p.exists()]
@@ -146,9 +203,11 @@ def anonymize_folder(
     overwrite: bool = False,
     save_latents: bool = False,
 ) -> Report:
+    """Anonymizes every image below ``in_dir`` into ``out_dir`` with one fresh salt."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources = images.list_images(in_dir)
-    check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
+    sources, targets, collisions = plan_outputs(in_dir, out_dir, images.list_images(in_dir))
+    outputs = list(targets.values())
+    check_outputs(outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite)
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
     metadata = {
@@ -157,19 +216,17 @@ def anonymize_folder(
         "key": record.to_dict(),
         "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
     }
-    report = Report()
+    report = Report(skipped=collisions)
     with tqdm(total=len(sources), unit="img", desc="anonymize") as bar:
-        for paths, batch, skipped in images.iter_batches(sources, anonymizer.size, batch_size):
+        for paths, batch, skipped in images.iter_batches(sources, anonymizer.input_size, batch_size):
             report.skipped += skipped
             if paths:
-                anonymized, latents = anonymizer.anonymize(batch, key)
+                anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key)
                 for i, source in enumerate(paths):
-                    target = output_path(in_dir, out_dir, source)
+                    target = targets[source]
                     images.write_png(target, anonymized[i], metadata)
                     if save_latents:
-                        np.savez_compressed(
-                            target.with_name(target.stem + LATENTS_SUFFIX), **{k: v[i] for k, v in latents.items()}
-                        )
+                        np.savez_compressed(latents_path(target), **{k: v[i] for k, v in latents.items()})
                     report.written.append(target)
             bar.update(len(paths) + len(skipped))
     return report
@@ -189,41 +246,66 @@ def recover_folder(
     sources = [p for p in images.list_images(in_dir) if p.suffix.lower() == ".png"]
     check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
     report = Report()
+    other_models: set[str] = set()
     key_cache: dict[keys.KeyRecord, jax.Array] = {}
-    readable: list[tuple[Path, dict]] = []
+    readable: list[tuple[Path, dict, keys.KeyRecord]] = []
     for source in sources:
         try:
             meta = images.read_metadata(source)
             if meta.get("operation") != "anonymize" or "key" not in meta:
                 raise ValueError(f"{source}: not an anonymized image (operation {meta.get('operation')!r})")
-            readable.append((source, meta))
-        except ValueError as err:
-            report.skipped.append(images.Skipped(source, str(err)))
-    with tqdm(total=len(readable), unit="img", desc="recover") as bar:
-        for source, meta in readable:
             record = keys.KeyRecord.from_dict(meta["key"])
-            if record not in key_cache:
+            readable.append((source, meta, record))
+        except (ValueError, KeyError, TypeError) as err:
+            report.skipped.append(images.Skipped(source, f"{source}: unusable metadata ({err})"))
+            continue
+        made_by = meta.get("model", {}).get("fingerprint")
+        if made_by != anonymizer.fingerprint:
+            other_models.add(str(made_by))
+    if other_models:
+        report.warnings.append(
+            f"some inputs were anonymized by another model (fingerprint {', '.join(sorted(other_models))}, "
+            f"this one is {anonymizer.fingerprint}): their recovery will not give the original faces"
+        )
+    def load(source: Path):
+        """The input of one recovery: the anonymized image, or its saved latents."""
+        if mode == "image":
+            return images.read_image(source, anonymizer.input_size)
+        side = latents_path(source)
+        if not side.is_file():
+            raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
+        try:
+            with np.load(side) as data:
+                return {k: data[k] for k in data.files}
+        except Exception as err:  # noqa: BLE001 - any reader failure means "not usable"
+            raise ValueError(f"{side}: cannot read latents ({err})") from None
+
+    with tqdm(total=len(readable), unit="img", desc="recover") as bar:
+        for start in range(0, len(readable), batch_size):
+            chunk = readable[start : start + batch_size]
+            for record in {r for _, _, r in chunk} - key_cache.keys():
                 key_cache[record] = anonymizer.key_for(password, record)
-            key = key_cache[record]
-            try:
-                if mode == "latent":
-                    side = source.with_name(source.stem + LATENTS_SUFFIX)
-                    if not side.is_file():
-                        raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
-                    with np.load(side) as data:
-                        latents = {k: data[k][None] for k in data.files}
-                    recovered = anonymizer.recover_from_latents(latents, key)[0]
+            # One batch per key (an anonymize run uses one salt, so usually one per chunk).
+            for record in dict.fromkeys(r for _, _, r in chunk):
+                loaded, kept = [], []
+                for source, meta, _ in (item for item in chunk if item[2] == record):
+                    try:
+                        loaded.append(load(source))
+                        kept.append((source, meta))
+                    except ValueError as err:
+                        report.skipped.append(images.Skipped(source, str(err)))
+                if not kept:
+                    continue
+                if mode == "image":
+                    recovered = anonymizer.recover(pad_batch(np.stack(loaded), batch_size), key_cache[record])
                 else:
-                    recovered = anonymizer.recover(images.read_image(source, anonymizer.size)[None], key)[0]
-            except ValueError as err:
-                report.skipped.append(images.Skipped(source, str(err)))
-                bar.update(1)
-                continue
-            target = output_path(in_dir, out_dir, source)
-            out_meta = {**meta, "operation": "recover", "mode": mode}
-            images.write_png(target, recovered, out_meta)
-            report.written.append(target)
-            bar.update(1)
+                    latents = {k: pad_batch(np.stack([d[k] for d in loaded]), batch_size) for k in loaded[0]}
+                    recovered = anonymizer.recover_from_latents(latents, key_cache[record])
+                for i, (source, meta) in enumerate(kept):
+                    target = output_path(in_dir, out_dir, source)
+                    images.write_png(target, recovered[i], {**meta, "operation": "recover", "mode": mode})
+                    report.written.append(target)
+            bar.update(len(chunk))
     return report
 
 
@@ -242,6 +324,8 @@ def command_line(operation: str, argv: list[str] | None = None) -> Report:
     else:
         parser.add_argument("--mode", choices=("image", "latent"), default="image")
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
     password = read_password(args.password_file)
     anonymizer = FaceAnonymizer(args.model)
     if operation == "anonymize":

@@ -1,0 +1,332 @@
+"""The whole DBAF inference pipeline against the reference's composition, through
+``python -m convert.dbaf``: files written as the reference writes them (pSp-layout e4e,
+rosinality StyleGAN2 with g_ema, plain state_dicts of CID, MAAR, the fine-tuned
+generator, the discriminator and KRIA), converted into one model directory, loaded with
+`FaceAnonymizer`, and compared image by image; plus the converter's refusals and the
+full-size layout."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from convert.common import ConversionError, run
+from convert.dbaf import (
+    compatibility_problems,
+    encoder_map_channels,
+    infer_cid,
+    infer_kria,
+    infer_maar,
+    main,
+)
+from dbaf_jax import keys
+from dbaf_jax.anonymize import FaceAnonymizer
+from dbaf_jax.models import dbaf
+from dbaf_jax.models.cid import CID
+from dbaf_jax.models.e4e import Encoder4Editing
+from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.maar import MAAR
+from dbaf_jax.models.stylegan2 import Generator
+from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
+from tests.torch_reference import e4e as torch_e4e
+from tests.torch_reference.dbaf import AnonymizationNet, AttrBlock, DisentanglementId
+from tests.torch_reference.dbaf_pipeline import ReferenceDBAF
+from tests.torch_reference.irse import randomize_irse_
+from tests.torch_reference.stylegan2 import Discriminator as TorchDiscriminator
+from tests.torch_reference.stylegan2 import Generator as TorchGenerator
+from tests.torch_reference.stylegan2 import reset_fixed_kernels_
+
+# Reduced copy of the reference: e4e at width 1/4 on 256 px inputs (so c3, c2, c1 are
+# 16, 32, 64 px as in the reference), a 64 px generator at width 1/16 (10 latents, so
+# MAAR's maps replace noise inputs 3-8 exactly as at 256 px), style_dim 32.
+SIZE, STYLE_DIM, N_MLP, GEN_WIDTH, ENC_WIDTH = 64, 32, 2, 1 / 16, 0.25
+N_LATENT = 10
+GROUPS = (4, 4, 2)  # the converter's default for 10 latents: 4, 4 and the rest
+CID_SIZE = dict(depth=2, heads=2, dim_head=8, mlp_dim=48)
+MAAR_CHANNELS = 32  # the decoder's width at 16-64 px
+PASSWORD = "tr0ub4dor & 3"
+RECORD = keys.KeyRecord(salt="00112233445566778899aabbccddeeff", n=2**10)  # cheap scrypt for the test
+
+
+def torch_generator(seed):
+    generator = reset_fixed_kernels_(randomize_(TorchGenerator(SIZE, STYLE_DIM, N_MLP, width_scale=GEN_WIDTH), seed=seed))
+    with torch.no_grad():  # mapping weights are stored as N(0, 1) / lr_mul, so keys vary with z as they do in g_ema
+        for layer in generator.style[1:]:
+            layer.weight.mul_(100.0)
+    return generator.eval()
+
+
+def torch_kria(seed):
+    kria = randomize_(AnonymizationNet(dim=STYLE_DIM, groups=GROUPS), seed=seed)
+    with torch.no_grad():  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
+        for name, p in kria.named_parameters():
+            if name.endswith("weight") and not name.endswith(".7.weight"):
+                p.mul_(100.0)
+    return kria.eval()
+
+
+def reference_model():
+    """The reference's networks at reduced width, random weights, eval mode."""
+    torch.manual_seed(0)
+    encoder = randomize_irse_(torch_e4e.Encoder4Editing(SIZE, STYLE_DIM, ENC_WIDTH), seed=1)
+    latent_avg = torch.randn(N_LATENT, STYLE_DIM, generator=torch.Generator().manual_seed(2))
+    cid = DisentanglementId(dim=STYLE_DIM, n_latent=N_LATENT, groups=GROUPS, **CID_SIZE)
+    cid = randomize_(cid, seed=3, scale=0.5).eval()
+    maar = randomize_(AttrBlock(encoder_map_channels_torch(), MAAR_CHANNELS), seed=4, scale=0.5).eval()
+    return ReferenceDBAF(
+        encoder=encoder,
+        latent_avg=latent_avg,
+        cid=cid,
+        maar=maar,
+        decoder=torch_generator(5),
+        kria=torch_kria(6),
+        base_generator=torch_generator(7),
+        groups=GROUPS,
+    )
+
+
+def encoder_map_channels_torch():
+    return tuple(round(c * ENC_WIDTH) for c in (512, 256, 128))
+
+
+def write_reference_files(directory, ref):
+    """The files as the reference and its dependencies write them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    psp = torch_e4e.PSP(ref.encoder, generator_for_psp(), ref.latent_avg)
+    files = {
+        "e4e": directory / "e4e_ffhq_encode_256.pt",
+        "stylegan": directory / "stylegan2-ffhq-256.pt",
+        "cid": directory / "best_model_w_disentanglement.pth",
+        "maar": directory / "best_model_attr_block.pth",
+        "decoder": directory / "best_model_decoder_finetune.pth",
+        "kria": directory / "best_model_id_mlp.pth",
+        "discriminator": directory / "best_model_discriminator.pth",
+    }
+    opts = {"encoder_type": "Encoder4Editing", "stylegan_size": SIZE, "start_from_latent_avg": True}
+    torch.save({"state_dict": psp.state_dict(), "latent_avg": ref.latent_avg, "opts": opts}, files["e4e"])
+    discriminator = reset_fixed_kernels_(randomize_(TorchDiscriminator(SIZE, width_scale=GEN_WIDTH), seed=8))
+    torch.save({"g_ema": ref.base_generator.state_dict(), "d": discriminator.state_dict()}, files["stylegan"])
+    torch.save(ref.cid.state_dict(), files["cid"])
+    torch.save(ref.maar.state_dict(), files["maar"])
+    torch.save(ref.decoder.state_dict(), files["decoder"])
+    torch.save(ref.kria.state_dict(), files["kria"])
+    torch.save(discriminator.state_dict(), files["discriminator"])
+    return files
+
+
+def generator_for_psp():
+    """e4e files carry pSp's own decoder; DBAF never runs it."""
+    return torch_generator(9)
+
+
+def cli_args(files, out, **replace):
+    paths = {**files, **replace}
+    args = [f"--{name}={path}" for name, path in paths.items() if path is not None]
+    return args + ["--out", str(out), "--cid-heads", str(CID_SIZE["heads"])]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dbaf")
+    ref = reference_model()
+    files = write_reference_files(tmp / "reference", ref)
+    run(main, cli_args(files, tmp / "model"))
+    return ref, files, tmp / "model"
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.tanh(np.random.default_rng(11).standard_normal((3, 256, 256, 3))).astype(np.float32)
+
+
+def test_directory_holds_every_network(converted):
+    _, _, model_dir = converted
+    for name in dbaf.NETWORKS + (dbaf.KEY_GENERATOR, "discriminator"):
+        info = json.loads((model_dir / name / "network.json").read_text())
+        assert info["source"].endswith((".pt", ".pth")), info
+    model, variables = dbaf.load(model_dir)
+    assert model.cid.attention == "batch" and model.for_inference().cid.attention == "single"
+    assert (model.cid.heads, model.cid.head_dim, model.cid.depth) == (2, 8, 2)
+    assert model.kria.groups == GROUPS and model.cid.groups == GROUPS
+    assert model.maar.channels == MAAR_CHANNELS and model.maar.reduction == 16
+    assert model.e4e.width_scale == ENC_WIDTH and model.e4e.input_size == 256
+    assert model.decoder.size == SIZE and model.key_generator.size == SIZE
+    assert "kria" in variables and dbaf.KEY_GENERATOR in variables
+
+
+def test_anonymize_and_latent_recovery_match_reference(converted, images):
+    ref, _, model_dir = converted
+    anonymizer = FaceAnonymizer(model_dir)
+    assert anonymizer.input_size == 256
+
+    # The key: password -> seed -> z -> the ORIGINAL generator's mapping, repeated 4/4/2.
+    key = anonymizer.key_for(PASSWORD, RECORD)
+    z = torch.from_numpy(keys.key_latents(keys.derive_seed(PASSWORD, RECORD), len(GROUPS), STYLE_DIM))
+    with torch.no_grad():
+        key_t = ref.key(z)
+    assert key.shape == (N_LATENT, STYLE_DIM)
+    assert_parity(key, key_t[0].numpy(), name="key")
+
+    # JAX: the three images in one batch; the reference: one image at a time (its test.py).
+    anonymized, latents = anonymizer.anonymize(images, key)
+    recovered = anonymizer.recover_from_latents(latents, key)
+    errors = {}
+    for i in range(len(images)):
+        with torch.no_grad():
+            anon_t, anon_id_t, attr_t, _, maps_t = ref.anonymize(nchw(images[i : i + 1]), key_t)
+            rec_t = ref.recover_latent(anon_id_t, attr_t, maps_t, key_t)
+        pairs = {
+            "attribute_code": (latents["attribute_code"][i], attr_t[0].numpy()),
+            "anonymized_identity": (latents["anonymized_identity"][i], anon_id_t[0].numpy()),
+            **{f"attribute_map_{k}": (latents[f"attribute_map_{k}"][i], nhwc(m)[0]) for k, m in enumerate(maps_t)},
+            "anonymized": (anonymized[i], nhwc(anon_t)[0]),
+            "recovered": (recovered[i], nhwc(rec_t)[0]),
+        }
+        for name, (actual, expected) in pairs.items():
+            assert_parity(actual, expected, name=f"{name}[{i}]")
+            errors[name] = max(errors.get(name, 0.0), relative_error(actual, expected))
+    assert anonymized.shape == recovered.shape == (3, SIZE, SIZE, 3)
+    assert [m.shape[2] for m in maps_t] == [16, 32, 64]  # replacing noise inputs 3-4, 5-6, 7-8
+    print("pipeline relative errors:", {k: f"{v:.2e}" for k, v in errors.items()})
+
+    # Another password's key recovers another face: far beyond the parity tolerance (random
+    # weights let MAAR's maps dominate these images, so the key moves them by a few percent).
+    wrong = anonymizer.recover_from_latents(latents, anonymizer.key_for(PASSWORD + "!", RECORD))
+    assert relative_error(wrong, recovered) > 1e-2
+
+
+def test_stage1_result_without_kria(converted, tmp_path):
+    _, files, _ = converted
+    run(main, cli_args(files, tmp_path / "stage1", kria=None, discriminator=None))
+    written = sorted(p.name for p in (tmp_path / "stage1").iterdir())
+    assert written == ["cid", "decoder", "e4e", "generator", "maar"]
+    with pytest.raises(FileNotFoundError, match="kria"):
+        dbaf.load(tmp_path / "stage1")
+
+
+def test_discriminator_from_a_training_checkpoint(converted, tmp_path):
+    """--discriminator also takes a rosinality checkpoint (its d): stage 2 can start from the base D."""
+    _, files, model_dir = converted
+    run(main, cli_args(files, tmp_path / "m", discriminator=files["stylegan"]))
+    for name in ("discriminator", "kria"):
+        a = (tmp_path / "m" / name / "network.json").read_text()
+        b = (model_dir / name / "network.json").read_text()
+        assert json.loads(a)["config"] == json.loads(b)["config"]
+
+
+def error_of(files, out, extra=(), **replace):
+    with pytest.raises(ConversionError) as err:
+        main(cli_args(files, out, **replace) + list(extra))
+    return str(err.value)
+
+
+def edited(tmp_path, files, name, edit):
+    sd = dict(torch.load(files[name], weights_only=True))
+    edit(sd)
+    path = tmp_path / f"edited_{name}.pth"
+    torch.save(sd, path)
+    return path
+
+
+def test_refuses_missing_unexpected_and_misshaped_keys(converted, tmp_path):
+    _, files, _ = converted
+    kria = edited(tmp_path, files, "kria", lambda sd: sd.pop("mapper.1.model.3.bias"))
+    cid = edited(tmp_path, files, "cid", lambda sd: sd.update({"layers.0.extra.weight": torch.zeros(2)}))
+    maar = edited(tmp_path, files, "maar", lambda sd: sd.update({"conv_c2.bias": torch.zeros(7)}))
+    message = error_of(files, tmp_path / "out", kria=kria, cid=cid, maar=maar)
+    assert "missing (1): mapper.1.model.3.bias" in message
+    assert "unexpected (1): layers.0.extra.weight" in message
+    assert "conv_c2.bias [7]" in message
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_refuses_networks_that_do_not_fit(converted, tmp_path):
+    _, files, _ = converted
+    kria = tmp_path / "wide_id_mlp.pth"
+    torch.save(AnonymizationNet(dim=2 * STYLE_DIM, groups=GROUPS).state_dict(), kria)
+    maar = tmp_path / "narrow_attr_block.pth"
+    torch.save(AttrBlock(encoder_map_channels_torch(), MAAR_CHANNELS // 2).state_dict(), maar)
+    message = error_of(files, tmp_path / "out", kria=kria, maar=maar)
+    assert "style_dim differs" in message and "'kria': 64" in message
+    assert "maar's 16-channel maps" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_latent_groups_that_do_not_add_up(converted, tmp_path):
+    _, files, _ = converted
+    assert "do not add up to its 10 latents" in error_of(files, tmp_path / "out", extra=["--latent-groups", "4,4,6"])
+
+
+def test_refuses_to_overwrite_or_mix(converted, tmp_path):
+    _, files, model_dir = converted
+    before = sorted((p.relative_to(model_dir), p.stat().st_mtime_ns) for p in model_dir.rglob("*"))
+    assert "pass --overwrite" in error_of(files, model_dir)
+    # A stage-1 conversion over a directory with a KRIA would leave a mix of two models.
+    assert "another conversion" in error_of(files, model_dir, extra=["--overwrite"], kria=None)
+    after = sorted((p.relative_to(model_dir), p.stat().st_mtime_ns) for p in model_dir.rglob("*"))
+    assert before == after
+
+
+def test_non_checkpoint_file_exits_1_with_one_line(converted, tmp_path):
+    _, files, _ = converted
+    bogus = tmp_path / "best_model_id_mlp.pth"
+    bogus.write_text("not a checkpoint\n")
+    args = cli_args(files, tmp_path / "out", kria=bogus)
+    result = subprocess.run([sys.executable, "-m", "convert.dbaf", *args], capture_output=True, text=True)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "not a readable PyTorch checkpoint" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def shapes_of(module: torch.nn.Module) -> dict:
+    """A state_dict of shape-only stand-ins (no memory) for a module built on the meta device."""
+    return {k: np.broadcast_to(np.float32(0), tuple(v.shape)) for k, v in module.state_dict().items()}
+
+
+def test_full_size_layout():
+    with torch.device("meta"):
+        cid_sd = shapes_of(DisentanglementId())
+        maar_sd = shapes_of(AttrBlock())
+        kria_sd = shapes_of(AnonymizationNet())
+    cid = infer_cid(cid_sd, "cid", None, heads=14)
+    maar, maar_in = infer_maar(maar_sd, "maar")
+    kria = infer_kria(kria_sd, "kria", cid.groups)
+    assert cid == CID(attention="batch")  # the reference's CID: 14 latents 4/4/6, depth 6, 14 x 64 heads
+    assert maar == MAAR() and maar_in == (512, 256, 128)
+    assert kria == KRIA()
+    e4e, generator = Encoder4Editing(), Generator()
+    assert encoder_map_channels(e4e) == (512, 256, 128)
+    modules = {"e4e": e4e, "generator": generator, "decoder": generator, "cid": cid, "maar": maar, "kria": kria}
+    assert compatibility_problems(modules, maar_in) == []
+
+    # The pipeline at 256 px, shapes only.
+    model = dbaf.DBAF(e4e=e4e, cid=cid, maar=maar, decoder=generator, kria=kria, key_generator=generator).for_inference()
+    images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
+    codes = jax.ShapeDtypeStruct((2, 14, 512), jnp.float32)
+    variables = {
+        "e4e": jax.eval_shape(e4e.init, jax.random.key(0), images),
+        "cid": jax.eval_shape(cid.init, jax.random.key(0), codes),
+        "decoder": jax.eval_shape(generator.init, jax.random.key(0), codes),
+        "kria": jax.eval_shape(kria.init, jax.random.key(0), codes, codes),
+    }
+    variables[dbaf.KEY_GENERATOR] = variables["decoder"]
+    features = jax.eval_shape(e4e.apply, variables["e4e"], images)
+    variables["maar"] = jax.eval_shape(maar.init, jax.random.key(0), features.c3, features.c2, features.c1)
+
+    def anonymize_and_recover(variables, images, z):
+        key = model.key_from_z(variables, z)
+        encoding, _ = model.encode(variables, images)
+        anonymized, _, anonymized_identity = model.anonymize(variables, encoding, key)
+        recovered, _ = model.recover_latent(variables, encoding, anonymized_identity, key)
+        return anonymized, recovered, encoding.attribute_maps
+
+    z = jax.ShapeDtypeStruct((1, 3, 512), jnp.float32)
+    anonymized, recovered, maps = jax.eval_shape(anonymize_and_recover, variables, images, z)
+    assert anonymized.shape == recovered.shape == (2, 256, 256, 3)
+    assert [m.shape for m in maps] == [(2, 16, 16, 512), (2, 32, 32, 512), (2, 64, 64, 512)]
