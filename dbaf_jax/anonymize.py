@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
@@ -91,7 +92,8 @@ class Report:
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
 
-    def print(self, out=sys.stderr) -> None:
+    def print(self, out=None) -> None:
+        out = out or sys.stderr
         for warning in self.warnings:
             print(f"warning: {warning}", file=out)
         print(f"wrote {len(self.written)} image(s)", file=out)
@@ -99,6 +101,25 @@ class Report:
             print(f"skipped {len(self.skipped)} file(s):", file=out)
             for item in self.skipped:
                 print(f"  {item.reason}", file=out)
+
+
+# Jitted with the model static: instances of one architecture share their compiled code.
+@functools.partial(jax.jit, static_argnums=0)
+def _anonymize(model: dbaf.DBAF, variables, images, key):
+    encoding, _ = model.encode(variables, images)
+    anonymized, _, anonymized_identity = model.anonymize(variables, encoding, key[None])
+    return anonymized, (anonymized_identity, encoding.attribute_code, encoding.attribute_maps)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _recover_image(model: dbaf.DBAF, variables, anonymized, key):
+    return model.recover_image(variables, anonymized, key[None])[0]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _recover_latent(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
+    encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
+    return model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
 
 
 class FaceAnonymizer:
@@ -116,40 +137,28 @@ class FaceAnonymizer:
         self.fingerprint = model_fingerprint(model, self.variables)
         self.model = model.for_inference()
         self.input_size = self.model.e4e.input_size
-        self._anonymize = jax.jit(self._anonymize_fn)
-        self._recover_image = jax.jit(lambda v, x, k: self.model.recover_image(v, x, k[None])[0])
-        self._recover_latent = jax.jit(self._recover_latent_fn)
 
     def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
         model = self.model
         return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
 
-    def _anonymize_fn(self, variables, batch, key):
-        encoding, _ = self.model.encode(variables, batch)
-        anonymized, _, anonymized_identity = self.model.anonymize(variables, encoding, key[None])
-        return anonymized, (anonymized_identity, encoding.attribute_code, encoding.attribute_maps)
-
-    def _recover_latent_fn(self, variables, anonymized_identity, attribute_code, maps, key):
-        encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-        return self.model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
-
     def anonymize(self, batch: np.ndarray, key: jax.Array) -> tuple[np.ndarray, dict]:
         """Images (B, H, W, 3) -> (anonymized images, latents for `recover_from_latents`)."""
-        anonymized, (identity, attribute, maps) = self._anonymize(self.variables, jnp.asarray(batch), key)
+        anonymized, (identity, attribute, maps) = _anonymize(self.model, self.variables, jnp.asarray(batch), key)
         latents = {"anonymized_identity": identity, "attribute_code": attribute}
         latents.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
         return np.asarray(anonymized), jax.device_get(latents)
 
     def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
-        """The paper's recovery from the anonymized images alone (B, H, W, 3)."""
-        return np.asarray(self._recover_image(self.variables, jnp.asarray(anonymized), key))
+        """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
+        return np.asarray(_recover_image(self.model, self.variables, jnp.asarray(anonymized), key))
 
     def recover_from_latents(self, latents: dict, key: jax.Array) -> np.ndarray:
         """The reference's latent-space recovery from what `anonymize` returned."""
         maps = [value for name, value in sorted(latents.items()) if name.startswith("attribute_map_")]
         return np.asarray(
-            self._recover_latent(self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
+            _recover_latent(self.model, self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
         )
 
 

@@ -32,110 +32,31 @@ from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
-from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
-from tests.torch_reference import e4e as torch_e4e
+from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.dbaf import AnonymizationNet, AttrBlock, DisentanglementId
-from tests.torch_reference.dbaf_pipeline import ReferenceDBAF
-from tests.torch_reference.irse import randomize_irse_
-from tests.torch_reference.stylegan2 import Discriminator as TorchDiscriminator
-from tests.torch_reference.stylegan2 import Generator as TorchGenerator
-from tests.torch_reference.stylegan2 import reset_fixed_kernels_
+from tests.torch_reference.dbaf_pipeline import (
+    ENC_WIDTH,
+    ENCODER_MAP_CHANNELS,
+    GROUPS,
+    MAAR_CHANNELS,
+    N_LATENT,
+    SIZE,
+    STYLE_DIM,
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 
-# Reduced copy of the reference: e4e at width 1/4 on 256 px inputs (so c3, c2, c1 are
-# 16, 32, 64 px as in the reference), a 64 px generator at width 1/16 (10 latents, so
-# MAAR's maps replace noise inputs 3-8 exactly as at 256 px), style_dim 32.
-SIZE, STYLE_DIM, N_MLP, GEN_WIDTH, ENC_WIDTH = 64, 32, 2, 1 / 16, 0.25
-N_LATENT = 10
-GROUPS = (4, 4, 2)  # the converter's default for 10 latents: 4, 4 and the rest
-CID_SIZE = dict(depth=2, heads=2, dim_head=8, mlp_dim=48)
-MAAR_CHANNELS = 32  # the decoder's width at 16-64 px
 PASSWORD = "tr0ub4dor & 3"
 RECORD = keys.KeyRecord(salt="00112233445566778899aabbccddeeff", n=2**10)  # cheap scrypt for the test
-
-
-def torch_generator(seed):
-    generator = reset_fixed_kernels_(randomize_(TorchGenerator(SIZE, STYLE_DIM, N_MLP, width_scale=GEN_WIDTH), seed=seed))
-    with torch.no_grad():  # mapping weights are stored as N(0, 1) / lr_mul, so keys vary with z as they do in g_ema
-        for layer in generator.style[1:]:
-            layer.weight.mul_(100.0)
-    return generator.eval()
-
-
-def torch_kria(seed):
-    kria = randomize_(AnonymizationNet(dim=STYLE_DIM, groups=GROUPS), seed=seed)
-    with torch.no_grad():  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
-        for name, p in kria.named_parameters():
-            if name.endswith("weight") and not name.endswith(".7.weight"):
-                p.mul_(100.0)
-    return kria.eval()
-
-
-def reference_model():
-    """The reference's networks at reduced width, random weights, eval mode."""
-    torch.manual_seed(0)
-    encoder = randomize_irse_(torch_e4e.Encoder4Editing(SIZE, STYLE_DIM, ENC_WIDTH), seed=1)
-    latent_avg = torch.randn(N_LATENT, STYLE_DIM, generator=torch.Generator().manual_seed(2))
-    cid = DisentanglementId(dim=STYLE_DIM, n_latent=N_LATENT, groups=GROUPS, **CID_SIZE)
-    cid = randomize_(cid, seed=3, scale=0.5).eval()
-    maar = randomize_(AttrBlock(encoder_map_channels_torch(), MAAR_CHANNELS), seed=4, scale=0.5).eval()
-    return ReferenceDBAF(
-        encoder=encoder,
-        latent_avg=latent_avg,
-        cid=cid,
-        maar=maar,
-        decoder=torch_generator(5),
-        kria=torch_kria(6),
-        base_generator=torch_generator(7),
-        groups=GROUPS,
-    )
-
-
-def encoder_map_channels_torch():
-    return tuple(round(c * ENC_WIDTH) for c in (512, 256, 128))
-
-
-def write_reference_files(directory, ref):
-    """The files as the reference and its dependencies write them."""
-    directory.mkdir(parents=True, exist_ok=True)
-    psp = torch_e4e.PSP(ref.encoder, generator_for_psp(), ref.latent_avg)
-    files = {
-        "e4e": directory / "e4e_ffhq_encode_256.pt",
-        "stylegan": directory / "stylegan2-ffhq-256.pt",
-        "cid": directory / "best_model_w_disentanglement.pth",
-        "maar": directory / "best_model_attr_block.pth",
-        "decoder": directory / "best_model_decoder_finetune.pth",
-        "kria": directory / "best_model_id_mlp.pth",
-        "discriminator": directory / "best_model_discriminator.pth",
-    }
-    opts = {"encoder_type": "Encoder4Editing", "stylegan_size": SIZE, "start_from_latent_avg": True}
-    torch.save({"state_dict": psp.state_dict(), "latent_avg": ref.latent_avg, "opts": opts}, files["e4e"])
-    discriminator = reset_fixed_kernels_(randomize_(TorchDiscriminator(SIZE, width_scale=GEN_WIDTH), seed=8))
-    torch.save({"g_ema": ref.base_generator.state_dict(), "d": discriminator.state_dict()}, files["stylegan"])
-    torch.save(ref.cid.state_dict(), files["cid"])
-    torch.save(ref.maar.state_dict(), files["maar"])
-    torch.save(ref.decoder.state_dict(), files["decoder"])
-    torch.save(ref.kria.state_dict(), files["kria"])
-    torch.save(discriminator.state_dict(), files["discriminator"])
-    return files
-
-
-def generator_for_psp():
-    """e4e files carry pSp's own decoder; DBAF never runs it."""
-    return torch_generator(9)
-
-
-def cli_args(files, out, **replace):
-    paths = {**files, **replace}
-    args = [f"--{name}={path}" for name, path in paths.items() if path is not None]
-    return args + ["--out", str(out), "--cid-heads", str(CID_SIZE["heads"])]
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dbaf")
-    ref = reference_model()
-    files = write_reference_files(tmp / "reference", ref)
-    run(main, cli_args(files, tmp / "model"))
+    ref = reduced_reference()
+    files = save_reference_files(tmp / "reference", ref)
+    run(main, convert_args(files, tmp / "model"))
     return ref, files, tmp / "model"
 
 
@@ -202,7 +123,7 @@ def test_anonymize_and_latent_recovery_match_reference(converted, images):
 
 def test_stage1_result_without_kria(converted, tmp_path):
     _, files, _ = converted
-    run(main, cli_args(files, tmp_path / "stage1", kria=None, discriminator=None))
+    run(main, convert_args(files, tmp_path / "stage1", kria=None, discriminator=None))
     written = sorted(p.name for p in (tmp_path / "stage1").iterdir())
     assert written == ["cid", "decoder", "e4e", "generator", "maar"]
     with pytest.raises(FileNotFoundError, match="kria"):
@@ -212,7 +133,7 @@ def test_stage1_result_without_kria(converted, tmp_path):
 def test_discriminator_from_a_training_checkpoint(converted, tmp_path):
     """--discriminator also takes a rosinality checkpoint (its d): stage 2 can start from the base D."""
     _, files, model_dir = converted
-    run(main, cli_args(files, tmp_path / "m", discriminator=files["stylegan"]))
+    run(main, convert_args(files, tmp_path / "m", discriminator=files["stylegan"]))
     for name in ("discriminator", "kria"):
         a = (tmp_path / "m" / name / "network.json").read_text()
         b = (model_dir / name / "network.json").read_text()
@@ -221,7 +142,7 @@ def test_discriminator_from_a_training_checkpoint(converted, tmp_path):
 
 def error_of(files, out, extra=(), **replace):
     with pytest.raises(ConversionError) as err:
-        main(cli_args(files, out, **replace) + list(extra))
+        main(convert_args(files, out, **replace) + list(extra))
     return str(err.value)
 
 
@@ -250,7 +171,7 @@ def test_refuses_networks_that_do_not_fit(converted, tmp_path):
     kria = tmp_path / "wide_id_mlp.pth"
     torch.save(AnonymizationNet(dim=2 * STYLE_DIM, groups=GROUPS).state_dict(), kria)
     maar = tmp_path / "narrow_attr_block.pth"
-    torch.save(AttrBlock(encoder_map_channels_torch(), MAAR_CHANNELS // 2).state_dict(), maar)
+    torch.save(AttrBlock(ENCODER_MAP_CHANNELS, MAAR_CHANNELS // 2).state_dict(), maar)
     message = error_of(files, tmp_path / "out", kria=kria, maar=maar)
     assert "style_dim differs" in message and "'kria': 64" in message
     assert "maar's 16-channel maps" in message
@@ -276,7 +197,7 @@ def test_non_checkpoint_file_exits_1_with_one_line(converted, tmp_path):
     _, files, _ = converted
     bogus = tmp_path / "best_model_id_mlp.pth"
     bogus.write_text("not a checkpoint\n")
-    args = cli_args(files, tmp_path / "out", kria=bogus)
+    args = convert_args(files, tmp_path / "out", kria=bogus)
     result = subprocess.run([sys.executable, "-m", "convert.dbaf", *args], capture_output=True, text=True)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
