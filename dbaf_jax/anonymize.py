@@ -143,8 +143,14 @@ class FaceAnonymizer:
         model = self.model
         return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
 
+    def _check_size(self, batch: np.ndarray) -> None:
+        if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
+            raise ValueError(f"expected images (B, {self.input_size}, {self.input_size}, 3), got {batch.shape}")
+
     def anonymize(self, batch: np.ndarray, key: jax.Array) -> tuple[np.ndarray, dict]:
-        """Images (B, H, W, 3) -> (anonymized images, latents for `recover_from_latents`)."""
+        """Images (B, input_size, input_size, 3) -> (anonymized images at the generator's
+        size, latents for `recover_from_latents`)."""
+        self._check_size(batch)
         anonymized, (identity, attribute, maps) = _anonymize(self.model, self.variables, jnp.asarray(batch), key)
         latents = {"anonymized_identity": identity, "attribute_code": attribute}
         latents.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
@@ -152,6 +158,7 @@ class FaceAnonymizer:
 
     def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
         """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
+        self._check_size(anonymized)
         return np.asarray(_recover_image(self.model, self.variables, jnp.asarray(anonymized), key))
 
     def recover_from_latents(self, latents: dict, key: jax.Array) -> np.ndarray:

@@ -1,0 +1,249 @@
+"""The user commands end to end: ``python -m dbaf_jax.anonymize`` then
+``python -m dbaf_jax.recover`` with the right and a wrong password, on a model
+directory converted by ``python -m convert.dbaf`` from random reference weights
+(reduced width). Random weights mean recovered faces look like nothing, so the tests
+assert exact properties: metadata, keys re-derived from it, latent recovery equal to
+`DBAF.recover_latent` computed directly, no password anywhere, refusals."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from convert.common import run
+from convert.dbaf import main as convert_main
+from dbaf_jax import checkpoints, images, keys
+from dbaf_jax.anonymize import LATENTS_SUFFIX, FaceAnonymizer, command_line, model_fingerprint, pad_batch
+from dbaf_jax.models import dbaf
+from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
+
+PASSWORD = "Grüne Wiese 42!"  # non-ASCII: NFC-normalised UTF-8 goes into the KDF
+WRONG_PASSWORD = "Grüne Wiese 43!"
+BATCH = 2
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A converted model, a folder of faces (nested, PNG and JPEG, one corrupt file, one
+    text file) and two password files."""
+    tmp = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    ref = reduced_reference(seed=20)
+    temper_(ref, rng)
+    files = save_reference_files(tmp / "reference", ref, seed=20)
+    run(convert_main, convert_args(files, tmp / "model"))
+    faces = tmp / "faces"
+    (faces / "sub").mkdir(parents=True)
+    Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(faces / "a.png")
+    Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).save(faces / "b.jpg", quality=90)
+    Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(faces / "sub" / "c.png")
+    (faces / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    (faces / "notes.txt").write_text("not an image\n")
+    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
+    (tmp / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
+    return tmp
+
+
+def temper_(ref, rng):
+    """Random weights give images whose values run into the thousands, dominated by MAAR's
+    maps, and identity codes far larger than keys; 8-bit outputs would clip them and the
+    key would hardly show. So: the decoder's noise weights are made small (the latents
+    then matter), KRIA's first layers weigh the key as much as the identity code, and
+    the ToRGB layers are scaled to give values mostly in [-1, 1] (the image is linear in
+    the ToRGB weights and biases together)."""
+    face = torch.from_numpy(rng.uniform(-1, 1, (1, 3, 256, 256)).astype(np.float32))
+    z = torch.from_numpy(rng.standard_normal((3, ref.latent_avg.shape[1])).astype(np.float32))
+    with torch.no_grad():
+        key = ref.key(z)
+        _, _, identity, _ = ref.encode(face)
+        dim = identity.shape[-1]
+        for mlp in ref.kria.mapper:
+            mlp.model[0].weight[:, dim:] *= float(identity.std() / key.std())
+        for name, p in ref.decoder.named_parameters():
+            if name.endswith("noise.weight"):
+                p.mul_(0.01)
+        factor = 0.5 / float(ref.anonymize(face, key)[0].std())
+        for name, p in ref.decoder.named_parameters():
+            if name.startswith(("to_rgb1.", "to_rgbs.")) and "modulation" not in name:
+                p.mul_(factor)
+
+
+def anonymize(ws, out, *extra):
+    return command_line(
+        "anonymize",
+        ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(ws / "faces"), str(out),
+         "--batch-size", str(BATCH), *extra],
+    )
+
+
+def recover(ws, in_dir, out, password_file="password.txt", *extra):
+    return command_line(
+        "recover",
+        ["--model", str(ws / "model"), "--password-file", str(ws / password_file), str(in_dir), str(out),
+         "--batch-size", str(BATCH), *extra],
+    )
+
+
+@pytest.fixture(scope="module")
+def anonymizer(workspace):
+    return FaceAnonymizer(workspace / "model")
+
+
+@pytest.fixture(scope="module")
+def anonymized(workspace):
+    report = anonymize(workspace, workspace / "anonymized", "--save-latents")
+    return report
+
+
+@pytest.fixture(scope="module")
+def recovered(workspace, anonymized):
+    """Recovery of the anonymized folder: image mode with both passwords, latent mode."""
+    ws = workspace
+    return {
+        "right": recover(ws, ws / "anonymized", ws / "recovered_right"),
+        "wrong": recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
+        "latent": recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
+    }
+
+
+def pixels(path):
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB"), np.int16)
+
+
+def test_anonymize_writes_outputs_with_metadata(workspace, anonymized, anonymizer):
+    out = workspace / "anonymized"
+    names = ["a.png", "b.png", "sub/c.png"]
+    assert sorted(str(p.relative_to(out)) for p in anonymized.written) == names
+    for name in names:
+        assert pixels(out / name).shape == (SIZE, SIZE, 3)
+        assert (out / name).with_name((out / name).stem + LATENTS_SUFFIX).is_file()
+    # The corrupt file is reported; a non-image file is not an input at all.
+    assert [s.path.name for s in anonymized.skipped] == ["broken.jpg"]
+    assert "cannot read image" in anonymized.skipped[0].reason
+    assert not any("notes" in p.name for p in out.rglob("*"))
+
+    metas = [images.read_metadata(out / name) for name in names]
+    for meta in metas:
+        assert meta["operation"] == "anonymize"
+        assert meta["model"]["fingerprint"] == anonymizer.fingerprint
+        record = keys.KeyRecord.from_dict(meta["key"])
+        assert (record.kdf, record.version) == ("scrypt", keys.DERIVATION_VERSION)
+        assert (record.n, record.r, record.p) == (keys.DEFAULT_SCRYPT["n"], keys.DEFAULT_SCRYPT["r"], keys.DEFAULT_SCRYPT["p"])
+        assert len(bytes.fromhex(record.salt)) == keys.SALT_BYTES
+    assert len({m["key"]["salt"] for m in metas}) == 1  # one run, one salt
+
+
+def test_stored_record_rederives_the_key(workspace, anonymized, anonymizer):
+    """The key re-derived from an output's record (and the password) made that output."""
+    meta = images.read_metadata(workspace / "anonymized" / "a.png")
+    record = keys.KeyRecord.from_dict(meta["key"])
+    face = images.read_image(workspace / "faces" / "a.png", anonymizer.input_size)[None]
+    stored = pixels(workspace / "anonymized" / "a.png")
+    right, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(PASSWORD, record))
+    wrong, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(WRONG_PASSWORD, record))
+    assert np.abs(images.to_uint8(right[0]).astype(np.int16) - stored).max() <= 1
+    assert np.abs(images.to_uint8(wrong[0]).astype(np.int16) - stored).mean() > 5.0
+
+
+def test_recovery_with_right_and_wrong_password(workspace, recovered):
+    right_dir, wrong_dir = workspace / "recovered_right", workspace / "recovered_wrong"
+    for name in ("right", "wrong"):
+        assert len(recovered[name].written) == 3 and not recovered[name].skipped
+    for name in ("a.png", "b.png", "sub/c.png"):
+        meta = images.read_metadata(right_dir / name)
+        assert (meta["operation"], meta["mode"]) == ("recover", "image")
+        # A wrong password is no error: it gives another face.
+        assert np.abs(pixels(right_dir / name) - pixels(wrong_dir / name)).mean() > 5.0
+
+
+def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer):
+    """--mode latent from the saved latents = the in-memory path = DBAF.recover_latent itself."""
+    out = workspace / "recovered_latent"
+    assert len(recovered["latent"].written) == 3
+    assert images.read_metadata(out / "a.png")["mode"] == "latent"
+    record = keys.KeyRecord.from_dict(images.read_metadata(workspace / "anonymized" / "a.png")["key"])
+    key = anonymizer.key_for(PASSWORD, record)
+    face = pad_batch(images.read_image(workspace / "faces" / "a.png", anonymizer.input_size)[None], BATCH)
+
+    _, latents = anonymizer.anonymize(face, key)
+    in_memory = anonymizer.recover_from_latents(latents, key)[0]
+    with np.load(workspace / "anonymized" / f"a{LATENTS_SUFFIX}") as saved:
+        for name in saved.files:
+            np.testing.assert_array_equal(saved[name], latents[name][0])
+
+    model, variables = anonymizer.model, anonymizer.variables
+
+    @jax.jit
+    def direct(variables, batch, key):
+        encoding, _ = model.encode(variables, batch)
+        anonymized_identity = model.transform_identity(variables, encoding.identity_code, key[None])
+        return model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
+
+    directly = np.asarray(direct(variables, face, key))[0]
+    np.testing.assert_allclose(in_memory, directly, rtol=1e-5, atol=1e-5 * np.abs(directly).max())
+    assert np.abs(pixels(out / "a.png") - images.to_uint8(in_memory).astype(np.int16)).max() <= 1
+
+
+def test_password_appears_nowhere(workspace, anonymized, recovered, capsys):
+    secrets = [p.encode("utf-8") for p in (PASSWORD, WRONG_PASSWORD)]
+    secrets += [p.encode("utf-16-le") for p in (PASSWORD, WRONG_PASSWORD)]
+    outputs = [p for d in ("anonymized", "recovered_right", "recovered_wrong", "recovered_latent", "model")
+               for p in (workspace / d).rglob("*")]
+    assert len(outputs) > 10
+    for path in outputs:
+        assert PASSWORD not in str(path) and WRONG_PASSWORD not in str(path)
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(s in data for s in secrets), path
+    # Nor in what the commands print.
+    anonymized.print()
+    for report in recovered.values():
+        report.print()
+    printed = capsys.readouterr()
+    assert PASSWORD not in printed.err + printed.out and WRONG_PASSWORD not in printed.err + printed.out
+
+
+def test_existing_outputs_are_not_overwritten(workspace, anonymized):
+    out = workspace / "anonymized"
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
+            str(workspace / "faces"), str(out)]
+    result = subprocess.run(
+        [sys.executable, "-m", "dbaf_jax.anonymize", *args],
+        capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode == 1
+    assert "exist already" in result.stderr and "--overwrite" in result.stderr
+    assert PASSWORD not in result.stderr + result.stdout
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_recover_skips_images_without_metadata(workspace, anonymized, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.png").write_bytes((workspace / "anonymized" / "a.png").read_bytes())
+    (folder / "plain.png").write_bytes((workspace / "faces" / "a.png").read_bytes())
+    report = recover(workspace, folder, tmp_path / "out")
+    assert [p.name for p in report.written] == ["a.png"]
+    assert [s.path.name for s in report.skipped] == ["plain.png"]
+    assert "no dbaf_jax metadata" in report.skipped[0].reason
+
+
+def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tmp_path):
+    """Re-saving the same weights keeps the fingerprint; other weights change it."""
+    model, variables = dbaf.load(workspace / "model")
+    for name in dbaf.NETWORKS + (dbaf.KEY_GENERATOR,):
+        network = checkpoints.load_network(workspace / "model" / name)
+        checkpoints.save_network(tmp_path / name, network.module, network.variables)
+    copy_model, copy_variables = dbaf.load(tmp_path)
+    assert model_fingerprint(copy_model, copy_variables) == anonymizer.fingerprint
+    changed = jax.tree.map(lambda x: x, copy_variables)
+    changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
+    assert model_fingerprint(copy_model, changed) != anonymizer.fingerprint
