@@ -238,7 +238,18 @@ def infer_kria(state_dict: Mapping[str, Array], source: str, groups: tuple[int, 
     return KRIA(style_dim=int(first.shape[1]) // 2, groups=tuple(groups), extra_layers=max(0, layers - 4))
 
 
-def encoder_network(path: str | Path) -> tuple[Any, dict]:
+def infer_encoder(encoder_sd: Mapping[str, Array], opts: Mapping[str, Any], source: str) -> Encoder4Editing:
+    """The e4e encoder of a pSp file's ``encoder.*`` entries (prefix removed, ``latent_avg``
+    added) and its opts; the width is read from the stem."""
+    size = int(opts.get("stylegan_size") or e4e_convert.stylegan_size_from_styles(encoder_sd, source))
+    stem = _require(encoder_sd, "input_layer.0.weight", source, "e4e encoder")
+    latent_avg = _require(encoder_sd, e4e_convert.LATENT_AVG_KEY, source, "e4e encoder")
+    return Encoder4Editing(
+        stylegan_size=size, style_dim=int(latent_avg.shape[-1]), width_scale=int(stem.shape[0]) / STEM_CHANNELS
+    )
+
+
+def encoder_network(path: str | Path) -> tuple[Encoder4Editing, dict]:
     """The e4e encoder of a pSp-layout file (``encoder.*`` and ``latent_avg``).
 
     DBAF never runs the file's own decoder (``decoder.*``), so it is not converted.
@@ -260,13 +271,9 @@ def encoder_network(path: str | Path) -> tuple[Any, dict]:
     if stray:
         raise ConversionError(f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}")
     encoder_sd = sub_dict(state_dict, "encoder.")
-    latent_avg = to_numpy({"latent_avg": checkpoint[e4e_convert.LATENT_AVG_KEY]}, source)["latent_avg"]
-    encoder_sd[e4e_convert.LATENT_AVG_KEY] = latent_avg
-    size = int(opts.get("stylegan_size") or e4e_convert.stylegan_size_from_styles(encoder_sd, source))
-    stem = _require(encoder_sd, "input_layer.0.weight", source, "e4e encoder")
-    encoder = Encoder4Editing(
-        stylegan_size=size, style_dim=int(latent_avg.shape[-1]), width_scale=int(stem.shape[0]) / STEM_CHANNELS
-    )
+    latent_avg = {e4e_convert.LATENT_AVG_KEY: checkpoint[e4e_convert.LATENT_AVG_KEY]}
+    encoder_sd.update(to_numpy(latent_avg, source))
+    encoder = infer_encoder(encoder_sd, opts, source)
     return encoder, e4e_convert.encoder_variables(encoder_sd, encoder, f"{source}:encoder")
 
 

@@ -16,14 +16,18 @@ import pytest
 import torch
 
 from convert.common import ConversionError, run
+from configs import stage2
 from convert.dbaf import (
     compatibility_problems,
     encoder_map_channels,
     infer_cid,
+    infer_encoder,
     infer_kria,
     infer_maar,
     main,
 )
+from convert.stylegan2 import infer_discriminator, infer_generator
+from dbaf_jax import checkpoints
 from dbaf_jax import keys
 from dbaf_jax.anonymize import FaceAnonymizer
 from dbaf_jax.models import dbaf
@@ -33,6 +37,9 @@ from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
 from tests.parity import assert_parity, nchw, nhwc, relative_error
+from dbaf_jax.train import loop, networks
+from tests.torch_reference import e4e as torch_e4e
+from tests.torch_reference import stylegan2 as torch_stylegan2
 from tests.torch_reference.dbaf import AnonymizationNet, AttrBlock, DisentanglementId
 from tests.torch_reference.dbaf_pipeline import (
     ENC_WIDTH,
@@ -251,3 +258,31 @@ def test_full_size_layout():
     anonymized, recovered, maps = jax.eval_shape(anonymize_and_recover, variables, images, z)
     assert anonymized.shape == recovered.shape == (2, 256, 256, 3)
     assert [m.shape for m in maps] == [(2, 16, 16, 512), (2, 32, 32, 512), (2, 64, 64, 512)]
+
+
+def test_full_size_conversion_fits_stage2():
+    """What the converter infers from full-size reference files is, field for field, what
+    stage 2 builds from its config (with ref_cid): a converted stage-1 directory loads as
+    ``init_from`` (networks.load_pretrained compares exactly these fields)."""
+    with torch.device("meta"):
+        encoder_sd = shapes_of(torch_e4e.Encoder4Editing())
+        generator_sd = shapes_of(torch_stylegan2.Generator(256, 512, 8))
+        discriminator_sd = shapes_of(torch_stylegan2.Discriminator(256))
+        cid_sd, maar_sd = shapes_of(DisentanglementId()), shapes_of(AttrBlock())
+    encoder_sd["latent_avg"] = np.broadcast_to(np.float32(0), (14, 512))
+    opts = {"encoder_type": "Encoder4Editing", "stylegan_size": 256, "start_from_latent_avg": True}
+    generator = infer_generator(generator_sd, "g")
+    inferred = {
+        "e4e": infer_encoder(encoder_sd, opts, "e4e"),
+        "cid": infer_cid(cid_sd, "cid", None, heads=14),
+        "maar": infer_maar(maar_sd, "maar")[0],
+        "decoder": generator,
+        dbaf.KEY_GENERATOR: generator,
+        "discriminator": infer_discriminator(discriminator_sd, "d"),
+    }
+    assert set(inferred) == set(loop.STAGE1_EXPORTS)
+    built = networks.modules(networks.build(stage2.get_config("reference,ref_cid")))
+    for name, module in inferred.items():
+        expected = {k: v for k, v in checkpoints.module_config(built[name]).items() if k != "dtype"}
+        found = {k: v for k, v in checkpoints.module_config(module).items() if k != "dtype"}
+        assert found == expected, name
