@@ -207,7 +207,7 @@ def infer_cid(state_dict: Mapping[str, Array], source: str, groups: tuple[int, .
     groups = tuple(groups) if groups else default_groups(n_latent)
     if sum(groups) != n_latent:
         raise ConversionError(f"{source}: latent groups {groups} do not add up to its {n_latent} latents")
-    if inner % heads:
+    if heads < 1 or inner % heads:
         raise ConversionError(f"{source}: attention width {inner} is not a multiple of {heads} heads (--cid-heads)")
     return CID(
         n_latent=n_latent,
