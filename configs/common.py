@@ -59,10 +59,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1: all devices not used by fsdp
     c.mesh.fsdp = 1
+    c.mesh.min_shard_size = 2**18  # fsdp splits only arrays with at least this many elements
     c.compute_dtype = "float32"  # or "bfloat16" (parameters stay float32)
 
     c.log_every = 10  # ref writes scalars every 10 steps
-    c.sample_every = 500
+    c.sample_every = 500  # and after the last step; <= 0: no samples
     c.checkpoint_every = 1000
     c.keep_checkpoints = 3
     return c

@@ -33,6 +33,7 @@ from dbaf_jax.train import checkpointing, metrics as metrics_lib, networks as ne
 from dbaf_jax.train import state as state_lib
 
 MODEL_EXPORT = "model"
+METRICS_FILE = "metrics.jsonl"
 # Networks a stage-1 export hands to stage 2 (the critics come from model_dir again).
 STAGE1_EXPORTS = ("e4e", "cid", "maar", "decoder", KEY_GENERATOR, "discriminator")
 
@@ -43,16 +44,30 @@ def architecture(config: ml_collections.ConfigDict) -> dict:
 
 
 def initial_variables(config: ml_collections.ConfigDict, nets: networks_lib.Networks, rng: jax.Array) -> dict:
-    """Random init, then the converted base networks, then (stage 2) the stage-1 result."""
-    variables = networks_lib.init_variables(nets, rng, config.model.size)
+    """The converted base networks, then (stage 2) the stage-1 result; the rest random."""
+    built = networks_lib.modules(nets)
+    sources = []  # (directory, {network: sub-directory}), later ones override earlier ones
     if config.model_dir:
-        variables = networks_lib.load_pretrained(nets, variables, config.model_dir, networks_lib.PRETRAINED)
+        sources.append((Path(config.model_dir), networks_lib.PRETRAINED))
     if config.stage == 2 and config.get("init_from"):
         source = Path(config.init_from)
         source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
-        names = {n: n for n in STAGE1_EXPORTS if (source / n).is_dir() or n != "maar"}
-        variables = networks_lib.load_pretrained(nets, variables, source, names)
+        # A stage-1 export without MAAR (the no-MAAR ablation) leaves a MAAR of this run random.
+        exported = [n for n in STAGE1_EXPORTS if n in built and ((source / n).is_dir() or n != "maar")]
+        sources.append((source, {n: n for n in exported}))
+    loaded = {name for _, names in sources for name in names}
+    random_names = [n for n in built if n not in loaded]
+    variables = networks_lib.init_variables(nets, rng, config.model.size, random_names)
+    for directory, names in sources:
+        variables = networks_lib.load_pretrained(nets, variables, directory, names)
     return variables
+
+
+def append_metrics(path: Path, step: int, scalars: dict[str, float]) -> None:
+    """One JSON line {"step": step, name: value, ...} per logged step (primary process only)."""
+    if jax.process_index() == 0 and scalars:
+        with path.open("a") as f:
+            f.write(json.dumps({"step": step, **scalars}) + "\n")
 
 
 def data_source(config: ml_collections.ConfigDict):
@@ -131,6 +146,18 @@ def export(workdir: Path, nets: networks_lib.Networks, variables: dict, stage: i
     return out
 
 
+def save_interrupted(checkpointer: checkpointing.TrainingCheckpointer, state: state_lib.TrainState) -> None:
+    """Saves the state of the last completed step, if an interrupt left it intact.
+
+    An interrupt that lands after a step was dispatched (which donates the old state)
+    but before its result is bound leaves no intact state: the latest checkpoint stands.
+    """
+    if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):
+        logging.warning("the interrupted step's state was donated; resume from the latest checkpoint")
+        return
+    checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +173,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
 
     variables = initial_variables(config, nets, init_rng)
     state, frozen, txs = state_lib.create(config, variables, state_rng)
-    state = jax.device_put(state, sharding.param_sharding(mesh, state))
+    state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
     frozen = jax.device_put(frozen, sharding.replicated(mesh))
     del variables
 
@@ -160,8 +187,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
 
     step_fn = make_step(config, nets, txs, mesh, state, frozen)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
-    sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
-    sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)
+    sampling = config.sample_every > 0
+    if sampling:
+        sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
+        sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)
     writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start)
     step = start
     try:
@@ -173,19 +202,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                 done = step + 1
                 if done % config.log_every == 0 or done == total_steps:
                     scalars = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
-                    writer.write_scalars(done, scalars)
-                if done % config.sample_every == 0 or done == total_steps:
+                    append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
+                if sampling and (done % config.sample_every == 0 or done == total_steps):
                     writer.write_images(done, {f"stage{config.stage}_samples": sample_grid(sampler(state))})
                 checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
                 step = done
+            checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
     except KeyboardInterrupt:
         logging.warning("interrupted at step %d: saving a checkpoint", step)
-        checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
-        checkpointer.close()
+        save_interrupted(checkpointer, state)
         raise
-    checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
-    checkpointer.close()
-    writer.close()
+    finally:
+        checkpointer.close()  # waits for the asynchronous writes
+        writer.close()
     if jax.process_index() == 0:
         out = export(workdir, nets, state_lib.exported_variables(state, frozen), config.stage)
         logging.info("exported the trained model to %s", out)

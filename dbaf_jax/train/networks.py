@@ -13,7 +13,9 @@ at random from the seed, which is what the ``tiny`` smoke runs do.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -120,27 +122,56 @@ def modules(networks: Networks) -> dict:
     return {name: module for name, module in named.items() if module is not None}
 
 
-def init_variables(networks: Networks, rng: jax.Array, size: int) -> Variables:
-    """Random variables for every network (float32), from one seed."""
+def init_variables(
+    networks: Networks, rng: jax.Array, size: int, names: Sequence[str] | None = None
+) -> Variables:
+    """Random variables (float32) for the networks in ``names`` (default: all), from one seed.
+
+    Each network draws from its own key, so a network's values do not depend on which
+    others are initialised (a run skips the ones it loads from files). One jitted
+    program: traced eagerly, Flax would compile every distinct small op separately,
+    and under jit the forward passes that give the shapes are dead code.
+    """
+    built = modules(networks)
+    names = tuple(built) if names is None else tuple(names)
+    unknown = set(names) - set(built)
+    if unknown:
+        raise ValueError(f"no networks named {sorted(unknown)} in this run")
     model = networks.model
-    batch = 2
-    images = jnp.zeros((batch, size, size, 3))
-    latents = jnp.zeros((batch, model.decoder.n_latent, model.decoder.style_dim))
-    names = ("e4e", "cid", "maar", "decoder", "kria", "discriminator", "arcface", "lpips", "parser")
-    rngs = dict(zip(names, jax.random.split(rng, len(names))))
-    variables = {"e4e": model.e4e.init(rngs["e4e"], images)}
-    features = model.e4e.apply(variables["e4e"], images)
-    variables["cid"] = model.cid.init(rngs["cid"], latents)
-    if model.maar is not None:
-        variables["maar"] = model.maar.init(rngs["maar"], features.c3, features.c2, features.c1)
-    variables["decoder"] = model.decoder.init(rngs["decoder"], latents)
-    variables["kria"] = model.kria.init(rngs["kria"], latents, latents)
-    variables["discriminator"] = networks.discriminator.init(rngs["discriminator"], images)
-    variables[KEY_GENERATOR] = jax.tree.map(jnp.copy, variables["decoder"])  # the decoder's start, own buffers
-    variables["arcface"] = networks.arcface.init(rngs["arcface"], images)
-    variables["lpips"] = networks.lpips.init(rngs["lpips"], images, images)
-    variables["parser"] = networks.parser.init(rngs["parser"], images)
-    return variables
+    # Thousands of threefry draws and no real compute: on the CPU, XLA's default LLVM
+    # optimisation triples the compile time of this program and buys nothing.
+    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
+
+    @functools.partial(jax.jit, compiler_options=options)
+    def init(rng):
+        images = jnp.zeros((2, size, size, 3))
+        latents = jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim))
+        rngs = dict(zip(_INIT_ORDER, jax.random.split(rng, len(_INIT_ORDER))))
+        e4e = model.e4e.init(rngs["e4e"], images)
+        decoder = model.decoder.init(rngs["decoder"], latents)
+        initialisers = {
+            "e4e": lambda: e4e,
+            "cid": lambda: model.cid.init(rngs["cid"], latents),
+            "maar": lambda: model.maar.init(rngs["maar"], *_maar_inputs(model.e4e.apply(e4e, images))),
+            "decoder": lambda: decoder,
+            "kria": lambda: model.kria.init(rngs["kria"], latents, latents),
+            "discriminator": lambda: networks.discriminator.init(rngs["discriminator"], images),
+            KEY_GENERATOR: lambda: jax.tree.map(jnp.copy, decoder),  # the decoder's start, own buffers
+            "arcface": lambda: networks.arcface.init(rngs["arcface"], images),
+            "lpips": lambda: networks.lpips.init(rngs["lpips"], images, images),
+            "parser": lambda: networks.parser.init(rngs["parser"], images),
+        }
+        return {name: initialisers[name]() for name in names}
+
+    return init(rng)
+
+
+# The order in which init_variables splits its seed (fixed: it defines every network's key).
+_INIT_ORDER = ("e4e", "cid", "maar", "decoder", "kria", "discriminator", "arcface", "lpips", "parser")
+
+
+def _maar_inputs(features) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return features.c3, features.c2, features.c1
 
 
 def load_pretrained(
