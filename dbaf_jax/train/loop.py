@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import tqdm
 
 from dbaf_jax import checkpoints, data, sharding
 from dbaf_jax import images as images_lib
@@ -183,7 +184,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     start = 0
     if restored is not None:
         state, start = restored.state, restored.step
-        logging.info("resumed from step %d", start)
+        print(f"resumed from {checkpointer.directory / str(start)}")
 
     step_fn = make_step(config, nets, txs, mesh, state, frozen)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
@@ -191,7 +192,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     if sampling:
         sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
         sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)
-    writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start)
+    progress = tqdm.tqdm(
+        total=total_steps, initial=start, unit="step", desc=f"stage {config.stage}", disable=jax.process_index() != 0
+    )
+    writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start, print_fn=progress.write)
     step = start
     try:
         with checkpointing.catch_sigterm():
@@ -206,6 +210,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                 if sampling and (done % config.sample_every == 0 or done == total_steps):
                     writer.write_images(done, {f"stage{config.stage}_samples": sample_grid(sampler(state))})
                 checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
+                progress.update(1)
                 step = done
             checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
     except KeyboardInterrupt:
@@ -215,7 +220,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     finally:
         checkpointer.close()  # waits for the asynchronous writes
         writer.close()
+        progress.close()
     if jax.process_index() == 0:
         out = export(workdir, nets, state_lib.exported_variables(state, frozen), config.stage)
-        logging.info("exported the trained model to %s", out)
+        print(f"exported the trained model to {out}")
     return state
