@@ -13,13 +13,12 @@ table also gives PyTorch time / JAX time and the relative difference of the outp
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import numpy as np
 import torch
 
+from benchmarks.timing import median_seconds
 from convert.arcface import arcface_variables
 from convert.common import to_numpy
 from convert.e4e import encoder_variables
@@ -29,16 +28,6 @@ from tests.parity import nchw, relative_error
 from tests.torch_reference import e4e as torch_e4e
 from tests.torch_reference.arcface import Backbone
 from tests.torch_reference.irse import randomize_irse_
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up (and compilation for JAX)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def build_e4e():

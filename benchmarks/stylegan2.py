@@ -15,29 +15,18 @@ in bfloat16 (parameters stay float32) and runs PyTorch under autocast(bfloat16).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
+from benchmarks.timing import median_seconds
 from convert.common import to_numpy
 from convert.stylegan2 import generator_variables
 from dbaf_jax.models.stylegan2 import Generator
 from tests.parity import randomize_, relative_error
 from tests.torch_reference import stylegan2 as ref
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up (and compilation for JAX)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> None:

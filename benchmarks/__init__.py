@@ -1,0 +1,1 @@
+"""Speed measurements (run as ``python -m benchmarks.<name>``); never asserted in tests."""
