@@ -32,8 +32,8 @@ from dbaf_jax import data, keys, sharding
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.stylegan2 import Generator
-from dbaf_jax.train import checkpointing, loop, networks as networks_lib, state as state_lib
+from dbaf_jax.models.stylegan2 import Discriminator, Generator
+from dbaf_jax.train import checkpointing, loop, networks as networks_lib, state as state_lib, steps
 
 SIZE = 32
 BATCH = 8  # one image per forced host device
@@ -53,6 +53,8 @@ def compilation_cache(tmp_path_factory):
         "jax_compilation_cache_dir": str(root / "jax_cache_test_train"),
         "jax_persistent_cache_min_compile_time_secs": 0.0,
         "jax_persistent_cache_min_entry_size_bytes": 0,
+        # A size limit makes JAX lock the cache directory: the xdist workers share it.
+        "jax_compilation_cache_max_size": 2**33,
     }
     saved = {name: jax.config.values[name] for name in options}
     for name, value in options.items():
@@ -285,6 +287,20 @@ def test_cid_batch_attention_on_8_devices_equals_1_device():
     batch_mates_changed[1:] += 1.0
     (_, attribute_other), _ = run(sharding.make_mesh(8, 1), batch_mates_changed)
     assert np.abs(attribute_other[0] - attribute_8[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_discriminator_sees_each_stage2_output_on_its_own(batch):
+    """D's logits for stage 2's five outputs equal five separate calls, as the reference
+    makes them: its minibatch-stddev statistic is shared within one call only."""
+    discriminator = Discriminator(size=8, width_scale=1 / 16)
+    outputs = [jnp.asarray(np.random.default_rng(i).normal(size=(batch, 8, 8, 3)), jnp.float32) for i in range(5)]
+    variables = discriminator.init(jax.random.PRNGKey(0), outputs[0])
+    d_apply = jax.jit(lambda x: discriminator.apply(variables, x))
+    logits = steps.discriminate_each(d_apply, outputs)
+    np.testing.assert_allclose(logits, np.stack([d_apply(x) for x in outputs]), rtol=1e-5, atol=1e-6)
+    if batch * 5 % 4 == 0:  # one call on all 20 images would group samples of different outputs
+        assert not np.allclose(d_apply(jnp.concatenate(outputs)), logits.reshape(-1, 1), rtol=1e-3)
 
 
 # ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -128,15 +128,23 @@ def init_variables(
     """Random variables (float32) for the networks in ``names`` (default: all), from one seed.
 
     Each network draws from its own key, so a network's values do not depend on which
-    others are initialised (a run skips the ones it loads from files). One jitted
-    program: traced eagerly, Flax would compile every distinct small op separately,
-    and under jit the forward passes that give the shapes are dead code.
+    others are initialised (a run skips the ones it loads from files).
     """
     built = modules(networks)
     names = tuple(built) if names is None else tuple(names)
     unknown = set(names) - set(built)
     if unknown:
         raise ValueError(f"no networks named {sorted(unknown)} in this run")
+    return _initializer(networks, size, names)(rng)
+
+
+@functools.lru_cache(maxsize=4)
+def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+    """One jitted program per architecture, kept for later runs in the process.
+
+    Traced eagerly, Flax would compile every distinct small op separately; under jit
+    the forward passes that only give shapes are dead code.
+    """
     model = networks.model
     # Thousands of threefry draws and no real compute: on the CPU, XLA's default LLVM
     # optimisation triples the compile time of this program and buys nothing.
@@ -163,7 +171,7 @@ def init_variables(
         }
         return {name: initialisers[name]() for name in names}
 
-    return init(rng)
+    return init
 
 
 # The order in which init_variables splits its seed (fixed: it defines every network's key).

@@ -12,7 +12,7 @@ stage 1 encodes each image once and rolls the encoding for the attribute images.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +88,17 @@ def _regulariser(settings: StepSettings, frozen: Variables) -> Callable[[jax.Arr
     return lambda w: losses.latent_distance_to_average(w, latent_avg)
 
 
+def discriminate_each(d_apply: Callable[[jax.Array], jax.Array], batches: Sequence[jax.Array]) -> jax.Array:
+    """D's logits (n, B, 1) for n image batches (B, H, W, 3), each batch seen on its own.
+
+    The reference calls D once per output. D's minibatch-stddev layer shares a
+    statistic among samples of one call, so one call on the concatenated batches would
+    change every logit (and fail unless n * B divides by the stddev group); vmap keeps
+    the calls separate and still runs one batched network.
+    """
+    return jax.vmap(d_apply)(jnp.stack(batches))
+
+
 def _discriminator_update(
     networks: Networks,
     settings: StepSettings,
@@ -107,8 +118,7 @@ def _discriminator_update(
             lambda: losses.r1_penalty(d_apply, real, settings.r1_gamma),
             lambda: (jnp.zeros(()), d_apply(real)),
         )
-        fake_logits = jnp.split(d_apply(jnp.concatenate(fakes)), len(fakes))
-        logistic = [losses.discriminator_logistic_loss(real_logits, f) for f in fake_logits]
+        logistic = [losses.discriminator_logistic_loss(real_logits, f) for f in discriminate_each(d_apply, fakes)]
         return losses.discriminator_loss(logistic, r1, reduction)
 
     (total, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.discriminator_params.fast)
@@ -257,16 +267,21 @@ def stage2_forward(
     anonymized_identity = [model.transform_identity(variables, encoding.identity_code, k) for k in (p1, p2)]
     anonymized_latents = [encoding.attribute_code + a for a in anonymized_identity]
     if settings.recovery == "latent":
-        source, source_identity = encoding, anonymized_identity[0]
-        anonymized = _synthesize_many(model, variables, anonymized_latents, encoding.attribute_maps)
+        # Recovery reuses the original A and maps: all five outputs in one generator call.
+        recovered_latents = [
+            encoding.attribute_code + model.transform_identity(variables, anonymized_identity[0], k)
+            for k in (p1, wrong1, wrong2)
+        ]
+        decoded = _synthesize_many(model, variables, anonymized_latents + recovered_latents, encoding.attribute_maps)
+        anonymized, recovered = decoded[:2], decoded[2:]
     else:
         anonymized = _synthesize_many(model, variables, anonymized_latents, encoding.attribute_maps)
         source, _ = model.encode(variables, anonymized[0], train=train, rng=rec_rng)
-        source_identity = source.identity_code
-    recovered_latents = [
-        source.attribute_code + model.transform_identity(variables, source_identity, k) for k in (p1, wrong1, wrong2)
-    ]
-    recovered = _synthesize_many(model, variables, recovered_latents, source.attribute_maps)
+        recovered_latents = [
+            source.attribute_code + model.transform_identity(variables, source.identity_code, k)
+            for k in (p1, wrong1, wrong2)
+        ]
+        recovered = _synthesize_many(model, variables, recovered_latents, source.attribute_maps)
     outputs = Stage2Outputs(tuple(anonymized) + tuple(recovered), tuple(anonymized_latents + recovered_latents))
     return outputs, ({"maar": maar_stats} if maar_stats else {})
 
@@ -313,7 +328,7 @@ def stage2_step(
         embeddings = jnp.split(crit.embed(stacked), n)
         logits = jnp.split(crit.parse(stacked), n)
         distances = jnp.split(crit.lpips(jnp.concatenate([images] * n), stacked), n)
-        fake_logits = jnp.split(networks.discriminator.apply({"params": d_params}, stacked), n)
+        fake_logits = discriminate_each(lambda x: networks.discriminator.apply({"params": d_params}, x), outputs.images)
         per_output = {
             "rec": [reconstruction(images, x) for x in outputs.images],
             "lpips": [losses.lpips_batch_mean(d) for d in distances],
