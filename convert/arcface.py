@@ -19,7 +19,7 @@ import numpy as np
 
 from convert.common import ConversionError, Rule, load_torch_checkpoint, map_state_dict, run, to_numpy
 from convert.irse import IGNORED, batch_norm_rules, irse_body_rules
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.arcface import INPUT_SIZE, ArcFace
 from dbaf_jax.models.irse import unit_specs
 

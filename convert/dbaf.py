@@ -5,9 +5,9 @@
         --decoder best_model_decoder_finetune.pth --kria best_model_id_mlp.pth
         [--discriminator D.pth] --out DIR [--overwrite]
 
-writes, each with `dbaf_jax.checkpoints.save_network`:
+writes, each with `dbaf_jax.model_directory.save_network`:
   DIR/e4e            the encoder of the e4e (pSp-layout) file, with its latent_avg
-  DIR/generator      ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping
+  DIR/key_generator  ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping
                      turns key z into key w (the reference's test.py keys with the
                      original generator, not the fine-tuned one)
   DIR/decoder        the fine-tuned generator (a plain rosinality Generator state_dict)
@@ -66,7 +66,7 @@ from convert.common import (
     to_numpy,
 )
 from convert.stylegan2 import discriminator_variables, generator_variables, infer_discriminator, infer_generator
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing

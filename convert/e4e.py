@@ -46,7 +46,7 @@ from convert.common import (
 )
 from convert.irse import IGNORED, conv_rules, irse_body_rules
 from convert.stylegan2 import generator_variables, infer_generator
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 
 ENCODER_NAME = "e4e"

@@ -28,7 +28,7 @@ from convert.common import (
     run,
     to_numpy,
 )
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.lpips import LPIPS, TAP_CHANNELS
 
 # Flax convolution name -> index j of torchvision's `features.{j}`.

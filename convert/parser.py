@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from convert.common import ConversionError, Rule, conv_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 
 KINDS = ("unet", "bisenet")

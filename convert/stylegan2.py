@@ -39,7 +39,7 @@ from convert.common import (
     run,
     to_numpy,
 )
-from dbaf_jax.checkpoints import save_network
+from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 from dbaf_jax.nn.upfirdn import make_kernel
 

@@ -39,7 +39,7 @@ import numpy as np
 from flax import traverse_util
 from tqdm import tqdm
 
-from dbaf_jax import __version__, checkpoints, images, keys
+from dbaf_jax import __version__, images, keys, model_directory
 from dbaf_jax.models import dbaf
 
 LATENTS_SUFFIX = ".latents.npz"
@@ -64,18 +64,11 @@ def model_fingerprint(model: dbaf.DBAF, variables: dbaf.Variables) -> str:
     It does not depend on the files (Orbax names them at random and stamps them), so the
     same weights converted twice, or copied elsewhere, keep their fingerprint.
     """
-    modules = {
-        "e4e": model.e4e,
-        "cid": model.cid,
-        "maar": model.maar,
-        "decoder": model.decoder,
-        "kria": model.kria,
-        dbaf.KEY_GENERATOR: model.key_generator,
-    }
+    modules = model.networks()
     digest = hashlib.sha256()
-    for name in sorted(n for n, m in modules.items() if m is not None):
+    for name in sorted(modules):
         module = modules[name]
-        header = [name, checkpoints.module_kind(module), checkpoints.module_config(module)]
+        header = [name, model_directory.module_kind(module), model_directory.module_config(module)]
         digest.update(json.dumps(header, sort_keys=True).encode())
         for path, leaf in sorted(traverse_util.flatten_dict(variables[name]).items()):
             leaf = np.ascontiguousarray(leaf)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import checkpoints, images
+from dbaf_jax import images, model_directory
 from dbaf_jax.models.stylegan2 import Generator, truncate
 
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rng = jax.random.PRNGKey(args.seed)
     if args.model:
-        network = checkpoints.load_network(args.model)
+        network = model_directory.load_network(args.model)
         generator, variables = network.module, network.variables
     else:
         generator = Generator(size=args.size, width_scale=args.width_scale)

@@ -17,7 +17,7 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import checkpoints, images, keys
+from dbaf_jax import images, keys, model_directory
 from dbaf_jax.anonymize import LATENTS_SUFFIX, FaceAnonymizer, command_line, model_fingerprint, pad_batch
 from dbaf_jax.models import dbaf
 from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
@@ -240,8 +240,8 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
     """Re-saving the same weights keeps the fingerprint; other weights change it."""
     model, variables = dbaf.load(workspace / "model")
     for name in dbaf.NETWORKS + (dbaf.KEY_GENERATOR,):
-        network = checkpoints.load_network(workspace / "model" / name)
-        checkpoints.save_network(tmp_path / name, network.module, network.variables)
+        network = model_directory.load_network(workspace / "model" / name)
+        model_directory.save_network(tmp_path / name, network.module, network.variables)
     copy_model, copy_variables = dbaf.load(tmp_path)
     assert model_fingerprint(copy_model, copy_variables) == anonymizer.fingerprint
     changed = jax.tree.map(lambda x: x, copy_variables)

@@ -12,7 +12,7 @@ import torch
 
 from convert.arcface import main
 from convert.common import run
-from dbaf_jax.checkpoints import load_network
+from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.arcface import ArcFace, preprocess
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.arcface import Backbone, extract_feats

@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import ConversionError, load_torch_checkpoint, run, to_numpy
 from convert.dbaf import cid_variables
-from dbaf_jax.checkpoints import load_network, save_network
+from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.cid import CID
 from tests.parity import assert_parity, randomize_, relative_error
 from tests.torch_reference.dbaf import DisentanglementId

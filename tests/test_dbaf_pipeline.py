@@ -27,7 +27,7 @@ from convert.dbaf import (
     main,
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
-from dbaf_jax import checkpoints
+from dbaf_jax import model_directory
 from dbaf_jax import keys
 from dbaf_jax.anonymize import FaceAnonymizer
 from dbaf_jax.models import dbaf
@@ -132,7 +132,7 @@ def test_stage1_result_without_kria(converted, tmp_path):
     _, files, _ = converted
     run(main, convert_args(files, tmp_path / "stage1", kria=None, discriminator=None))
     written = sorted(p.name for p in (tmp_path / "stage1").iterdir())
-    assert written == ["cid", "decoder", "e4e", "generator", "maar"]
+    assert written == ["cid", "decoder", "e4e", "key_generator", "maar"]
     with pytest.raises(FileNotFoundError, match="kria"):
         dbaf.load(tmp_path / "stage1")
 
@@ -283,6 +283,6 @@ def test_full_size_conversion_fits_stage2():
     assert set(inferred) == set(loop.STAGE1_EXPORTS)
     built = networks.modules(networks.build(stage2.get_config("reference,ref_cid")))
     for name, module in inferred.items():
-        expected = {k: v for k, v in checkpoints.module_config(built[name]).items() if k != "dtype"}
-        found = {k: v for k, v in checkpoints.module_config(module).items() if k != "dtype"}
+        expected = {k: v for k, v in model_directory.module_config(built[name]).items() if k != "dtype"}
+        found = {k: v for k, v in model_directory.module_config(module).items() if k != "dtype"}
         assert found == expected, name

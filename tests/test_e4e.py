@@ -13,7 +13,7 @@ import torch
 
 from convert.common import run
 from convert.e4e import main
-from dbaf_jax.checkpoints import load_network
+from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.nn.resize import adaptive_avg_pool2d
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error

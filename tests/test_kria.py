@@ -8,7 +8,7 @@ import torch
 
 from convert.common import ConversionError, load_torch_checkpoint, to_numpy
 from convert.dbaf import kria_variables
-from dbaf_jax.checkpoints import load_network, save_network
+from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.kria import KRIA
 from tests.parity import assert_parity, randomize_
 from tests.torch_reference.dbaf import AnonymizationNet

@@ -11,7 +11,7 @@ import torch
 
 from convert.common import run
 from convert.lpips import default_lin_path, main
-from dbaf_jax.checkpoints import load_network
+from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.lpips import LPIPS, normalize_channels
 from tests.parity import assert_parity, nchw, nhwc, randomize_
 

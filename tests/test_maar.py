@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import ConversionError, load_torch_checkpoint, to_numpy
 from convert.dbaf import maar_variables
-from dbaf_jax.checkpoints import load_network, save_network
+from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.maar import MAAR, noise_inputs
 from dbaf_jax.models.stylegan2 import Generator
 from tests.parity import assert_parity, nchw, nhwc, randomize_

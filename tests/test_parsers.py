@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from convert.common import run
 from convert.parser import main
-from dbaf_jax.checkpoints import load_network
+from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser, bisenet_inputs, resize_nearest
 from tests.parity import assert_parity, nchw, nhwc, randomize_
 from tests.torch_reference import parsers as reference

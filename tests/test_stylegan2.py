@@ -15,7 +15,7 @@ import torch
 
 from convert import stylegan2 as convert_stylegan2
 from convert.common import sub_dict, to_numpy
-from dbaf_jax.checkpoints import load_network
+from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.stylegan2 import Discriminator, Generator, ModulatedConv2d, noise_resolution, truncate
 from dbaf_jax.nn.upfirdn import make_kernel, upfirdn2d
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error

@@ -33,7 +33,7 @@ from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import checkpointing, loop, networks as networks_lib, state as state_lib, steps
+from dbaf_jax.train import checkpoints, loop, networks as networks_lib, state as state_lib, steps
 
 SIZE = 32
 BATCH = 8  # one image per forced host device
@@ -358,7 +358,7 @@ def test_kill_and_resume_equals_uninterrupted_training(tmp_path, monkeypatch, st
         patch.setattr(data, "batches", interrupting(data.batches, after=1))  # resumed at step 1: dies at step 3
         with pytest.raises(KeyboardInterrupt):
             loop.train_and_evaluate(config, tmp_path)
-    checkpointer = checkpointing.TrainingCheckpointer(tmp_path, config.checkpoint_every, config.keep_checkpoints, {})
+    checkpointer = checkpoints.TrainingCheckpointer(tmp_path, config.checkpoint_every, config.keep_checkpoints, {})
     assert checkpointer.all_steps() == [1, 2]
     checkpointer.close()
     resumed = jax.device_get(loop.train_and_evaluate(config, tmp_path))

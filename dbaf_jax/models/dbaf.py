@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 
-from dbaf_jax import checkpoints, keys
+from dbaf_jax import keys, model_directory
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
@@ -36,7 +36,7 @@ Variables = dict[str, Any]
 # The networks of the model proper, by the names used in variable dicts and model directories.
 NETWORKS = ("e4e", "cid", "maar", "decoder", "kria")
 # The frozen StyleGAN2 (the base g_ema) whose mapping network turns key z into key w.
-KEY_GENERATOR = "generator"
+KEY_GENERATOR = "key_generator"
 
 
 class Encoding(NamedTuple):
@@ -69,6 +69,19 @@ class DBAF:
     decoder: Generator
     kria: KRIA
     key_generator: Generator
+
+    def networks(self) -> dict[str, nn.Module]:
+        """Network name -> module: the one table of what a DBAF model holds (variable
+        dicts and model directories use these names; the no-MAAR ablation has no ``maar``)."""
+        named = {
+            "e4e": self.e4e,
+            "cid": self.cid,
+            "maar": self.maar,
+            "decoder": self.decoder,
+            "kria": self.kria,
+            KEY_GENERATOR: self.key_generator,
+        }
+        return {name: module for name, module in named.items() if module is not None}
 
     def for_inference(self) -> "DBAF":
         """The model as users run it: a CID trained with attention across the batch
@@ -160,7 +173,7 @@ def load(directory) -> tuple[DBAF, Variables]:
     if missing:
         raise FileNotFoundError(f"{directory}: not a DBAF model directory, missing {missing}")
     names = [n for n in NETWORKS + (KEY_GENERATOR,) if (directory / n).is_dir()]
-    networks = {name: checkpoints.load_network(directory / name) for name in names}
+    networks = {name: model_directory.load_network(directory / name) for name in names}
     model = DBAF(
         e4e=networks["e4e"].module,
         cid=networks["cid"].module,

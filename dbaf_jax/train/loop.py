@@ -10,7 +10,7 @@ exactly as an unsharded run would (never just a device's shard).
 Outputs in the workdir: ``checkpoints/`` (resumable: re-running the same command
 continues from the latest one, data position and RNG included), ``metrics/``
 (TensorBoard events and ``metrics.jsonl``), ``samples/`` (PNG grids) and, at the end,
-``model/``: a model directory (`dbaf_jax.checkpoints`) that stage 2 starts from
+``model/``: a model directory (`dbaf_jax.model_directory`) that stage 2 starts from
 (``init_from``) and, after stage 2, that `dbaf_jax.anonymize` runs.
 """
 
@@ -27,10 +27,10 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from dbaf_jax import checkpoints, data, sharding
+from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.models.dbaf import KEY_GENERATOR, NETWORKS
-from dbaf_jax.train import checkpointing, metrics as metrics_lib, networks as networks_lib, steps
+from dbaf_jax.train import checkpoints, metrics as metrics_lib, networks as networks_lib, steps
 from dbaf_jax.train import state as state_lib
 
 MODEL_EXPORT = "model"
@@ -143,11 +143,11 @@ def export(workdir: Path, nets: networks_lib.Networks, variables: dict, stage: i
     named = networks_lib.modules(nets)
     names = [n for n in NETWORKS + (KEY_GENERATOR, "discriminator") if n in named and (stage == 2 or n != "kria")]
     for name in names:
-        checkpoints.save_network(out / name, named[name], variables[name], source=f"stage {stage} training", overwrite=True)
+        model_directory.save_network(out / name, named[name], variables[name], source=f"stage {stage} training", overwrite=True)
     return out
 
 
-def save_interrupted(checkpointer: checkpointing.TrainingCheckpointer, state: state_lib.TrainState) -> None:
+def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:
     """Saves the state of the last completed step, if an interrupt left it intact.
 
     An interrupt that lands after a step was dispatched (which donates the old state)
@@ -179,8 +179,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     del variables
 
     meta = {"stage": config.stage, **architecture(config)}
-    checkpointer = checkpointing.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)
-    restored = checkpointer.restore_latest(checkpointing.abstract_like(state), expected=meta)
+    checkpointer = checkpoints.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)
+    restored = checkpointer.restore_latest(checkpoints.abstract_like(state), expected=meta)
     start = 0
     if restored is not None:
         state, start = restored.state, restored.step
@@ -198,7 +198,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start, print_fn=progress.write)
     step = start
     try:
-        with checkpointing.catch_sigterm():
+        with checkpoints.catch_sigterm():
             for step in range(start, total_steps):
                 images = sharding.put_batch(mesh, next(batches))
                 index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)

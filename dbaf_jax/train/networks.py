@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax import checkpoints
+from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables
@@ -106,20 +106,13 @@ def build(config: ml_collections.ConfigDict) -> Networks:
 
 def modules(networks: Networks) -> dict:
     """Network name -> module, for every network of a run."""
-    model = networks.model
-    named = {
-        "e4e": model.e4e,
-        "cid": model.cid,
-        "maar": model.maar,
-        "decoder": model.decoder,
-        "kria": model.kria,
+    return {
+        **networks.model.networks(),
         "discriminator": networks.discriminator,
-        KEY_GENERATOR: model.key_generator,
         "arcface": networks.arcface,
         "lpips": networks.lpips,
         "parser": networks.parser,
     }
-    return {name: module for name, module in named.items() if module is not None}
 
 
 def init_variables(
@@ -199,9 +192,9 @@ def load_pretrained(
         path = model_dir / sub_dir
         if not path.is_dir():
             raise FileNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
-        network = checkpoints.load_network(path)
-        expected = checkpoints.module_config(built[name])
-        found = checkpoints.module_config(network.module)
+        network = model_directory.load_network(path)
+        expected = model_directory.module_config(built[name])
+        found = model_directory.module_config(network.module)
         differ = {k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v}
         if differ:
             raise ValueError(f"{path}: architecture differs from the config (field: file vs config) {differ}")

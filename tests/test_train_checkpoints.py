@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from dbaf_jax import sharding
-from dbaf_jax.train import checkpointing
-from dbaf_jax.train.checkpointing import IncompatibleCheckpointError, TrainingCheckpointer
+from dbaf_jax.train import checkpoints
+from dbaf_jax.train.checkpoints import IncompatibleCheckpointError, TrainingCheckpointer
 
 META = {"stage": "stage1", "architecture": {"size": 32, "latent_groups": (2, 2, 4), "cid": {"depth": 1}}}
 
@@ -37,10 +37,10 @@ def test_roundtrip_sharded_state_rng_and_metadata(tmp_path, mesh):
     assert state["params"]["generator"]["kernel"].sharding.spec == jax.sharding.PartitionSpec("fsdp")
     rng = jax.random.fold_in(jax.random.key(3), 11)
     with TrainingCheckpointer(tmp_path, save_every=5, keep=3, metadata=META) as ckpt:
-        assert ckpt.restore_latest(checkpointing.abstract_like(state)) is None
+        assert ckpt.restore_latest(checkpoints.abstract_like(state)) is None
         assert ckpt.save(10, state, rng)
     with TrainingCheckpointer(tmp_path, save_every=5, keep=3, metadata=META) as ckpt:
-        restored = ckpt.restore_latest(checkpointing.abstract_like(make_state(mesh, scale=0.0)), expected=META)
+        restored = ckpt.restore_latest(checkpoints.abstract_like(make_state(mesh, scale=0.0)), expected=META)
     assert restored.step == 10 and restored.data_position == 10
     assert restored.metadata["stage"] == "stage1"
     np.testing.assert_array_equal(jax.random.key_data(restored.rng), jax.random.key_data(rng))
@@ -55,7 +55,7 @@ def test_raw_uint32_key_roundtrip(tmp_path, mesh):
     key = jax.random.PRNGKey(5)
     with TrainingCheckpointer(tmp_path, save_every=1, keep=1, metadata=META) as ckpt:
         ckpt.save(1, state, key)
-        restored = ckpt.restore_latest(checkpointing.abstract_like(state))
+        restored = ckpt.restore_latest(checkpoints.abstract_like(state))
     assert restored.rng.dtype == jnp.uint32
     np.testing.assert_array_equal(restored.rng, key)
 
@@ -78,7 +78,7 @@ def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
     with TrainingCheckpointer(tmp_path, save_every=1, keep=5, metadata=META) as ckpt:
         ckpt.save(2, state, rng)
         ckpt.save(4, state, rng)
-    root = tmp_path / checkpointing.CHECKPOINT_DIR
+    root = tmp_path / checkpoints.CHECKPOINT_DIR
     # A crash during a save leaves Orbax's temporary directory ...
     (root / "8.orbax-checkpoint-tmp-1234" / "state").mkdir(parents=True)
     # ... and a partial copy leaves a step directory without its metadata.
@@ -88,7 +88,7 @@ def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
     with TrainingCheckpointer(tmp_path, save_every=1, keep=5, metadata=META) as ckpt:
         assert ckpt.set_aside == [root / "9.incomplete"]
         assert ckpt.all_steps() == [2, 4]
-        restored = ckpt.restore_latest(checkpointing.abstract_like(state))
+        restored = ckpt.restore_latest(checkpoints.abstract_like(state))
         assert restored.step == 4
         assert ckpt.save(5, state, rng)  # a stray higher step would have blocked this save
         ckpt.wait()
@@ -100,10 +100,10 @@ def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
 def test_check_compatible_names_the_differing_fields():
     stored = {"stage": "stage1", "architecture": {"size": 256, "latent_groups": [4, 4, 6], "cid": {"depth": 6, "heads": 14}}}
     check_compatible_ok = {"stage": "stage1", "architecture": {"size": 256, "latent_groups": (4, 4, 6), "cid": {"depth": 6}}}
-    checkpointing.check_compatible(stored, check_compatible_ok)
+    checkpoints.check_compatible(stored, check_compatible_ok)
     expected = {"stage": "stage1", "architecture": {"size": 32, "latent_groups": (2, 2, 4), "cid": {"depth": 6, "kind": "vit"}}}
     with pytest.raises(IncompatibleCheckpointError) as err:
-        checkpointing.check_compatible(stored, expected, source="stage-1 checkpoint W/100")
+        checkpoints.check_compatible(stored, expected, source="stage-1 checkpoint W/100")
     message = str(err.value)
     assert message.startswith("stage-1 checkpoint W/100 does not fit this run")
     assert "architecture.size: 256, expected 32" in message
@@ -119,12 +119,12 @@ def test_restore_refuses_other_architecture(tmp_path, mesh):
         ckpt.wait()
         other = {"stage": "stage1", "architecture": {**META["architecture"], "size": 256}}
         with pytest.raises(IncompatibleCheckpointError, match="architecture.size: 32, expected 256"):
-            ckpt.restore_latest(checkpointing.abstract_like(state), expected=other)
+            ckpt.restore_latest(checkpoints.abstract_like(state), expected=other)
 
 
 def test_catch_sigterm_raises_keyboard_interrupt():
     previous = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        with checkpointing.catch_sigterm():
+        with checkpoints.catch_sigterm():
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is previous
