@@ -3,7 +3,7 @@
 Terms take already computed network outputs (ArcFace embeddings and maps, parser
 logits, LPIPS distances, discriminator logits, latent codes), so they are
 independent of the networks. Images and maps are NHWC. Two loss sets exist
-(DESIGN section 3): ``reference`` reproduces the authors' training scripts
+(docs/reference_code.md): ``reference`` reproduces the authors' training scripts
 exactly; ``paper`` follows the paper's equations. Where they differ:
 
 =================  ====================================  =====================================

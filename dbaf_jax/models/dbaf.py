@@ -5,7 +5,7 @@ network name (``NETWORKS``), so that training can split them into trainable and
 frozen parts and shard them. Every method here is a pure function of
 (variables, inputs).
 
-Reference semantics (../shared/DESIGN.md section 3), with ``C`` the e4e code, ``A``
+Reference semantics (docs/reference_code.md), with ``C`` the e4e code, ``A``
 CID's attribute code, ``I = C - A`` the identity code, ``M`` MAAR's maps:
 - stage-1 mixing:  ``w = I_id + A_attr``, decoded with ``M_attr``;
 - anonymization:   ``w_ano = A + KRIA(I, key)``, decoded with ``M``;

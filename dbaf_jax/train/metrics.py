@@ -2,7 +2,7 @@
 
 TensorBoard files are written with tensorboardX (pinned in requirements.txt), not
 with ``clu.metric_writers``: clu's writers import TensorFlow, which is not a runtime
-dependency of this project (DESIGN section 7), while tensorboardX writes the same
+dependency of this project (docs/decisions.md), while tensorboardX writes the same
 event files with only numpy and protobuf. tensorboardX is imported when a writer
 with ``tensorboard=True`` is made, not when this module is imported, because its
 package import also imports torch where torch happens to be installed (it probes
