@@ -1,9 +1,6 @@
 """ArcFace IR-SE50: DBAF's preprocessing, embedding and identity-loss maps against PyTorch
 through `python -m convert.arcface`, full-size shapes, and the converter's refusals."""
 
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,9 +8,10 @@ import pytest
 import torch
 
 from convert.arcface import main
-from convert.common import run
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.arcface import ArcFace, preprocess
+from tests.conversion import (
+    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+)
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.arcface import Backbone, extract_feats
 from tests.torch_reference.irse import randomize_irse_
@@ -27,10 +25,8 @@ def reference(tmp_path_factory):
     torch.manual_seed(0)
     net = randomize_irse_(Backbone(50, width_scale=WIDTH), seed=3)
     tmp = tmp_path_factory.mktemp("arcface")
-    ckpt = tmp / "model_ir_se50.pth"
-    torch.save(net.state_dict(), ckpt)
-    run(main, ["--ckpt", str(ckpt), "--out", str(tmp / "models"), "--width-scale", str(WIDTH)])
-    return net, ckpt, load_network(tmp / "models" / "arcface")
+    ckpt = save(net.state_dict(), tmp / "model_ir_se50.pth")
+    return net, ckpt, convert(main, ["--ckpt", str(ckpt), "--width-scale", str(WIDTH)], tmp / "models", "arcface")
 
 
 @pytest.mark.parametrize("size", [256, 320])  # 320 is first pooled to 256, as the reference does
@@ -97,45 +93,33 @@ def test_full_size_layout():
     ]
 
 
-def _refusal(reference, tmp_path, capsys, edit):
+def _refusal(reference, tmp_path, **edits):
     net, _, _ = reference
-    sd = dict(net.state_dict())
-    edit(sd)
-    bad = tmp_path / "bad.pth"
-    torch.save(sd, bad)
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--ckpt", str(bad), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)])
-    assert exit_info.value.code == 1
-    assert not (tmp_path / "models" / "arcface").exists()
-    return capsys.readouterr().err
+    bad = save(edited(net.state_dict(), **edits), tmp_path / "bad.pth")
+    argv = ["--ckpt", str(bad), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)]
+    return refusal(main, argv, unwritten=tmp_path / "models")
 
 
-def test_refuses_missing_key(reference, tmp_path, capsys):
-    err = _refusal(reference, tmp_path, capsys, lambda sd: sd.pop("body.5.res_layer.5.fc2.weight"))
+def test_refuses_missing_key(reference, tmp_path):
+    err = _refusal(reference, tmp_path, drop=["body.5.res_layer.5.fc2.weight"])
     assert "missing (1): body.5.res_layer.5.fc2.weight" in err
 
 
-def test_refuses_unexpected_key(reference, tmp_path, capsys):
-    err = _refusal(reference, tmp_path, capsys, lambda sd: sd.update({"head.kernel": torch.zeros(3)}))
+def test_refuses_unexpected_key(reference, tmp_path):
+    err = _refusal(reference, tmp_path, add={"head.kernel": torch.zeros(3)})
     assert "unexpected (1): head.kernel" in err
 
 
-def test_refuses_misshaped_key(reference, tmp_path, capsys):
-    def edit(sd):
-        sd["output_layer.3.weight"] = torch.zeros(512, 100)
-        sd["body.7.shortcut_layer.0.weight"] = torch.zeros(64, 32, 3, 3)
-
-    err = _refusal(reference, tmp_path, capsys, edit)
+def test_refuses_misshaped_key(reference, tmp_path):
+    misshaped = {
+        "output_layer.3.weight": torch.zeros(512, 100), "body.7.shortcut_layer.0.weight": torch.zeros(64, 32, 3, 3)
+    }
+    err = _refusal(reference, tmp_path, add=misshaped)
     assert "mis-shaped (2)" in err
     assert "output_layer.3.weight [512, 100]" in err and "body.7.shortcut_layer.0.weight [64, 32, 3, 3]" in err
 
 
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = tmp_path / "model_ir_se50.pth"
-    bogus.write_text("not a checkpoint")
-    result = subprocess.run(
-        [sys.executable, "-m", "convert.arcface", "--ckpt", str(bogus), "--out", str(tmp_path / "models")],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 1
-    assert result.stderr.count("\n") == 1 and "not a readable PyTorch checkpoint" in result.stderr
+    bogus = not_a_checkpoint(tmp_path / "model_ir_se50.pth")
+    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
+    assert_not_a_checkpoint_message(command_refusal("convert.arcface", argv, unwritten=tmp_path / "models"), bogus)

@@ -2,20 +2,19 @@
 reconstructed through the converted encoder and decoder against the PyTorch pSp
 pipeline, full-size shapes, and the converter's refusals."""
 
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from convert.common import run
 from convert.e4e import main
 from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.nn.resize import adaptive_avg_pool2d
+from tests.conversion import (
+    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+)
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import e4e as torch_e4e
 from tests.torch_reference.irse import randomize_irse_
@@ -37,24 +36,28 @@ def make_psp(encoder_cls, seed):
     return torch_e4e.PSP(encoder, decoder, latent_avg)
 
 
-def save_checkpoint(path, psp, opts=OPTS, latent_avg=None, edit=None):
-    state_dict = dict(psp.state_dict())
-    if edit is not None:
-        edit(state_dict)
-    checkpoint = {"state_dict": state_dict, "latent_avg": psp.latent_avg if latent_avg is None else latent_avg}
+def save_checkpoint(path, psp, opts=OPTS, latent_avg=None, **edits):
+    """pSp's checkpoint dict; ``edits`` (drop, add) change its state_dict."""
+    checkpoint = {
+        "state_dict": edited(psp.state_dict(), **edits),
+        "latent_avg": psp.latent_avg if latent_avg is None else latent_avg,
+    }
     if opts is not None:
         checkpoint["opts"] = opts
-    torch.save(checkpoint, path)
-    return path
+    return save(checkpoint, path)
+
+
+def convert_encoder(ckpt, out):
+    """Runs the converter on ``ckpt`` -> (encoder, decoder) loaded from ``out``."""
+    encoder = convert(main, ["--ckpt", str(ckpt), "--width-scale", str(WIDTH)], out, "e4e")
+    return encoder, load_network(out / "e4e_decoder")
 
 
 @pytest.fixture(scope="module")
 def e4e(tmp_path_factory):
     psp = make_psp(torch_e4e.Encoder4Editing, seed=0)
     tmp = tmp_path_factory.mktemp("e4e")
-    ckpt = save_checkpoint(tmp / "e4e_ffhq_encode_256.pt", psp)
-    run(main, ["--ckpt", str(ckpt), "--out", str(tmp / "models"), "--width-scale", str(WIDTH)])
-    return psp, load_network(tmp / "models" / "e4e"), load_network(tmp / "models" / "e4e_decoder")
+    return psp, *convert_encoder(save_checkpoint(tmp / "e4e_ffhq_encode_256.pt", psp), tmp / "models")
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +97,7 @@ def test_psp_encoder_from_opts(tmp_path, images):
     # A single average latent (1, D) is repeated over the latents, as pSp's forward broadcasts it.
     latent_avg = psp.latent_avg[:1].clone()
     ckpt = save_checkpoint(tmp_path / "psp.pt", psp, opts=opts, latent_avg=latent_avg)
-    run(main, ["--ckpt", str(ckpt), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)])
-    encoder = load_network(tmp_path / "models" / "e4e")
+    encoder, _ = convert_encoder(ckpt, tmp_path / "models")
     assert type(encoder.module) is GradualStyleEncoder
     psp.latent_avg = latent_avg
     _, errors = compare_encoder(psp, encoder, images)
@@ -156,53 +158,41 @@ def psp_reference():
     return make_psp(torch_e4e.Encoder4Editing, seed=0)
 
 
-def refuse(tmp_path, capsys, psp, **kwargs):
+def refuse(tmp_path, psp, **kwargs):
     ckpt = save_checkpoint(tmp_path / "bad.pt", psp, **kwargs)
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--ckpt", str(ckpt), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)])
-    assert exit_info.value.code == 1
-    assert not (tmp_path / "models").exists()
-    return capsys.readouterr().err
+    argv = ["--ckpt", str(ckpt), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)]
+    return refusal(main, argv, unwritten=tmp_path / "models")
 
 
-def test_refuses_missing_keys(tmp_path, capsys, psp_reference):
-    def edit(sd):
-        del sd["encoder.styles.8.convs.10.bias"]
-        del sd["decoder.convs.3.noise.weight"]
-
-    err = refuse(tmp_path, capsys, psp_reference, edit=edit)
+def test_refuses_missing_keys(tmp_path, psp_reference):
+    err = refuse(tmp_path, psp_reference, drop=["encoder.styles.8.convs.10.bias", "decoder.convs.3.noise.weight"])
     assert "missing (1): styles.8.convs.10.bias" in err
     assert "missing (1): convs.3.noise.weight" in err
 
 
-def test_refuses_unexpected_key(tmp_path, capsys, psp_reference):
-    err = refuse(tmp_path, capsys, psp_reference, edit=lambda sd: sd.update({"encoder.styles.10.linear.weight": torch.zeros(2)}))
+def test_refuses_unexpected_key(tmp_path, psp_reference):
+    err = refuse(tmp_path, psp_reference, add={"encoder.styles.10.linear.weight": torch.zeros(2)})
     assert "unexpected (1): styles.10.linear.weight" in err
-    err = refuse(tmp_path, capsys, psp_reference, edit=lambda sd: sd.update({"discriminator.x": torch.zeros(2)}))
+    err = refuse(tmp_path, psp_reference, add={"discriminator.x": torch.zeros(2)})
     assert "outside encoder.* and decoder.*: discriminator.x" in err
 
 
-def test_refuses_misshaped_keys(tmp_path, capsys, psp_reference):
+def test_refuses_misshaped_keys(tmp_path, psp_reference):
     err = refuse(
-        tmp_path, capsys, psp_reference,
-        edit=lambda sd: sd.update({"encoder.latlayer1.weight": torch.zeros(128, 64, 3, 3)}),
+        tmp_path, psp_reference,
+        add={"encoder.latlayer1.weight": torch.zeros(128, 64, 3, 3)},
         latent_avg=torch.zeros(3, STYLE_DIM),
     )
     assert "mis-shaped (2)" in err
     assert "latlayer1.weight [128, 64, 3, 3]" in err and "latent_avg [3, 64]" in err
 
 
-def test_refuses_single_style_encoder(tmp_path, capsys, psp_reference):
-    err = refuse(tmp_path, capsys, psp_reference, opts=dict(OPTS, encoder_type="SingleStyleCodeEncoder"))
+def test_refuses_single_style_encoder(tmp_path, psp_reference):
+    err = refuse(tmp_path, psp_reference, opts=dict(OPTS, encoder_type="SingleStyleCodeEncoder"))
     assert "SingleStyleCodeEncoder" in err and err.count("\n") == 1
 
 
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = tmp_path / "e4e_ffhq_encode_256.pt"
-    bogus.write_bytes(b"\x00" * 64)
-    result = subprocess.run(
-        [sys.executable, "-m", "convert.e4e", "--ckpt", str(bogus), "--out", str(tmp_path / "models")],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 1
-    assert result.stderr.count("\n") == 1 and "not a readable PyTorch checkpoint" in result.stderr
+    bogus = not_a_checkpoint(tmp_path / "e4e_ffhq_encode_256.pt")
+    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
+    assert_not_a_checkpoint_message(command_refusal("convert.e4e", argv, unwritten=tmp_path / "models"), bogus)
