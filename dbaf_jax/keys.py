@@ -1,26 +1,12 @@
 """Password -> KRIA key, reproducible for years and across library versions.
 
-Derivation version 1, every step fixed here and in the tests' vectors:
-
-1. Password -> seed: the password string is normalised to Unicode NFC (the same
-   password typed on different systems gives the same bytes) and encoded as UTF-8;
-   ``scrypt`` (RFC 7914, via Python's ``hashlib``/OpenSSL) with a random 16-byte salt
-   and the record's cost parameters (default N = 2**15, r = 8, p = 1: 32 MiB and
-   about 0.1 s, the usual interactive setting) gives a 32-byte seed.
-2. Seed -> Gaussians: SHAKE-256 of ``DOMAIN + seed`` is read as big-endian 64-bit
-   words; each word keeps its top 53 bits, k = word >> 11. Word pairs (k1, k2) give
-   u1 = (k1 + 1) / 2**53 in (0, 1] (never 0, so the logarithm is finite) and
-   u2 = k2 / 2**53 in [0, 1), and Box-Muller gives two standard normals
-   z0 = sqrt(-2 ln u1) cos(2 pi u2), z1 = sqrt(-2 ln u1) sin(2 pi u2), in float64,
-   stored in the order z0, z1 of pair 0, then pair 1, ... The first
-   ``n_groups * style_dim`` of them, row-major, are the z vectors (3, 512), cast to
-   float32. No library random stream is involved, so NumPy or JAX upgrades cannot
-   change them; the float64 transcendental functions may differ in the last bit
-   between platforms, which can move a float32 value by at most one unit in the last
-   place in rare ties, far below anything KRIA distinguishes.
-3. z -> key: the frozen generator's mapping network (``Generator.map``) maps each z
-   to a w, and the three w are repeated by the latent groups (4/4/6 at 256 px) into
-   the (n_latent, style_dim) key, as the reference builds its keys.
+Derivation version 1: scrypt turns the NFC-normalised UTF-8 password and a random salt
+into a 32-byte seed (`derive_seed`); SHAKE-256 of the seed, read through a fixed
+Box-Muller formula, gives the three z vectors (`key_latents`); the frozen generator's
+mapping network turns them into w, repeated 4/4/6 into the (14, 512) key
+(`latents_to_key`). No library random stream is involved, so NumPy or JAX upgrades
+cannot change a key. docs/decisions.md ("Keys from passwords") gives the exact
+byte-level rules and why; the tests pin them with fixed vectors.
 
 What is stored beside an output is a `KeyRecord` (salt, KDF name and parameters,
 derivation version): never the password, which also never appears in logs or names.
@@ -127,7 +113,10 @@ def derive_seed(password: str, record: KeyRecord) -> bytes:
 
 
 def key_latents(seed: bytes, n_groups: int = 3, style_dim: int = 512) -> np.ndarray:
-    """Seed -> z (n_groups, style_dim) float32 standard normals (module docstring, step 2)."""
+    """Seed -> z (n_groups, style_dim) float32 standard normals.
+
+    SHAKE-256 words -> 53-bit uniforms -> Box-Muller in float64 (docs/decisions.md, step 2).
+    """
     if len(seed) != SEED_BYTES:
         raise ValueError(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
     count = n_groups * style_dim
