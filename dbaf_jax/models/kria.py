@@ -7,11 +7,8 @@ EqualLinear 2d -> 4d -> 2d -> d, then ``extra_layers`` (4) EqualLinear d -> d, a
 lr_mul 0.01 and the fused leaky ReLU, then a plain Linear d -> d (8 layers for d = 512:
 1024 -> 2048 -> 1024 -> 512 -> 512 x 4 -> 512; the paper says seven).
 
-How the reference composes it (``A`` the attribute code, ``I`` the identity code, both
-from CID):
-- anonymize: ``w_ano = A + KRIA(I, key)``;
-- recover (as trained): ``w_rec = A + KRIA(KRIA(I, key), key)``, in latent space,
-  with the original image's A and MAAR maps.
+How anonymization and recovery compose it with CID's codes: `dbaf_jax.models.dbaf`
+and docs/reference_code.md.
 """
 
 from __future__ import annotations
