@@ -31,4 +31,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from dbaf_jax import commands
+
+    # A missing dataset or model directory (any DbafError) ends in one `error:` line, exit 1.
+    app.run(lambda argv: commands.run_main(main, argv))

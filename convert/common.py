@@ -13,18 +13,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 from flax import traverse_util
 
+# A converter's entry point: a ConversionError (any DbafError) becomes one `error:` line, exit 1.
+from dbaf_jax.commands import run_main as run  # noqa: F401
+from dbaf_jax.errors import DbafError
+
 Array = np.ndarray
 Path_ = tuple[str, ...]
 
 
-class ConversionError(Exception):
+class ConversionError(DbafError):
     """A checkpoint that cannot be converted; the message names the file and the keys."""
 
 
@@ -148,12 +151,3 @@ def map_state_dict(
                 lines.append(f"  {label} ({len(keys)}): " + ", ".join(keys))
         raise ConversionError("\n".join(lines))
     return traverse_util.unflatten_dict(flat)
-
-
-def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Runs a converter's main; a ConversionError becomes one message and exit status 1."""
-    try:
-        main(argv)
-    except ConversionError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None

@@ -1,351 +1,40 @@
-"""Anonymize a folder of aligned faces with a password, and recover them with it.
+"""Anonymize a folder of aligned faces with a password.
 
     python -m dbaf_jax.anonymize --model DIR --password-file F IN_DIR OUT_DIR
-    python -m dbaf_jax.recover   --model DIR --password-file F IN_DIR OUT_DIR
 
-Each run draws a fresh random salt; password + salt give the key (`dbaf_jax.keys`).
-Every output PNG carries, in its ``dbaf_jax`` text chunk, the salt and KDF
-parameters and which model made it (a fingerprint of its weights), never the
-password. Recovery reads them back, so only the password is needed. A wrong password
-is not an error: it yields another face, which is what keeps the original private.
-Recovering with another model than the one that anonymized is reported as a warning.
-
-Inputs are read at the encoder's input size (256 for the public checkpoints; other
-sizes are resized); outputs are PNGs at the generator's size, named after their
-inputs (``face.jpg`` -> ``face.png``, sub-folders kept). Unreadable files are skipped
-and reported; existing outputs are never replaced without ``--overwrite``.
-
-Recovery from the anonymized image alone re-encodes it and applies KRIA with the key
-(the paper's path). ``--save-latents`` additionally writes ``NAME.latents.npz`` beside
-each output with what the reference's latent-space recovery needs (the anonymized
-identity code, the attribute code and MAAR's maps of the original); recover with
-``--mode latent`` to use it. Those files describe the original face: keep them private.
+Writes one PNG per input image below OUT_DIR (``face.jpg`` -> ``face.png``, sub-folders
+kept) with a fresh random salt; each carries the salt and the model's fingerprint,
+never the password. ``python -m dbaf_jax.recover`` with the same password undoes it.
+--save-latents also writes ``NAME.latents.npz`` for ``recover --mode latent``; those
+files describe the original faces, so keep them private. Existing outputs are never
+replaced without --overwrite. The Python API is `dbaf_jax.anonymizer`.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import functools
-import hashlib
-import json
-import sys
-from pathlib import Path
-from typing import Iterable
+from typing import Sequence
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from flax import traverse_util
-from tqdm import tqdm
-
-from dbaf_jax import __version__, images, keys, model_directory
-from dbaf_jax.models import dbaf
-
-LATENTS_SUFFIX = ".latents.npz"
+from dbaf_jax import commands
+from dbaf_jax.anonymizer import FaceAnonymizer, Report, anonymize_folder, read_password
 
 
-def read_password(path: str | Path) -> str:
-    """The first line of ``path``, without its line ending; refuses an empty password."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SystemExit(f"error: cannot read the password file {path}: {err.strerror}") from None
-    password = text.splitlines()[0] if text else ""
-    if not password:
-        raise SystemExit(f"error: the password file {path} is empty")
-    return password
-
-
-def model_fingerprint(model: dbaf.DBAF, variables: dbaf.Variables) -> str:
-    """sha256 over what decides the outputs: each network's architecture and variable values.
-
-    It does not depend on the files (Orbax names them at random and stamps them), so the
-    same weights converted twice, or copied elsewhere, keep their fingerprint.
-    """
-    modules = model.networks()
-    digest = hashlib.sha256()
-    for name in sorted(modules):
-        module = modules[name]
-        header = [name, model_directory.module_kind(module), model_directory.module_config(module)]
-        digest.update(json.dumps(header, sort_keys=True).encode())
-        for path, leaf in sorted(traverse_util.flatten_dict(variables[name]).items()):
-            leaf = np.ascontiguousarray(leaf)
-            digest.update(json.dumps(["/".join(path), str(leaf.dtype), list(leaf.shape)]).encode())
-            digest.update(leaf)
-    return digest.hexdigest()[:16]
-
-
-@dataclasses.dataclass
-class Report:
-    """What a folder run did: written outputs, skipped inputs with reasons, warnings."""
-
-    written: list[Path] = dataclasses.field(default_factory=list)
-    skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    def print(self, out=None) -> None:
-        out = out or sys.stderr
-        for warning in self.warnings:
-            print(f"warning: {warning}", file=out)
-        print(f"wrote {len(self.written)} image(s)", file=out)
-        if self.skipped:
-            print(f"skipped {len(self.skipped)} file(s):", file=out)
-            for item in self.skipped:
-                print(f"  {item.reason}", file=out)
-
-
-# Jitted with the model static: instances of one architecture share their compiled code.
-@functools.partial(jax.jit, static_argnums=0)
-def _anonymize(model: dbaf.DBAF, variables, images, key):
-    encoding, _ = model.encode(variables, images)
-    anonymized, _, anonymized_identity = model.anonymize(variables, encoding, key[None])
-    return anonymized, (anonymized_identity, encoding.attribute_code, encoding.attribute_maps)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _recover_image(model: dbaf.DBAF, variables, anonymized, key):
-    return model.recover_image(variables, anonymized, key[None])[0]
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _recover_latent(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
-    encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
-
-
-class FaceAnonymizer:
-    """A loaded DBAF model with jitted anonymize and recover functions (the Python API).
-
-    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with images
-    (B, input_size, input_size, 3) in [-1, 1] (256 x 256 for the public checkpoints) and
-    a key (L, D) from `key_for`; ``recover`` likewise. Each image is processed as if
-    alone (`DBAF.for_inference`), so results do not depend on the batch.
-    """
-
-    def __init__(self, model_dir: str | Path):
-        self.model_dir = Path(model_dir)
-        model, self.variables = dbaf.load(self.model_dir)
-        self.fingerprint = model_fingerprint(model, self.variables)
-        self.model = model.for_inference()
-        self.input_size = self.model.e4e.input_size
-
-    def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
-        """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
-        model = self.model
-        return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
-
-    def _check_size(self, batch: np.ndarray) -> None:
-        if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
-            raise ValueError(f"expected images (B, {self.input_size}, {self.input_size}, 3), got {batch.shape}")
-
-    def anonymize(self, batch: np.ndarray, key: jax.Array) -> tuple[np.ndarray, dict]:
-        """Images (B, input_size, input_size, 3) -> (anonymized images at the generator's
-        size, latents for `recover_from_latents`)."""
-        self._check_size(batch)
-        anonymized, (identity, attribute, maps) = _anonymize(self.model, self.variables, jnp.asarray(batch), key)
-        latents = {"anonymized_identity": identity, "attribute_code": attribute}
-        latents.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
-        return np.asarray(anonymized), jax.device_get(latents)
-
-    def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
-        """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
-        self._check_size(anonymized)
-        return np.asarray(_recover_image(self.model, self.variables, jnp.asarray(anonymized), key))
-
-    def recover_from_latents(self, latents: dict, key: jax.Array) -> np.ndarray:
-        """The reference's latent-space recovery from what `anonymize` returned."""
-        maps = [value for name, value in sorted(latents.items()) if name.startswith("attribute_map_")]
-        return np.asarray(
-            _recover_latent(self.model, self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
-        )
-
-
-def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
-    return (out_dir / source.relative_to(in_dir)).with_suffix(".png")
-
-
-def latents_path(target: Path) -> Path:
-    """Where ``--save-latents`` puts the latents of output ``target``."""
-    return target.with_name(target.stem + LATENTS_SUFFIX)
-
-
-def plan_outputs(
-    in_dir: Path, out_dir: Path, sources: list[Path]
-) -> tuple[list[Path], dict[Path, Path], list[images.Skipped]]:
-    """(sources to process, their output paths, sources skipped because another input
-    has the same output name, e.g. ``a.jpg`` beside ``a.png``)."""
-    kept, targets, skipped = [], {}, []
-    first: dict[Path, Path] = {}
-    for source in sources:
-        target = output_path(in_dir, out_dir, source)
-        if target in first:
-            skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
-            continue
-        first[target] = source
-        kept.append(source)
-        targets[source] = target
-    return kept, targets, skipped
-
-
-def pad_batch(batch: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pads axis 0 to ``size``: every call then has one shape and compiles once
-    (images do not interact at inference, so the padding does not change the others)."""
-    return np.concatenate([batch, np.zeros((size - len(batch), *batch.shape[1:]), batch.dtype)])
-
-
-def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
-    """Refuses, before anything is written, to replace existing outputs without --overwrite."""
-    existing = [str(p) for p in targets if p.exists()]
-    if existing and not overwrite:
-        shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
-        raise SystemExit(f"error: {len(existing)} output(s) exist already ({shown}); pass --overwrite to replace them")
-
-
-def anonymize_folder(
-    anonymizer: FaceAnonymizer,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    batch_size: int = 8,
-    overwrite: bool = False,
-    save_latents: bool = False,
-) -> Report:
-    """Anonymizes every image below ``in_dir`` into ``out_dir`` with one fresh salt."""
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, images.list_images(in_dir))
-    outputs = list(targets.values())
-    check_outputs(outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite)
-    record = keys.new_key_record()
-    key = anonymizer.key_for(password, record)
-    metadata = {
-        "dbaf_jax": __version__,
-        "operation": "anonymize",
-        "key": record.to_dict(),
-        "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
-    }
-    report = Report(skipped=collisions)
-    with tqdm(total=len(sources), unit="img", desc="anonymize") as bar:
-        for paths, batch, skipped in images.iter_batches(sources, anonymizer.input_size, batch_size):
-            report.skipped += skipped
-            if paths:
-                anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key)
-                for i, source in enumerate(paths):
-                    target = targets[source]
-                    images.write_png(target, anonymized[i], metadata)
-                    if save_latents:
-                        np.savez_compressed(latents_path(target), **{k: v[i] for k, v in latents.items()})
-                    report.written.append(target)
-            bar.update(len(paths) + len(skipped))
-    return report
-
-
-def recover_folder(
-    anonymizer: FaceAnonymizer,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    batch_size: int = 8,
-    overwrite: bool = False,
-    mode: str = "image",
-) -> Report:
-    """Recovers the PNGs of an anonymize run; each file's own salt gives its key."""
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources = [p for p in images.list_images(in_dir) if p.suffix.lower() == ".png"]
-    check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
-    report = Report()
-    other_models: set[str] = set()
-    key_cache: dict[keys.KeyRecord, jax.Array] = {}
-    readable: list[tuple[Path, dict, keys.KeyRecord]] = []
-    for source in sources:
-        try:
-            meta = images.read_metadata(source)
-            if meta.get("operation") != "anonymize" or "key" not in meta:
-                raise ValueError(f"{source}: not an anonymized image (operation {meta.get('operation')!r})")
-            record = keys.KeyRecord.from_dict(meta["key"])
-            readable.append((source, meta, record))
-        except (ValueError, KeyError, TypeError) as err:
-            report.skipped.append(images.Skipped(source, f"{source}: unusable metadata ({err})"))
-            continue
-        made_by = meta.get("model", {}).get("fingerprint")
-        if made_by != anonymizer.fingerprint:
-            other_models.add(str(made_by))
-    if other_models:
-        report.warnings.append(
-            f"some inputs were anonymized by another model (fingerprint {', '.join(sorted(other_models))}, "
-            f"this one is {anonymizer.fingerprint}): their recovery will not give the original faces"
-        )
-    def load(source: Path):
-        """The input of one recovery: the anonymized image, or its saved latents."""
-        if mode == "image":
-            return images.read_image(source, anonymizer.input_size)
-        side = latents_path(source)
-        if not side.is_file():
-            raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
-        try:
-            with np.load(side) as data:
-                return {k: data[k] for k in data.files}
-        except Exception as err:  # noqa: BLE001 - any reader failure means "not usable"
-            raise ValueError(f"{side}: cannot read latents ({err})") from None
-
-    with tqdm(total=len(readable), unit="img", desc="recover") as bar:
-        for start in range(0, len(readable), batch_size):
-            chunk = readable[start : start + batch_size]
-            for record in {r for _, _, r in chunk} - key_cache.keys():
-                key_cache[record] = anonymizer.key_for(password, record)
-            # One batch per key (an anonymize run uses one salt, so usually one per chunk).
-            for record in dict.fromkeys(r for _, _, r in chunk):
-                loaded, kept = [], []
-                for source, meta, _ in (item for item in chunk if item[2] == record):
-                    try:
-                        loaded.append(load(source))
-                        kept.append((source, meta))
-                    except ValueError as err:
-                        report.skipped.append(images.Skipped(source, str(err)))
-                if not kept:
-                    continue
-                if mode == "image":
-                    recovered = anonymizer.recover(pad_batch(np.stack(loaded), batch_size), key_cache[record])
-                else:
-                    latents = {k: pad_batch(np.stack([d[k] for d in loaded]), batch_size) for k in loaded[0]}
-                    recovered = anonymizer.recover_from_latents(latents, key_cache[record])
-                for i, (source, meta) in enumerate(kept):
-                    target = output_path(in_dir, out_dir, source)
-                    images.write_png(target, recovered[i], {**meta, "operation": "recover", "mode": mode})
-                    report.written.append(target)
-            bar.update(len(chunk))
-    return report
-
-
-def command_line(operation: str, argv: list[str] | None = None) -> Report:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m dbaf_jax.{operation}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
-    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
-    parser.add_argument("in_dir")
-    parser.add_argument("out_dir")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    if operation == "anonymize":
-        parser.add_argument("--save-latents", action="store_true", help="also write NAME.latents.npz (private!)")
-    else:
-        parser.add_argument("--mode", choices=("image", "latent"), default="image")
+def main(argv: Sequence[str] | None = None) -> Report:
+    parser = commands.folder_parser("python -m dbaf_jax.anonymize", __doc__)
+    parser.add_argument("--save-latents", action="store_true", help="also write NAME.latents.npz (private!)")
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
     password = read_password(args.password_file)
-    anonymizer = FaceAnonymizer(args.model)
-    if operation == "anonymize":
-        report = anonymize_folder(
-            anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.save_latents
-        )
-    else:
-        report = recover_folder(anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode)
+    report = anonymize_folder(
+        FaceAnonymizer(args.model),
+        password,
+        args.in_dir,
+        args.out_dir,
+        args.batch_size,
+        args.overwrite,
+        args.save_latents,
+    )
     report.print()
     return report
 
 
 if __name__ == "__main__":
-    command_line("anonymize")
+    commands.run_main(main)

@@ -44,6 +44,8 @@ import grain
 import numpy as np
 from PIL import Image
 
+from dbaf_jax import commands
+from dbaf_jax.errors import ConfigError, DatasetError, InputError, OutputExistsError
 from dbaf_jax.images import list_images, to_float
 
 DATASET_NAME = "dbaf_faces"
@@ -174,13 +176,16 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     files are ignored and counted. The dataset is built next to ``out_dir`` and
     renamed into place, so ``out_dir`` never holds half a dataset. An existing
     non-empty ``out_dir`` is refused unless ``overwrite``. The summary is printed
-    and returned.
+    and returned. Raises OutputExistsError, or InputError for a missing folder or one
+    without a readable image.
     """
     import tensorflow_datasets as tfds
 
     image_dir, out_dir = Path(image_dir), Path(out_dir).absolute()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
+        raise OutputExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
+    if not image_dir.is_dir():
+        raise InputError(f"{image_dir}: no such image folder")
     image_paths = list_images(image_dir)
     image_set = set(image_paths)
     ignored = sorted(p.relative_to(image_dir).as_posix() for p in image_dir.rglob("*") if p.is_file() and p not in image_set)
@@ -197,7 +202,7 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     written = len(image_paths) - len(skipped)
     if written == 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ValueError(f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)")
+        raise InputError(f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)")
     summary = PrepareSummary(str(out_dir), size, written, tuple(skipped), tuple(ignored))
     (staging / SUMMARY_FILE).write_text(summary.to_json())
     if out_dir.exists():
@@ -212,14 +217,19 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
 
 
 class PreparedImages:
-    """The images of a dataset written by `prepare`, as uint8 (size, size, 3) arrays."""
+    """The images of a dataset written by `prepare`, as uint8 (size, size, 3) arrays.
+
+    Raises DatasetError if ``data_dir`` is missing or holds no prepared dataset.
+    """
 
     def __init__(self, data_dir: str | Path):
         import tensorflow_datasets as tfds
 
+        if not Path(data_dir).is_dir():
+            raise DatasetError(f"{data_dir}: no such dataset directory")
         builder_dir = Path(data_dir) / DATASET_NAME / DATASET_VERSION
         if not (builder_dir / "dataset_info.json").is_file():
-            raise FileNotFoundError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.data`")
+            raise DatasetError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.data`")
         builder = tfds.builder_from_directory(str(builder_dir))
         self._source = builder.as_data_source(split=SPLIT)
         self.size = int(builder.info.features["image"].shape[0])
@@ -301,10 +311,10 @@ def batches(
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count
     if global_batch_size % process_count:
-        raise ValueError(f"global batch {global_batch_size} does not split over {process_count} processes")
+        raise ConfigError(f"global batch {global_batch_size} does not split over {process_count} processes")
     num_records = len(source)
     if num_records == 0:
-        raise ValueError("the dataset is empty")
+        raise DatasetError("the dataset is empty")
     local = global_batch_size // process_count
     total_steps = sys.maxsize // global_batch_size if num_epochs is None else num_epochs * num_records // global_batch_size
     first = process_index * local
@@ -348,19 +358,20 @@ def make_synthetic_loader(
     return batches(source, global_batch_size, seed, start_step, process_index, process_count, num_epochs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def prepare_command(argv: list[str] | None = None) -> PrepareSummary:
+    """``python -m dbaf_jax.data``: parses ``argv`` and runs `prepare`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", required=True, help="folder of face images (searched recursively)")
     parser.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
     parser.add_argument("--size", type=int, default=256, help="side of the square images (default 256)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
     args = parser.parse_args(argv)
-    try:
-        prepare(args.images, args.out, args.size, overwrite=args.overwrite)
-    except (FileExistsError, NotADirectoryError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return prepare(args.images, args.out, args.size, overwrite=args.overwrite)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`prepare_command`'s exit status: 0, or 1 after one ``error: ...`` line."""
+    return commands.exit_status(prepare_command, argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,14 @@ class ModelDirectoryError(DbafError):
     """A model directory (or one network in it) is missing, damaged or of another kind."""
 
 
+class NetworkNotFoundError(ModelDirectoryError, FileNotFoundError):
+    """A network a model directory should hold is not there."""
+
+
+class InputError(DbafError):
+    """An input file or folder named by the user is missing or unusable."""
+
+
 class DatasetError(DbafError):
     """A dataset is missing, empty or does not fit the run (size, batch)."""
 

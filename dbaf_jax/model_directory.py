@@ -1,29 +1,88 @@
 """The on-disk model directory: one sub-directory per network.
 
-``DIR/<network>/network.json`` names the Flax module class (``kind``, a
-``module:Class`` path under ``dbaf_jax.models``) and its constructor fields
-(``config``); ``DIR/<network>/variables`` is an Orbax checkpoint of the variable
-tree (collections ``params``, ``batch_stats``, ``buffers``). `load_network` rebuilds
-both with one call. Writes go to a temporary name and are renamed into place, so a
-reader never sees half a network.
+``DIR/<network>/network.json`` says which network it holds: ``kind`` (a name in
+`KINDS`), ``kind_version`` (the version of that kind's constructor fields and
+variable layout) and ``config`` (the constructor fields); ``DIR/<network>/variables``
+is an Orbax checkpoint of the variable tree (collections ``params``, ``batch_stats``,
+``buffers``). `load_network` rebuilds both with one call. Writes go to a temporary
+name and are renamed into place, so a reader never sees half a network.
+
+Only the classes in `KINDS` can be stored: a directory names a kind, never code to
+import. A kind's version goes up when a change to its class would make old
+directories load wrongly or not at all; `load_network` refuses, with a
+`ModelDirectoryError` naming the file and what is wrong, a missing or damaged
+``network.json``, an unknown kind, another version of a kind (re-run the converter
+or the training export), or a config the class does not take.
+
+Directories written before kinds had versions have no ``kind_version`` and are read
+as version 1 of their kind. Their kind names are the ``module:Class`` strings that
+`KINDS` still uses, so they load unchanged (and keep their `model_fingerprint`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import flax.linen as nn
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from flax import traverse_util
+
+from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
+from dbaf_jax.models.arcface import ArcFace
+from dbaf_jax.models.cid import CID, LatentMLP
+from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
+from dbaf_jax.models.facenet import InceptionResnetV1
+from dbaf_jax.models.inception import FIDInceptionV3
+from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.lpips import LPIPS
+from dbaf_jax.models.maar import MAAR
+from dbaf_jax.models.mtcnn import ONet, PNet, RNet
+from dbaf_jax.models.parsers import BiSeNet, UNetParser
+from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 FORMAT_VERSION = 1
 NETWORK_FILE = "network.json"
 VARIABLES_DIR = "variables"
+# kind_version of directories written before kinds had versions.
+UNVERSIONED_KIND = 1
+
+
+class Kind(NamedTuple):
+    """A class a model directory may hold and the version of its stored form."""
+
+    module: type[nn.Module]
+    version: int
+
+
+# Every class the converters and the training export write. The names are the
+# ``module:Class`` strings older directories carry, kept so that those still load.
+KINDS: dict[str, Kind] = {
+    "arcface:ArcFace": Kind(ArcFace, 1),
+    "cid:CID": Kind(CID, 1),
+    "cid:LatentMLP": Kind(LatentMLP, 1),
+    "e4e:Encoder4Editing": Kind(Encoder4Editing, 1),
+    "e4e:GradualStyleEncoder": Kind(GradualStyleEncoder, 1),
+    "facenet:InceptionResnetV1": Kind(InceptionResnetV1, 1),
+    "inception:FIDInceptionV3": Kind(FIDInceptionV3, 1),
+    "kria:KRIA": Kind(KRIA, 1),
+    "lpips:LPIPS": Kind(LPIPS, 1),
+    "maar:MAAR": Kind(MAAR, 1),
+    "mtcnn:ONet": Kind(ONet, 1),
+    "mtcnn:PNet": Kind(PNet, 1),
+    "mtcnn:RNet": Kind(RNet, 1),
+    "parsers:BiSeNet": Kind(BiSeNet, 1),
+    "parsers:UNetParser": Kind(UNetParser, 1),
+    "stylegan2:Discriminator": Kind(Discriminator, 1),
+    "stylegan2:Generator": Kind(Generator, 1),
+}
+_KIND_NAMES = {kind.module: name for name, kind in KINDS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,12 +95,11 @@ class Network:
 
 
 def module_kind(module: nn.Module) -> str:
-    """'stylegan2:Generator' for dbaf_jax.models.stylegan2.Generator."""
-    prefix = "dbaf_jax.models."
-    name = type(module).__module__
-    if not name.startswith(prefix):
-        raise ValueError(f"{type(module).__name__} is not a dbaf_jax.models network")
-    return f"{name[len(prefix):]}:{type(module).__qualname__}"
+    """The `KINDS` name of ``module``'s class, e.g. 'stylegan2:Generator'."""
+    try:
+        return _KIND_NAMES[type(module)]
+    except KeyError:
+        raise TypeError(f"{type(module).__name__} is not a kind a model directory holds (see KINDS)") from None
 
 
 def module_config(module: nn.Module) -> dict[str, Any]:
@@ -50,12 +108,30 @@ def module_config(module: nn.Module) -> dict[str, Any]:
     return {name: getattr(module, name) for name in sorted(fields)}
 
 
-def build_module(kind: str, config: Mapping[str, Any]) -> nn.Module:
-    """Rebuilds a module from its kind and config (lists become tuples again)."""
-    module_name, _, class_name = kind.partition(":")
-    cls = getattr(importlib.import_module(f"dbaf_jax.models.{module_name}"), class_name)
+def build_module(info: Mapping[str, Any], source: Path) -> nn.Module:
+    """The module a ``network.json`` describes (JSON lists become tuples again).
+
+    Raises ModelDirectoryError, naming ``source``, for an unknown kind, another version
+    of a kind, or a config the class does not take.
+    """
+    name = info.get("kind")
+    if name not in KINDS:
+        raise ModelDirectoryError(f"{source}: unknown network kind {name!r} (this dbaf_jax holds {sorted(KINDS)})")
+    kind = KINDS[name]
+    version = info.get("kind_version", UNVERSIONED_KIND)
+    if version != kind.version:
+        raise ModelDirectoryError(
+            f"{source}: {name} version {version}, this dbaf_jax reads version {kind.version}; "
+            "re-run the converter or the training export with this version"
+        )
+    config = info.get("config")
+    if not isinstance(config, Mapping):
+        raise ModelDirectoryError(f"{source}: no config object for {name}")
     as_tuple = lambda v: tuple(as_tuple(x) for x in v) if isinstance(v, list) else v  # noqa: E731
-    return cls(**{k: as_tuple(v) for k, v in config.items()})
+    try:
+        return kind.module(**{k: as_tuple(v) for k, v in config.items()})
+    except TypeError as err:
+        raise ModelDirectoryError(f"{source}: the config does not fit {name} ({err})") from None
 
 
 def save_network(
@@ -68,10 +144,12 @@ def save_network(
     """Writes ``module`` and ``variables`` to ``path`` (a directory)."""
     path = Path(path).absolute()
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+        raise OutputExistsError(f"{path} exists; pass overwrite=True to replace it")
+    kind = module_kind(module)
     info = {
         "format_version": FORMAT_VERSION,
-        "kind": module_kind(module),
+        "kind": kind,
+        "kind_version": KINDS[kind].version,
         "config": module_config(module),
         "source": source,
     }
@@ -79,7 +157,7 @@ def save_network(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / NETWORK_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
-    host_tree = {k: _to_numpy(v) for k, v in variables.items()}
+    host_tree = {k: jax.tree.map(np.asarray, v) for k, v in variables.items()}
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(tmp / VARIABLES_DIR, host_tree)
     if path.exists():
@@ -88,21 +166,58 @@ def save_network(
     return path
 
 
-def load_network(path: str | Path) -> Network:
-    """Loads a network written by `save_network` (or a converter)."""
-    path = Path(path).absolute()
+def read_info(path: Path) -> dict[str, Any]:
+    """The parsed ``network.json`` of the network directory ``path``, format checked."""
     info_file = path / NETWORK_FILE
+    if not path.is_dir():
+        raise NetworkNotFoundError(f"{path}: no such network directory")
     if not info_file.is_file():
-        raise FileNotFoundError(f"{path}: not a dbaf_jax network directory (no {NETWORK_FILE})")
-    info = json.loads(info_file.read_text())
+        raise NetworkNotFoundError(f"{path}: not a dbaf_jax network directory (no {NETWORK_FILE})")
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelDirectoryError(f"{info_file}: damaged, not readable JSON ({err})") from None
+    if not isinstance(info, dict):
+        raise ModelDirectoryError(f"{info_file}: damaged, not a JSON object")
     if info.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{info_file}: format_version {info.get('format_version')}, expected {FORMAT_VERSION}")
-    with ocp.StandardCheckpointer() as checkpointer:
-        variables = checkpointer.restore(path / VARIABLES_DIR)
-    return Network(build_module(info["kind"], info["config"]), variables, info)
+        raise ModelDirectoryError(
+            f"{info_file}: format_version {info.get('format_version')!r}, this dbaf_jax reads {FORMAT_VERSION}"
+        )
+    return info
 
 
-def _to_numpy(tree: Any) -> Any:
-    import jax
+def load_network(path: str | Path) -> Network:
+    """Loads a network written by `save_network` (or a converter); see the module docstring
+    for what it refuses (always with a ModelDirectoryError naming the file)."""
+    path = Path(path).absolute()
+    info = read_info(path)
+    module = build_module(info, path / NETWORK_FILE)
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            variables = checkpointer.restore(path / VARIABLES_DIR)
+    except Exception as err:  # noqa: BLE001 - whatever Orbax raises, the variables are unusable
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelDirectoryError(f"{path / VARIABLES_DIR}: cannot read the variables ({reason})") from None
+    return Network(module, variables, info)
 
-    return jax.tree.map(np.asarray, tree)
+
+def hash_network(digest: Any, name: str, module: nn.Module, variables: Mapping[str, Any]) -> None:
+    """Feeds one network into ``digest`` (a hashlib object): its name, kind and
+    constructor fields, then every variable's path, dtype, shape and values in sorted
+    path order. Nothing about the files enters (Orbax names them at random and stamps
+    them), so the same weights saved twice, or copied elsewhere, hash alike."""
+    header = [name, module_kind(module), module_config(module)]
+    digest.update(json.dumps(header, sort_keys=True).encode())
+    for leaf_path, leaf in sorted(traverse_util.flatten_dict(variables).items()):
+        leaf = np.ascontiguousarray(leaf)
+        digest.update(json.dumps(["/".join(leaf_path), str(leaf.dtype), list(leaf.shape)]).encode())
+        digest.update(leaf)
+
+
+def model_fingerprint(networks: Mapping[str, nn.Module], variables: Mapping[str, Any]) -> str:
+    """16 hex digits of one sha256 over ``networks`` (name -> module, e.g.
+    ``DBAF.networks()``) in name order, each fed by `hash_network` with its variables."""
+    digest = hashlib.sha256()
+    for name in sorted(networks):
+        hash_network(digest, name, networks[name], variables[name])
+    return digest.hexdigest()[:16]

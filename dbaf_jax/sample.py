@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import images, model_directory
+from dbaf_jax import commands, images, model_directory
 from dbaf_jax.models.stylegan2 import Generator, truncate
 
 
@@ -64,4 +64,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    commands.run_main(main)

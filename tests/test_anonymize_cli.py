@@ -3,7 +3,8 @@
 directory converted by ``python -m convert.dbaf`` from random reference weights
 (reduced width). Random weights mean recovered faces look like nothing, so the tests
 assert exact properties: metadata, keys re-derived from it, latent recovery equal to
-`DBAF.recover_latent` computed directly, no password anywhere, refusals."""
+`DBAF.recover_latent` computed directly, no password anywhere, refusals (typed errors
+from the Python API, one ``error:`` line and exit status 1 from the commands)."""
 
 import os
 import subprocess
@@ -17,8 +18,9 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import images, keys, model_directory
-from dbaf_jax.anonymize import LATENTS_SUFFIX, FaceAnonymizer, command_line, model_fingerprint, pad_batch
+from dbaf_jax import anonymize, commands, images, keys, model_directory, recover
+from dbaf_jax.anonymizer import LATENTS_SUFFIX, FaceAnonymizer, anonymize_folder, pad_batch, read_password
+from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.models import dbaf
 from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
 
@@ -73,17 +75,15 @@ def temper_(ref, rng):
                 p.mul_(factor)
 
 
-def anonymize(ws, out, *extra):
-    return command_line(
-        "anonymize",
+def run_anonymize(ws, out, *extra):
+    return anonymize.main(
         ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(ws / "faces"), str(out),
          "--batch-size", str(BATCH), *extra],
     )
 
 
-def recover(ws, in_dir, out, password_file="password.txt", *extra):
-    return command_line(
-        "recover",
+def run_recover(ws, in_dir, out, password_file="password.txt", *extra):
+    return recover.main(
         ["--model", str(ws / "model"), "--password-file", str(ws / password_file), str(in_dir), str(out),
          "--batch-size", str(BATCH), *extra],
     )
@@ -96,7 +96,7 @@ def anonymizer(workspace):
 
 @pytest.fixture(scope="module")
 def anonymized(workspace):
-    report = anonymize(workspace, workspace / "anonymized", "--save-latents")
+    report = run_anonymize(workspace, workspace / "anonymized", "--save-latents")
     return report
 
 
@@ -105,9 +105,9 @@ def recovered(workspace, anonymized):
     """Recovery of the anonymized folder: image mode with both passwords, latent mode."""
     ws = workspace
     return {
-        "right": recover(ws, ws / "anonymized", ws / "recovered_right"),
-        "wrong": recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
-        "latent": recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
+        "right": run_recover(ws, ws / "anonymized", ws / "recovered_right"),
+        "wrong": run_recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
+        "latent": run_recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
     }
 
 
@@ -209,9 +209,14 @@ def test_password_appears_nowhere(workspace, anonymized, recovered, capsys):
     assert PASSWORD not in printed.err + printed.out and WRONG_PASSWORD not in printed.err + printed.out
 
 
+def snapshot(folder):
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
 def test_existing_outputs_are_not_overwritten(workspace, anonymized):
+    """The command: one `error:` line, exit status 1, nothing written."""
     out = workspace / "anonymized"
-    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+    before = snapshot(out)
     args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
             str(workspace / "faces"), str(out)]
     result = subprocess.run(
@@ -219,10 +224,51 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
         capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert result.returncode == 1
-    assert "exist already" in result.stderr and "--overwrite" in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "exist already" in lines[0] and "--overwrite" in lines[0]
     assert PASSWORD not in result.stderr + result.stdout
-    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
-    assert after == before
+    assert snapshot(out) == before
+
+
+def test_python_api_raises_output_exists(workspace, anonymized, anonymizer):
+    """The library raises a catchable OutputExistsError (the interpreter goes on), before writing."""
+    out = workspace / "anonymized"
+    before = snapshot(out)
+    with pytest.raises(OutputExistsError, match="exist already") as err:
+        anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, batch_size=BATCH)
+    assert isinstance(err.value, FileExistsError)
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [(b"", "empty first line"), (b"\n\nsecond line\n", "empty first line"), (b"caf\xe9 latin-1\n", "not UTF-8")],
+)
+def test_unusable_password_file(workspace, tmp_path, capsys, content, reason):
+    path = tmp_path / "pw.txt"
+    path.write_bytes(content)
+    with pytest.raises(PasswordFileError, match=reason):
+        read_password(path)
+    # The command says so in one line and exits 1, before loading the model or writing anything.
+    args = ["--model", str(workspace / "model"), "--password-file", str(path), str(workspace / "faces"),
+            str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_info:
+        commands.run_main(anonymize.main, args)
+    assert exit_info.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0] and reason in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_password_file_model_or_input(anonymizer, tmp_path):
+    with pytest.raises(PasswordFileError, match="cannot read"):
+        read_password(tmp_path / "no_such_file")
+    with pytest.raises(ModelDirectoryError, match="no_model"):
+        FaceAnonymizer(tmp_path / "no_model")
+    with pytest.raises(InputError, match="no_faces"):
+        anonymize_folder(anonymizer, PASSWORD, tmp_path / "no_faces", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_recover_skips_images_without_metadata(workspace, anonymized, tmp_path):
@@ -230,7 +276,7 @@ def test_recover_skips_images_without_metadata(workspace, anonymized, tmp_path):
     folder.mkdir()
     (folder / "a.png").write_bytes((workspace / "anonymized" / "a.png").read_bytes())
     (folder / "plain.png").write_bytes((workspace / "faces" / "a.png").read_bytes())
-    report = recover(workspace, folder, tmp_path / "out")
+    report = run_recover(workspace, folder, tmp_path / "out")
     assert [p.name for p in report.written] == ["a.png"]
     assert [s.path.name for s in report.skipped] == ["plain.png"]
     assert "no dbaf_jax metadata" in report.skipped[0].reason
@@ -243,7 +289,7 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
         network = model_directory.load_network(workspace / "model" / name)
         model_directory.save_network(tmp_path / name, network.module, network.variables)
     copy_model, copy_variables = dbaf.load(tmp_path)
-    assert model_fingerprint(copy_model, copy_variables) == anonymizer.fingerprint
+    assert model_directory.model_fingerprint(copy_model.networks(), copy_variables) == anonymizer.fingerprint
     changed = jax.tree.map(lambda x: x, copy_variables)
     changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
-    assert model_fingerprint(copy_model, changed) != anonymizer.fingerprint
+    assert model_directory.model_fingerprint(copy_model.networks(), changed) != anonymizer.fingerprint

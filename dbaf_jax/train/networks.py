@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from dbaf_jax import model_directory
+from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables
@@ -181,22 +182,24 @@ def load_pretrained(
     """Replaces the variables of the networks in ``sub_dirs`` (name -> sub-directory of
     ``model_dir``, e.g. `PRETRAINED`) by the ones stored there.
 
-    Refuses a stored network whose architecture differs from the run's (naming the
-    fields), since its variables would not fit: e.g. a stage-1 result of another
-    width given to stage 2.
+    Raises ModelDirectoryError for a missing directory or network, and for a stored
+    network whose architecture differs from the run's (naming the fields), since its
+    variables would not fit: e.g. a stage-1 result of another width given to stage 2.
     """
     model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise NetworkNotFoundError(f"{model_dir}: no such model directory")
     built = modules(networks)
     loaded = dict(variables)
     for name, sub_dir in sub_dirs.items():
         path = model_dir / sub_dir
         if not path.is_dir():
-            raise FileNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
+            raise NetworkNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
         network = model_directory.load_network(path)
         expected = model_directory.module_config(built[name])
         found = model_directory.module_config(network.module)
         differ = {k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v}
         if differ:
-            raise ValueError(f"{path}: architecture differs from the config (field: file vs config) {differ}")
+            raise ModelDirectoryError(f"{path}: architecture differs from the config (field: file vs config) {differ}")
         loaded[name] = network.variables
     return loaded

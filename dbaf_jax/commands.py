@@ -1,0 +1,56 @@
+"""What the user commands share: one way to end on an error, and their common arguments.
+
+Library code raises the types of `dbaf_jax.errors`; a command's ``main(argv)`` lets
+them through and `run_main` turns one into a single ``error: <message>`` line on
+stderr and exit status 1. Any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Sequence
+
+from dbaf_jax.errors import DbafError
+
+Main = Callable[[Sequence[str] | None], Any]
+
+
+def exit_status(main: Main, argv: Sequence[str] | None = None) -> int:
+    """Runs ``main(argv)``: 0, or 1 after printing its DbafError as ``error: <message>``."""
+    try:
+        main(argv)
+    except DbafError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_main(main: Main, argv: Sequence[str] | None = None) -> None:
+    """`exit_status`, exiting the interpreter only on an error: on success it returns, so
+    a caller (a test, a notebook) can run several commands in one process."""
+    if exit_status(main, argv):
+        raise SystemExit(1)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The arguments of the anonymize and recover commands: a model, a password file, an
+    input and an output folder, the batch size and --overwrite."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
+    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
+    parser.add_argument("in_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    return parser
