@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 
 from dbaf_jax import keys, model_directory
+from dbaf_jax.errors import NetworkNotFoundError
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
@@ -166,12 +167,15 @@ def load(directory) -> tuple[DBAF, Variables]:
     """Loads a DBAF model directory (``python -m convert.dbaf`` or a training export).
 
     Returns the composition and the variables of its networks plus the key generator's.
-    A directory without ``maar`` is the no-MAAR ablation.
+    A directory without ``maar`` is the no-MAAR ablation. Raises NetworkNotFoundError
+    (a ModelDirectoryError) for a missing directory or network.
     """
     directory = Path(directory)
+    if not directory.is_dir():
+        raise NetworkNotFoundError(f"{directory}: no such model directory")
     missing = [n for n in NETWORKS + (KEY_GENERATOR,) if n != "maar" and not (directory / n).is_dir()]
     if missing:
-        raise FileNotFoundError(f"{directory}: not a DBAF model directory, missing {missing}")
+        raise NetworkNotFoundError(f"{directory}: not a DBAF model directory, missing {missing}")
     names = [n for n in NETWORKS + (KEY_GENERATOR,) if (directory / n).is_dir()]
     networks = {name: model_directory.load_network(directory / name) for name in names}
     model = DBAF(
