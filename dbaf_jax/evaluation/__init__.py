@@ -1,0 +1,6 @@
+"""The paper's evaluation measures: image quality, FID, recognition rates, diversity, data splits.
+
+One concern per module: `image_metrics` (MSE, PSNR, SSIM), `fid` (feature statistics
+and the Frechet distance), `recognition` (identity distances and rates), `diversity`
+(pairwise identity angles, key grids, t-SNE plots) and `splits` (seeded split lists).
+"""
