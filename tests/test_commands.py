@@ -1,0 +1,66 @@
+"""The one way a command ends on a user's error: one ``error:`` line, exit status 1."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dbaf_jax import commands, data
+from dbaf_jax.errors import DatasetError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def failing(argv):
+    raise DatasetError(f"{argv[0]}: no such dataset directory")
+
+
+def test_run_main_turns_a_dbaf_error_into_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        commands.run_main(failing, ["data/"])
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.err == "error: data/: no such dataset directory\n" and captured.out == ""
+    assert commands.exit_status(failing, ["data/"]) == 1
+
+
+def test_run_main_returns_on_success_and_keeps_bugs_visible(capsys):
+    calls = []
+    assert commands.run_main(calls.append, ["x"]) is None  # no exit: in-process callers go on
+    assert calls == [["x"]] and capsys.readouterr().err == ""
+    assert commands.exit_status(calls.append, []) == 0
+
+    def buggy(argv):
+        raise KeyError("not a user error")
+
+    with pytest.raises(KeyError):  # only DbafError is the user's; anything else keeps its traceback
+        commands.run_main(buggy)
+
+
+def test_folder_parser_refuses_a_batch_size_below_1(capsys):
+    parser = commands.folder_parser("prog", "description")
+    args = parser.parse_args(["--model", "m", "--password-file", "p", "in", "out"])
+    assert (args.batch_size, args.overwrite) == (8, False)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--model", "m", "--password-file", "p", "in", "out", "--batch-size", "0"])
+    assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
+    missing = tmp_path / "no_dataset"
+    result = subprocess.run(
+        [sys.executable, "launch.py", "--config", "configs/stage1.py:tiny", "--workdir", str(tmp_path / "w"),
+         "--config.data.synthetic=False", "--config.data.dir", str(missing)],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {missing}: no such dataset directory"], result.stderr
+
+
+def test_a_folder_that_is_no_prepared_dataset(tmp_path):
+    with pytest.raises(DatasetError, match=f"{tmp_path}: not a dataset prepared by"):
+        data.PreparedImages(tmp_path)
