@@ -88,8 +88,9 @@ def convert_mtcnn(out_dir: str | Path, files: dict[str, str | Path | None] | Non
     sources = {name: Path(files.get(name) or bundled_weights(name)) for name in NETWORKS}
     converted = {}
     for name, (module, side, layers) in NETWORKS.items():
-        state_dict = to_numpy(load_torch_checkpoint(sources[name]), str(sources[name]))
-        converted[name] = network_variables(state_dict, module, side, layers, str(sources[name]))
+        label = f"{sources[name]} (given as {name})"
+        state_dict = to_numpy(load_torch_checkpoint(sources[name]), label)
+        converted[name] = network_variables(state_dict, module, side, layers, label)
     # Written beside the target and renamed into place, so a reader never sees a partial detector.
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

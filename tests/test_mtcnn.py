@@ -1,0 +1,252 @@
+"""MTCNN: the three networks against facenet-pytorch's through `convert.mtcnn` (random
+weights), the host helpers against the reference's own functions, the exact area
+resize against `F.interpolate`, and the whole detector with the real bundled weights
+against facenet-pytorch's `MTCNN.detect` on real photos (tests/data: office3.jpg and
+office5.jpg from the MTCNN example images, several faces each, and jf.jpg, one face)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+import facenet_pytorch.models.utils.detect_face as reference_detect
+from facenet_pytorch import MTCNN, ONet as TorchONet, PNet as TorchPNet, RNet as TorchRNet
+
+from convert.common import run
+from convert.mtcnn import main
+from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.faces import detect
+from dbaf_jax.faces.detect import FaceDetector, area_resize, batch_bucket, run_on_crops, summed_area_table
+from dbaf_jax.model_directory import load_network
+from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
+from tests.torch_reference.nms import batched_nms as torch_batched_nms
+
+DATA = Path(__file__).parent / "data"
+PHOTOS = ("office3.jpg", "office5.jpg", "jf.jpg")
+REPO = Path(__file__).resolve().parents[1]
+
+# Input side per network (P-net is fully convolutional: odd sizes exercise ceil-mode
+# pooling), and a weight scale that keeps random activations out of softmax saturation.
+NETWORKS = {"pnet": (TorchPNet, (31, 26), 0.1), "rnet": (TorchRNet, (24, 24), 0.1), "onet": (TorchONet, (48, 48), 0.05)}
+
+
+def read_photo(name: str) -> np.ndarray:
+    return np.asarray(Image.open(DATA / name).convert("RGB"))
+
+
+@pytest.fixture(scope="module")
+def random_networks(tmp_path_factory):
+    """Random facenet-pytorch networks saved as .pt files, converted, and loaded back."""
+    tmp = tmp_path_factory.mktemp("mtcnn_random")
+    nets, argv = {}, []
+    for seed, (name, (cls, _, scale)) in enumerate(NETWORKS.items()):
+        nets[name] = randomize_(cls(pretrained=False), seed=seed, scale=scale).eval()
+        torch.save(nets[name].state_dict(), tmp / f"{name}.pt")
+        argv += [f"--{name}", str(tmp / f"{name}.pt")]
+    run(main, argv + ["--out", str(tmp / "models")])
+    converted = {name: load_network(tmp / "models" / "mtcnn" / name) for name in NETWORKS}
+    return nets, converted, argv, tmp
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_network_matches_torch(random_networks, name):
+    nets, converted, _, _ = random_networks
+    height, width = NETWORKS[name][1]
+    x = np.random.default_rng(7).uniform(-1, 1, (3, height, width, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = nets[name](nchw(x))
+    actual = converted[name].module.apply(converted[name].variables, x)
+    assert len(actual) == len(expected)
+    errors = []
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        e = nhwc(e) if e.ndim == 4 else e.numpy()
+        assert_parity(a, e, name=f"{name} output {k}")
+        errors.append(relative_error(a, e))
+    assert converted[name].info["kind"] == f"mtcnn:{name[0].upper()}Net"
+    print(f"{name}: max relative error {max(errors):.2e}")
+
+
+def test_crop_batches_are_padded_and_chunked(random_networks):
+    _, converted, _, _ = random_networks
+    assert [batch_bucket(n) for n in (1, 16, 17, 100, 512, 600)] == [16, 16, 32, 128, 512, 512]
+    crops = np.random.default_rng(3).uniform(-1, 1, (detect.LARGEST_BATCH + 8, 24, 24, 3)).astype(np.float32)
+    offsets, probs = run_on_crops(converted["rnet"], crops)  # one chunk of 512, one of 8 padded to 16
+    expected = converted["rnet"].module.apply(converted["rnet"].variables, crops)
+    assert offsets.shape == (len(crops), 4) and probs.shape == (len(crops), 2)
+    assert_parity(offsets, expected[0], name="offsets")
+    assert_parity(probs, expected[1], name="probs")
+
+
+def test_converter_refusals(random_networks, capsys):
+    _, _, argv, tmp = random_networks
+    with pytest.raises(SystemExit):
+        run(main, argv + ["--out", str(tmp / "models")])
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    swapped = ["--pnet", argv[3], "--rnet", argv[1], "--onet", argv[5]]
+    with pytest.raises(SystemExit):
+        run(main, swapped + ["--out", str(tmp / "swapped")])
+    err = capsys.readouterr().err
+    assert "rnet.pt (given as pnet): refusing to convert" in err and "missing (4): conv4_1.bias" in err and "unexpected" in err
+    assert not (tmp / "swapped" / "mtcnn").exists()
+
+
+def test_converter_without_facenet_pytorch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: None)
+    with pytest.raises(SystemExit):
+        run(main, ["--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "facenet_pytorch is not installed" in err and "--pnet, --rnet and --onet" in err
+
+
+# ---------------------------------------------------------------- host helpers
+
+
+@pytest.mark.parametrize(
+    "image_hw, region, size",
+    [
+        ((380, 570), (0, 0, 380, 570), (228, 342)),  # a pyramid level
+        ((380, 570), (0, 0, 380, 570), (14, 20)),  # the smallest levels: wide windows
+        ((120, 90), (17, 5, 61, 77), (24, 24)),  # a crop shrunk to R-net's input
+        ((120, 90), (100, 80, 13, 9), (48, 48)),  # a small crop stretched to O-net's input
+    ],
+)
+def test_area_resize_is_torch_interpolate_area(image_hw, region, size):
+    image = np.random.default_rng(sum(size)).integers(0, 256, image_hw + (3,), dtype=np.uint8)
+    top, left, height, width = region
+    # As the reference builds it: an HWC tensor permuted to NCHW (channels-last strides), as float.
+    crop = torch.as_tensor(image).unsqueeze(0).permute(0, 3, 1, 2).float()[:, :, top:top + height, left:left + width]
+    expected = nhwc(F.interpolate(crop, size=size, mode="area"))
+    np.testing.assert_array_equal(area_resize(summed_area_table(image), [region], size), expected)
+
+
+def random_boxes(rng, n: int, extent: float = 100.0) -> np.ndarray:
+    corners = rng.uniform(0, extent, (n, 2))
+    return np.concatenate([corners, corners + rng.uniform(5, 40, (n, 2))], axis=1).astype(np.float32)
+
+
+def brute_force_nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> list[int]:
+    """By definition: in descending score, a box is kept unless a kept box overlaps it with IoU > threshold."""
+    b = boxes.astype(np.float64)
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    w = np.clip(np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0]), 0, None)
+    h = np.clip(np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1]), 0, None)
+    iou = w * h / (area[:, None] + area[None, :] - w * h)
+    kept = []
+    for i in np.argsort(-scores, kind="stable"):
+        if all(iou[i, j] <= threshold for j in kept):
+            kept.append(int(i))
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nms_against_brute_force_and_references(seed):
+    rng = np.random.default_rng(seed)
+    boxes, scores = random_boxes(rng, 300), rng.uniform(0, 1, 300).astype(np.float32)
+    scores[:20] = scores[20:40]  # ties, broken by index in torchvision's stable order
+    expected = brute_force_nms(boxes, scores, 0.5)
+    assert 10 < len(expected) < 300
+    images = torch.zeros(len(boxes), dtype=torch.long)
+    # The PyTorch stand-in that the end-to-end test patches into facenet-pytorch.
+    assert torch_batched_nms(torch.from_numpy(boxes), torch.from_numpy(scores), images, 0.5).tolist() == expected
+    assert detect.nms(boxes, scores, 0.5).tolist() == expected
+    reference_min = reference_detect.batched_nms_numpy(torch.from_numpy(boxes), torch.from_numpy(scores), images, 0.3, "Min")
+    assert detect.nms(boxes, scores, 0.3, mode="min").tolist() == reference_min.tolist()
+
+
+def test_box_helpers_match_reference():
+    rng = np.random.default_rng(4)
+    offsets = rng.uniform(-0.3, 0.3, (1, 4, 40, 50)).astype(np.float32)
+    probs = rng.uniform(0, 1, (1, 40, 50)).astype(np.float32)
+    scale = 12 / 20 * 0.709**3
+    expected = reference_detect.generateBoundingBox(torch.from_numpy(offsets), torch.from_numpy(probs), scale, 0.6)[0].numpy()
+    boxes, scores, cell_offsets = detect.proposals(offsets[0].transpose(1, 2, 0), probs[0], scale, 0.6)
+    np.testing.assert_array_equal(np.concatenate([boxes, scores[:, None], cell_offsets], axis=1), expected)
+
+    boxes = random_boxes(rng, 200, extent=340) - 40  # some reach past the image's edges, some lie outside
+    regression = rng.uniform(-0.2, 0.2, (200, 4)).astype(np.float32)
+    with_scores = torch.from_numpy(np.concatenate([boxes, scores[:200, None]], axis=1))
+    np.testing.assert_array_equal(detect.square(boxes), reference_detect.rerec(with_scores.clone())[:, :4].numpy())
+    np.testing.assert_array_equal(
+        detect.regress(boxes, regression, inclusive=True),
+        reference_detect.bbreg(with_scores.clone(), torch.from_numpy(regression))[:, :4].numpy(),
+    )
+    regions, nonempty = detect.crop_regions(boxes, 240, 320)
+    y, ey, x, ex = reference_detect.pad(with_scores.clone(), 320, 240)
+    np.testing.assert_array_equal(regions[:, 0], y - 1)
+    np.testing.assert_array_equal(regions[:, 1], x - 1)
+    np.testing.assert_array_equal(regions[:, 2], ey - y + 1)
+    np.testing.assert_array_equal(regions[:, 3], ex - x + 1)
+    np.testing.assert_array_equal(nonempty, (ey > y - 1) & (ex > x - 1))
+    assert nonempty.any() and not nonempty.all()
+    inside = regions[nonempty]
+    assert (inside[:, :2] >= 0).all() and (inside[:, 0] + inside[:, 2] <= 240).all() and (inside[:, 1] + inside[:, 3] <= 320).all()
+
+
+# ---------------------------------------------------------------- the detector, real weights
+
+
+@pytest.fixture(scope="module")
+def real_detector(tmp_path_factory):
+    """The weights bundled with facenet-pytorch, converted by the command in a fresh
+    interpreter that must never import facenet_pytorch (its import is fragile)."""
+    out = tmp_path_factory.mktemp("mtcnn_real")
+    script = (
+        "import runpy, sys; sys.argv = ['convert.mtcnn', '--out', sys.argv[1]]; "
+        "runpy.run_module('convert.mtcnn', run_name='__main__'); "
+        "assert 'facenet_pytorch' not in sys.modules, 'the converter imported facenet_pytorch'"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return FaceDetector.load(out / "mtcnn")
+
+
+@pytest.fixture(scope="module")
+def reference_mtcnn():
+    with pytest.MonkeyPatch.context() as patch:
+        # torchvision's compiled NMS op is missing here; the checked stand-in replaces it.
+        patch.setattr(reference_detect, "batched_nms", torch_batched_nms)
+        yield MTCNN(keep_all=True)
+
+
+@pytest.mark.parametrize("photo", PHOTOS)
+def test_detections_match_facenet_pytorch(real_detector, reference_mtcnn, photo):
+    image = read_photo(photo)
+    boxes, probs, landmarks = reference_mtcnn.detect(image, landmarks=True)
+    found = real_detector.detect(image)
+    assert len(found.boxes) == len(boxes) >= 1
+    assert found.boxes.shape == (len(boxes), 4) and found.probs.shape == (len(boxes),) and found.landmarks.shape == (len(boxes), 5, 2)
+    # Both list faces largest first, so they pair up by position.
+    box_error = np.abs(found.boxes - boxes).max()
+    prob_error = np.abs(found.probs - probs.astype(np.float32)).max()
+    landmark_error = np.abs(found.landmarks - landmarks).max()
+    assert box_error < 1 and landmark_error < 1 and prob_error < 1e-4
+    print(f"{photo}: {len(boxes)} faces, max |box| {box_error:.2e} px, |landmark| {landmark_error:.2e} px, |prob| {prob_error:.2e}")
+
+
+def test_no_faces(real_detector, reference_mtcnn):
+    image = np.full((90, 120, 3), 128, np.uint8)
+    boxes, _ = reference_mtcnn.detect(image)
+    assert boxes is None
+    found = real_detector.detect(image)
+    assert found.boxes.shape == (0, 4) and found.probs.shape == (0,) and found.landmarks.shape == (0, 5, 2)
+
+
+def test_detector_refusals(real_detector, random_networks, tmp_path):
+    with pytest.raises(ValueError, match="uint8"):
+        real_detector.detect(np.zeros((40, 40, 3), np.float32))
+    with pytest.raises(ConfigError):
+        FaceDetector(real_detector.pnet, real_detector.rnet, real_detector.onet, factor=1.0)
+    with pytest.raises(ModelDirectoryError):
+        FaceDetector.load(tmp_path / "nothing")
+    _, _, _, tmp = random_networks
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for name, source in (("pnet", "rnet"), ("rnet", "rnet"), ("onet", "onet")):
+        (swapped / name).symlink_to(tmp / "models" / "mtcnn" / source, target_is_directory=True)
+    with pytest.raises(ModelDirectoryError, match="not an MTCNN mtcnn:PNet"):
+        FaceDetector.load(swapped)
