@@ -27,6 +27,7 @@ from sklearn.manifold import TSNE
 
 from dbaf_jax import images
 from dbaf_jax.errors import ConfigError
+from dbaf_jax.evaluation.recognition import normalize
 
 # t-SNE's customary perplexity; `tsne_points` lowers it for small sets (it must stay below the point count).
 TSNE_PERPLEXITY = 30.0
@@ -51,12 +52,11 @@ def pairwise_identity_diversity(embeddings: jnp.ndarray) -> dict[str, float]:
     Returns:
       ``{"mean_cosine": ..., "mean_angle_degrees": ...}``; the angle is KFFA for ArcFace.
     """
-    embeddings = jnp.asarray(embeddings, jnp.float32)
-    if embeddings.ndim != 3 or embeddings.shape[1] < 2:
-        raise ConfigError(f"need embeddings (faces, keys >= 2, dim), got shape {embeddings.shape}")
-    unit = embeddings / jnp.linalg.norm(embeddings, axis=-1, keepdims=True)
+    if np.ndim(embeddings) != 3 or np.shape(embeddings)[1] < 2:
+        raise ConfigError(f"need embeddings (faces, keys >= 2, dim), got shape {np.shape(embeddings)}")
+    unit = normalize(embeddings)
     cosines = jnp.einsum("fkd,fjd->fkj", unit, unit)
-    rows, cols = np.triu_indices(embeddings.shape[1], k=1)
+    rows, cols = np.triu_indices(unit.shape[1], k=1)
     pair_cosines = jnp.clip(cosines[:, rows, cols], -1.0, 1.0)  # (F, K(K-1)/2)
     angles = jnp.degrees(jnp.arccos(pair_cosines))
     return {
@@ -97,17 +97,18 @@ def tsne_points(embeddings: np.ndarray, seed: int = 0, perplexity: float = TSNE_
     cosine does). The perplexity is lowered to (F*K - 1) / 3 when the set is too
     small for it (t-SNE needs it below the number of points).
     """
-    embeddings = np.asarray(embeddings, np.float64)
-    faces, keys, dim = embeddings.shape
-    flat = embeddings.reshape(faces * keys, dim)
-    flat = flat / np.linalg.norm(flat, axis=1, keepdims=True)
+    faces, keys, dim = np.shape(embeddings)
+    flat = np.asarray(normalize(np.reshape(embeddings, (faces * keys, dim))))
     perplexity = min(perplexity, (faces * keys - 1) / 3)
     points = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(flat)
     return points.reshape(faces, keys, 2)
 
 
 def tsne_image(points: np.ndarray, labels: list[str] | None = None) -> np.ndarray:
-    """Scatter of (F, K, 2) points, one colour per face, legend on the right: (PLOT_SIZE, PLOT_SIZE + LEGEND_WIDTH, 3) uint8."""
+    """Scatter of (F, K, 2) points, one colour per face, legend on the right.
+
+    Returns (PLOT_SIZE, PLOT_SIZE + LEGEND_WIDTH, 3) uint8.
+    """
     points = np.asarray(points, np.float64)
     faces = points.shape[0]
     labels = labels or [f"face {f + 1}" for f in range(faces)]
@@ -133,5 +134,6 @@ def write_tsne_plot(path: str | Path, embeddings: np.ndarray, seed: int = 0, lab
     """t-SNE of (F, K, D) embeddings drawn to a PNG at ``path``; returns the (F, K, 2) points."""
     points = tsne_points(embeddings, seed)
     faces, keys, _ = points.shape
-    images.write_png(path, tsne_image(points, labels), {"plot": "t-SNE of identity embeddings", "faces": faces, "keys": keys, "seed": seed})
+    metadata = {"plot": "t-SNE of identity embeddings", "faces": faces, "keys": keys, "seed": seed}
+    images.write_png(path, tsne_image(points, labels), metadata)
     return points

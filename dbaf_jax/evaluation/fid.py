@@ -91,7 +91,9 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps: float = SINGULAR_OFFSET) -> 
     mu1, mu2 = np.atleast_1d(np.asarray(mu1, np.float64)), np.atleast_1d(np.asarray(mu2, np.float64))
     sigma1, sigma2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape or sigma1.shape != mu1.shape * 2:
-        raise ValueError(f"statistics do not match: means {mu1.shape} {mu2.shape}, covariances {sigma1.shape} {sigma2.shape}")
+        raise ValueError(
+            f"statistics do not match: means {mu1.shape} {mu2.shape}, covariances {sigma1.shape} {sigma2.shape}"
+        )
 
     covmean = _sqrtm(sigma1 @ sigma2)
     if not np.isfinite(covmean).all():

@@ -35,14 +35,15 @@ THRESHOLDS = {"facenet": 1.1, "arcface": 0.8}
 NORM_EPS = 1e-12
 
 
-def _unit(embeddings: jnp.ndarray) -> jnp.ndarray:
+def normalize(embeddings: jnp.ndarray) -> jnp.ndarray:
+    """Embeddings (..., D) scaled to unit L2 norm along the last axis, float32."""
     embeddings = jnp.asarray(embeddings, jnp.float32)
     return embeddings / jnp.maximum(jnp.linalg.norm(embeddings, axis=-1, keepdims=True), NORM_EPS)
 
 
 def distances(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray) -> dict[str, jnp.ndarray]:
     """Every distance form between row pairs: (B, D) x2 -> {form: (B,)}."""
-    cosine_similarity = jnp.sum(_unit(embeddings0) * _unit(embeddings1), axis=-1)
+    cosine_similarity = jnp.sum(normalize(embeddings0) * normalize(embeddings1), axis=-1)
     # ||a - b||^2 = 2 - 2 cos for unit vectors; clipped at 0 against rounding.
     squared_l2 = jnp.maximum(2.0 - 2.0 * cosine_similarity, 0.0)
     return {"l2": jnp.sqrt(squared_l2), "squared_l2": squared_l2, "cosine": 1.0 - cosine_similarity}

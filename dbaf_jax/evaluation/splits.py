@@ -108,7 +108,7 @@ def make_splits(images_dir: str | Path, protocol: str, seed: int = 0, allow_fewe
                 "--allow-fewer scales the counts down"
             )
         if found < len(counts):
-            raise DatasetError(f"{images_dir}: {found} images, fewer than the {len(counts)} lists of the {protocol} protocol")
+            raise DatasetError(f"{images_dir}: {found} images, fewer than the {protocol} protocol's {len(counts)} lists")
         scale = found / spec.needed
         counts = {name: _scaled(count, scale) for name, count in counts.items()}
         subset_counts = {name: _scaled(count, scale) for name, count in subset_counts.items()}
@@ -163,7 +163,9 @@ def read_split(list_file: str | Path, images_dir: str | Path) -> list[Path]:
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise DatasetError(f"{list_file}: {len(missing)} of {len(paths)} listed images do not exist under {images_dir}: {shown}")
+        raise DatasetError(
+            f"{list_file}: {len(missing)} of {len(paths)} listed images do not exist under {images_dir}: {shown}"
+        )
     return paths
 
 
@@ -173,7 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="folder for the list files")
     parser.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--allow-fewer", action="store_true", help="scale the counts down to a smaller folder (not the paper's protocol)")
+    parser.add_argument(
+        "--allow-fewer", action="store_true", help="scale the counts down to a smaller folder (not the paper's protocol)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing list files")
     args = parser.parse_args(argv)
     splits = make_splits(args.images, args.protocol, args.seed, args.allow_fewer)
