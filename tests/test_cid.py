@@ -7,10 +7,13 @@ import pytest
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from convert.common import ConversionError, load_torch_checkpoint, run, to_numpy
+from convert.common import to_numpy
 from convert.dbaf import cid_variables
-from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.cid import CID
+from tests.conversion import (
+    assert_not_a_checkpoint_message, convert_state_dict, edited, layout_refusal, not_a_checkpoint, read_state_dict,
+    refusal,
+)
 from tests.parity import assert_parity, randomize_, relative_error
 from tests.torch_reference.dbaf import DisentanglementId
 
@@ -27,15 +30,6 @@ def torch_cid(seed=0):
     return randomize_(ref, seed=seed, scale=0.5).eval()
 
 
-def convert(tmp_path, ref, attention="batch"):
-    """The reference's state_dict -> file -> converter -> model directory -> loaded network."""
-    ckpt = tmp_path / "w_disentanglement_best_model.pth"
-    torch.save(ref.state_dict(), ckpt)
-    module = CID(**SMALL, attention=attention)
-    variables = cid_variables(to_numpy(load_torch_checkpoint(ckpt), str(ckpt)), module, str(ckpt))
-    return load_network(save_network(tmp_path / "cid", module, variables, source=ckpt.name))
-
-
 def jitted(module):
     """module.apply compiled: one XLA call instead of hundreds of small eager ops."""
     return jax.jit(module.apply, static_argnames=("deterministic", "capture_intermediates"))
@@ -48,7 +42,8 @@ def codes(batch, seed=1):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     ref = torch_cid()
-    return ref, convert(tmp_path_factory.mktemp("cid"), ref)
+    ckpt = tmp_path_factory.mktemp("cid") / "best_model_w_disentanglement.pth"
+    return ref, convert_state_dict(cid_variables, CID(**SMALL, attention="batch"), ref.state_dict(), ckpt)
 
 
 def test_batch_attention_matches_reference(converted):
@@ -165,33 +160,22 @@ def test_full_size_shapes_and_parameter_count():
     assert layout["layers.1.transformer.layers.3.1.fn.net.0.weight"] == (2048, 512)
 
 
-def _refuse(state_dict, message_parts):
-    with pytest.raises(ConversionError) as err:
-        cid_variables(state_dict, CID(**SMALL, attention="single"), "bad.pth")
-    for part in message_parts:
-        assert part in str(err.value)
-
-
 def test_refuses_missing_unexpected_and_misshaped_keys():
     good = to_numpy(torch_cid().state_dict(), "ref")
-    missing = dict(good)
-    del missing["layers.1.transformer.layers.0.1.fn.net.3.bias"]
-    _refuse(missing, ["missing (1)", "layers.1.transformer.layers.0.1.fn.net.3.bias"])
-    extra = dict(good, **{"layers.0.mlp_head.weight": np.zeros((2, 2), np.float32)})
-    _refuse(extra, ["unexpected (1)", "layers.0.mlp_head.weight"])
-    misshaped = dict(good, pos_embedding=np.zeros((14, 2, 16), np.float32))
-    _refuse(misshaped, ["mis-shaped (1)", "pos_embedding [14, 2, 16]"])
+    module = CID(**SMALL, attention="single")
+
+    def refuse(**edits):
+        return layout_refusal(lambda sd: cid_variables(sd, module, "bad.pth"), edited(good, **edits))
+
+    missing = refuse(drop=["layers.1.transformer.layers.0.1.fn.net.3.bias"])
+    assert "missing (1): layers.1.transformer.layers.0.1.fn.net.3.bias" in missing
+    unexpected = refuse(add={"layers.0.mlp_head.weight": np.zeros((2, 2), np.float32)})
+    assert "unexpected (1): layers.0.mlp_head.weight" in unexpected
+    misshaped = refuse(add={"pos_embedding": np.zeros((14, 2, 16), np.float32)})
+    assert "mis-shaped (1): pos_embedding [14, 2, 16]" in misshaped
 
 
-def test_non_checkpoint_file_is_one_line_error_and_exit_status_1(tmp_path, capsys):
-    bad = tmp_path / "w_disentanglement.pth"
-    bad.write_text("not a checkpoint")
-
-    def main(argv):
-        cid_variables(to_numpy(load_torch_checkpoint(bad), str(bad)), CID(**SMALL), str(bad))
-
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, [])
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and str(bad) in err
+def test_non_checkpoint_file_is_one_line_error_and_exit_status_1(tmp_path):
+    bad = not_a_checkpoint(tmp_path / "w_disentanglement.pth")
+    err = refusal(lambda argv: cid_variables(read_state_dict(bad), CID(**SMALL), str(bad)), [])
+    assert_not_a_checkpoint_message(err, bad)

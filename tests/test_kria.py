@@ -6,36 +6,23 @@ import numpy as np
 import pytest
 import torch
 
-from convert.common import ConversionError, load_torch_checkpoint, to_numpy
+from convert.common import to_numpy
 from convert.dbaf import kria_variables
-from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.kria import KRIA
-from tests.parity import assert_parity, randomize_
+from tests.conversion import convert_state_dict, edited, layout_refusal
+from tests.parity import assert_parity
 from tests.torch_reference.dbaf import AnonymizationNet
+from tests.torch_reference.dbaf_pipeline import reduced_kria
 
 DIM = 16  # reduced style_dim: layers 32 -> 64 -> 32 -> 16 -> 16 x 4 -> 16
 GROUPS = (4, 4, 6)
 
 
-def torch_kria(seed=0):
-    ref = AnonymizationNet(dim=DIM, groups=GROUPS)
-    randomize_(ref, seed=seed)
-    with torch.no_grad():  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
-        for name, p in ref.named_parameters():
-            if name.endswith("weight") and not name.endswith(".7.weight"):
-                p.mul_(100.0)
-    return ref.eval()
-
-
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("kria")
-    ref = torch_kria()
-    ckpt = tmp_path / "best_model_id_mlp.pth"
-    torch.save(ref.state_dict(), ckpt)
-    module = KRIA(style_dim=DIM, groups=GROUPS)
-    variables = kria_variables(to_numpy(load_torch_checkpoint(ckpt), str(ckpt)), module, str(ckpt))
-    return ref, load_network(save_network(tmp_path / "kria", module, variables, source=ckpt.name))
+    ref = reduced_kria(seed=0, dim=DIM, groups=GROUPS)
+    ckpt = tmp_path_factory.mktemp("kria") / "best_model_id_mlp.pth"
+    return ref, convert_state_dict(kria_variables, KRIA(style_dim=DIM, groups=GROUPS), ref.state_dict(), ckpt)
 
 
 def test_matches_reference(converted):
@@ -88,19 +75,15 @@ def test_full_size_shapes_and_parameter_count():
     assert n_flax == sum(v.numel() for v in reference.state_dict().values()) == 3 * 6_035_456
 
 
-def _refuse(state_dict, message_parts):
-    with pytest.raises(ConversionError) as err:
-        kria_variables(state_dict, KRIA(style_dim=DIM, groups=GROUPS), "bad.pth")
-    for part in message_parts:
-        assert part in str(err.value)
-
-
 def test_refuses_missing_unexpected_and_misshaped_keys():
     good = to_numpy(AnonymizationNet(dim=DIM, groups=GROUPS).state_dict(), "ref")
-    missing = dict(good)
-    del missing["mapper.1.model.7.bias"]
-    _refuse(missing, ["missing (1)", "mapper.1.model.7.bias"])
-    extra = dict(good, **{"mapper.1.model.8.weight": np.zeros((DIM, DIM), np.float32)})
-    _refuse(extra, ["unexpected (1)", "mapper.1.model.8.weight"])
-    misshaped = dict(good, **{"mapper.0.model.0.weight": np.zeros((2 * DIM, 4 * DIM), np.float32)})
-    _refuse(misshaped, ["mis-shaped (1)", "mapper.0.model.0.weight [32, 64]"])
+    module = KRIA(style_dim=DIM, groups=GROUPS)
+
+    def refuse(**edits):
+        return layout_refusal(lambda sd: kria_variables(sd, module, "bad.pth"), edited(good, **edits))
+
+    assert "missing (1): mapper.1.model.7.bias" in refuse(drop=["mapper.1.model.7.bias"])
+    unexpected = refuse(add={"mapper.1.model.8.weight": np.zeros((DIM, DIM), np.float32)})
+    assert "unexpected (1): mapper.1.model.8.weight" in unexpected
+    misshaped = refuse(add={"mapper.0.model.0.weight": np.zeros((2 * DIM, 4 * DIM), np.float32)})
+    assert "mis-shaped (1): mapper.0.model.0.weight [32, 64]" in misshaped

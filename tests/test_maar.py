@@ -1,4 +1,7 @@
-"""MAAR: parity with the reference's AttrBlock (eval and train BatchNorm), the paper variant."""
+"""MAAR: parity with the reference's AttrBlock (eval and train BatchNorm), the paper variant.
+
+Each test builds its own PyTorch reference: a train-mode forward changes the reference's
+BatchNorm running statistics, so a shared one would make results depend on test order."""
 
 import jax
 import jax.numpy as jnp
@@ -7,11 +10,11 @@ import pytest
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from convert.common import ConversionError, load_torch_checkpoint, to_numpy
+from convert.common import to_numpy
 from convert.dbaf import maar_variables
-from dbaf_jax.model_directory import load_network, save_network
 from dbaf_jax.models.maar import MAAR, noise_inputs
 from dbaf_jax.models.stylegan2 import Generator
+from tests.conversion import convert_state_dict, edited, layout_refusal
 from tests.parity import assert_parity, nchw, nhwc, randomize_
 from tests.torch_reference.dbaf import AttrBlock
 
@@ -26,29 +29,26 @@ def feature_maps(batch=2, seed=0):
     return [rng.normal(size=(batch, s, s, c)).astype(np.float32) for s, c in zip(SIZES, IN_CHANNELS)]
 
 
-def convert(tmp_path, ref):
-    ckpt = tmp_path / "attr_block_best_model.pth"
-    torch.save(ref.state_dict(), ckpt)
-    module = MAAR(channels=CHANNELS, reduction=REDUCTION)
-    variables = maar_variables(
-        to_numpy(load_torch_checkpoint(ckpt), str(ckpt)), module, str(ckpt), in_channels=IN_CHANNELS
-    )
-    return load_network(save_network(tmp_path / "maar", module, variables, source=ckpt.name))
+def torch_maar():
+    """A fresh reference with the same random weights on every call, in eval mode."""
+    return randomize_(AttrBlock(IN_CHANNELS, CHANNELS, REDUCTION), seed=0, scale=0.5).eval()
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    ref = randomize_(AttrBlock(IN_CHANNELS, CHANNELS, REDUCTION), seed=0, scale=0.5)
-    return ref, convert(tmp_path_factory.mktemp("maar"), ref)
+    """The converted network of `torch_maar` (Flax variables are immutable: safe to share)."""
+    ckpt = tmp_path_factory.mktemp("maar") / "best_model_attr_block.pth"
+    module = MAAR(channels=CHANNELS, reduction=REDUCTION)
+    return convert_state_dict(maar_variables, module, torch_maar().state_dict(), ckpt, in_channels=IN_CHANNELS)
 
 
 def test_eval_mode_matches_reference(converted):
-    ref, net = converted
+    ref, net = torch_maar(), converted
     maps = feature_maps()
     gated = {}
     hook = ref.cbam_c2.ChannelGate.register_forward_hook(lambda m, i, o: gated.update(c2=nhwc(o)))
     with torch.no_grad():
-        expected = [nhwc(t) for t in ref.eval()(*map(nchw, maps))]
+        expected = [nhwc(t) for t in ref(*map(nchw, maps))]
     hook.remove()
     outputs, state = net.module.apply(net.variables, *maps, capture_intermediates=True)
     for name, actual, want in zip(("c3", "c2", "c1"), outputs, expected):
@@ -59,9 +59,8 @@ def test_eval_mode_matches_reference(converted):
 
 
 def test_train_mode_matches_reference_and_updates_running_stats(converted):
-    ref, net = converted
+    ref, net = torch_maar().train(), converted
     maps = feature_maps(batch=3, seed=1)
-    ref = ref.train()
     with torch.no_grad():
         expected = [nhwc(t) for t in ref(*map(nchw, maps))]
     outputs, updates = net.module.apply(net.variables, *maps, train=True, mutable=["batch_stats"])
@@ -74,11 +73,10 @@ def test_train_mode_matches_reference_and_updates_running_stats(converted):
         assert not np.allclose(stats["mean"], before["mean"])
         assert_parity(stats["mean"], bn.running_mean.numpy(), name=f"{name} running mean")
         assert_parity(stats["var"], bn.running_var.numpy(), name=f"{name} running var")
-    ref.eval()
 
 
 def test_train_mode_statistics_span_the_global_batch_when_sharded(converted):
-    _, net = converted
+    net = converted
     mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
     maps = feature_maps(batch=8, seed=3)
     sharded = [jax.device_put(m, NamedSharding(mesh, PartitionSpec("data"))) for m in maps]
@@ -137,20 +135,18 @@ def test_full_size_shapes_parameter_count_and_generator_fit():
     assert image.shape == (2, 256, 256, 3)
 
 
-def _refuse(state_dict, message_parts):
-    with pytest.raises(ConversionError) as err:
-        maar_variables(state_dict, MAAR(channels=CHANNELS, reduction=REDUCTION), "bad.pth", in_channels=IN_CHANNELS)
-    for part in message_parts:
-        assert part in str(err.value)
-
-
 def test_refuses_missing_unexpected_and_misshaped_keys():
     good = to_numpy(AttrBlock(IN_CHANNELS, CHANNELS, REDUCTION).state_dict(), "ref")
     assert "cbam_c1.SpatialGate.spatial.bn.num_batches_tracked" in good  # ignored, not unexpected
-    missing = dict(good)
-    del missing["cbam_c1.SpatialGate.spatial.bn.running_var"]
-    _refuse(missing, ["missing (1)", "cbam_c1.SpatialGate.spatial.bn.running_var"])
-    extra = dict(good, **{"cbam_c3.SpatialGate.spatial.conv.bias": np.zeros((1,), np.float32)})
-    _refuse(extra, ["unexpected (1)", "cbam_c3.SpatialGate.spatial.conv.bias"])
-    misshaped = dict(good, **{"conv_c2.weight": np.zeros((CHANNELS, 7, 1, 1), np.float32)})
-    _refuse(misshaped, ["mis-shaped (1)", "conv_c2.weight [32, 7, 1, 1]"])
+    module = MAAR(channels=CHANNELS, reduction=REDUCTION)
+
+    def refuse(**edits):
+        to_variables = lambda sd: maar_variables(sd, module, "bad.pth", in_channels=IN_CHANNELS)  # noqa: E731
+        return layout_refusal(to_variables, edited(good, **edits))
+
+    missing = refuse(drop=["cbam_c1.SpatialGate.spatial.bn.running_var"])
+    assert "missing (1): cbam_c1.SpatialGate.spatial.bn.running_var" in missing
+    unexpected = refuse(add={"cbam_c3.SpatialGate.spatial.conv.bias": np.zeros((1,), np.float32)})
+    assert "unexpected (1): cbam_c3.SpatialGate.spatial.conv.bias" in unexpected
+    misshaped = refuse(add={"conv_c2.weight": np.zeros((CHANNELS, 7, 1, 1), np.float32)})
+    assert "mis-shaped (1): conv_c2.weight [32, 7, 1, 1]" in misshaped

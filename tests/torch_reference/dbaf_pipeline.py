@@ -80,8 +80,8 @@ def reduced_generator(seed: int) -> Generator:
     return generator.eval()
 
 
-def reduced_kria(seed: int, dim: int = STYLE_DIM) -> AnonymizationNet:
-    kria = randomize_(AnonymizationNet(dim=dim, groups=GROUPS), seed=seed)
+def reduced_kria(seed: int, dim: int = STYLE_DIM, groups: tuple[int, ...] = GROUPS) -> AnonymizationNet:
+    kria = randomize_(AnonymizationNet(dim=dim, groups=groups), seed=seed)
     with torch.no_grad():  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
         for name, p in kria.named_parameters():
             if name.endswith("weight") and not name.endswith(".7.weight"):
