@@ -11,10 +11,13 @@ import pytest
 
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
+from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
+from dbaf_jax.models.facenet import InceptionResnetV1
+from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
@@ -57,7 +60,8 @@ def test_every_exported_class_is_registered():
     for variants in ("tiny", "tiny,no_cid"):
         exported += networks_lib.modules(networks_lib.build(stage2.get_config(variants))).values()
     exported += [cls(stylegan_size=64, style_dim=STYLE_DIM) for cls in ENCODER_TYPES.values()]
-    exported += [UNetParser(), BiSeNet(), Discriminator(size=64)]
+    exported += [UNetParser(), BiSeNet(), Discriminator(size=64), InceptionResnetV1(), FIDInceptionV3()]
+    exported += [module for module, _, _ in MTCNN_NETWORKS.values()]
     registered = {kind.module for kind in KINDS.values()}
     assert {type(m) for m in exported} <= registered
     for module in exported:
