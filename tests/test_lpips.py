@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from convert.common import run
 from convert.lpips import default_lin_path, main
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.lpips import LPIPS, normalize_channels
+from tests.conversion import assert_not_a_checkpoint_message, convert, edited, not_a_checkpoint, refusal, save
 from tests.parity import assert_parity, nchw, nhwc, randomize_
 
 SIZE = 64
@@ -42,10 +41,8 @@ def torchvision_trunk_state_dict(ref: lpips.LPIPS) -> dict:
 
 def convert_reference(net: str, seed: int, tmp_path):
     ref = reference_lpips(net, seed)
-    trunk_file = tmp_path / f"{net}_trunk.pth"
-    torch.save(torchvision_trunk_state_dict(ref), trunk_file)
-    run(main, ["--net", net, "--trunk", str(trunk_file), "--out", str(tmp_path / "models")])
-    return ref, load_network(tmp_path / "models" / f"lpips_{net}")
+    trunk_file = save(torchvision_trunk_state_dict(ref), tmp_path / f"{net}_trunk.pth")
+    return ref, convert(main, ["--net", net, "--trunk", str(trunk_file)], tmp_path / "models", f"lpips_{net}")
 
 
 def image_pairs(batch: int, seed: int):
@@ -121,49 +118,37 @@ def alex_trunk_state():
     return torchvision_trunk_state_dict(reference_lpips("alex", 3))
 
 
-def convert_expecting_refusal(trunk_state, tmp_path, capsys) -> str:
-    trunk_file = tmp_path / "trunk.pth"
-    torch.save(trunk_state, trunk_file)
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--net", "alex", "--trunk", str(trunk_file), "--out", str(tmp_path / "models")])
-    assert exit_info.value.code == 1
-    assert not (tmp_path / "models" / "lpips_alex").exists()
-    return capsys.readouterr().err
+def refuse(trunk_file, tmp_path, *flags) -> str:
+    argv = ["--net", "alex", "--trunk", str(trunk_file), *flags, "--out", str(tmp_path / "models")]
+    return refusal(main, argv, unwritten=tmp_path / "models")
 
 
-def test_refuses_missing_key(alex_trunk_state, tmp_path, capsys):
-    state = {k: v for k, v in alex_trunk_state.items() if k != "features.3.weight"}
-    err = convert_expecting_refusal(state, tmp_path, capsys)
+def refuse_trunk(trunk_state, tmp_path) -> str:
+    return refuse(save(trunk_state, tmp_path / "trunk.pth"), tmp_path)
+
+
+def test_refuses_missing_key(alex_trunk_state, tmp_path):
+    err = refuse_trunk(edited(alex_trunk_state, drop=["features.3.weight"]), tmp_path)
     assert "missing (1): features.3.weight" in err
 
 
-def test_refuses_unexpected_key(alex_trunk_state, tmp_path, capsys):
-    err = convert_expecting_refusal({**alex_trunk_state, "features.13.weight": torch.zeros(3)}, tmp_path, capsys)
+def test_refuses_unexpected_key(alex_trunk_state, tmp_path):
+    err = refuse_trunk(edited(alex_trunk_state, add={"features.13.weight": torch.zeros(3)}), tmp_path)
     assert "unexpected (1): features.13.weight" in err
 
 
-def test_refuses_misshaped_key(alex_trunk_state, tmp_path, capsys):
-    state = {**alex_trunk_state, "features.6.weight": torch.zeros(384, 192, 5, 5)}
-    err = convert_expecting_refusal(state, tmp_path, capsys)
+def test_refuses_misshaped_key(alex_trunk_state, tmp_path):
+    err = refuse_trunk(edited(alex_trunk_state, add={"features.6.weight": torch.zeros(384, 192, 5, 5)}), tmp_path)
     assert "mis-shaped (1): features.6.weight [384, 192, 5, 5]" in err
 
 
-def test_refuses_wrong_lin_file(alex_trunk_state, tmp_path, capsys):
+def test_refuses_wrong_lin_file(alex_trunk_state, tmp_path):
     """The VGG linear weights given for AlexNet: every layer but the first is mis-shaped."""
-    trunk_file = tmp_path / "trunk.pth"
-    torch.save(alex_trunk_state, trunk_file)
-    with pytest.raises(SystemExit):
-        run(main, ["--net", "alex", "--trunk", str(trunk_file), "--lin", str(default_lin_path("vgg")),
-                   "--out", str(tmp_path)])
-    err = capsys.readouterr().err
+    trunk_file = save(alex_trunk_state, tmp_path / "trunk.pth")
+    err = refuse(trunk_file, tmp_path, "--lin", str(default_lin_path("vgg")))
     assert "vgg.pth" in err and "mis-shaped (4): lin1.model.1.weight" in err
 
 
-def test_refuses_non_checkpoint(tmp_path, capsys):
-    not_a_checkpoint = tmp_path / "notes.pth"
-    not_a_checkpoint.write_text("these are not weights\n")
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--net", "alex", "--trunk", str(not_a_checkpoint), "--out", str(tmp_path)])
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and "notes.pth" in err
+def test_refuses_non_checkpoint(tmp_path):
+    bogus = not_a_checkpoint(tmp_path / "notes.pth")
+    assert_not_a_checkpoint_message(refuse(bogus, tmp_path), bogus)

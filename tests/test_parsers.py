@@ -9,10 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from convert.common import run
 from convert.parser import main
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser, bisenet_inputs, resize_nearest
+from tests.conversion import assert_not_a_checkpoint_message, convert, edited, not_a_checkpoint, refusal, save
 from tests.parity import assert_parity, nchw, nhwc, randomize_
 from tests.torch_reference import parsers as reference
 
@@ -30,11 +29,9 @@ def random_reference(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     return module.eval()
 
 
-def convert(kind: str, module: torch.nn.Module, tmp_path):
-    ckpt = tmp_path / f"{kind}.pth"
-    torch.save(module.state_dict(), ckpt)
-    run(main, ["--kind", kind, "--ckpt", str(ckpt), "--out", str(tmp_path / "models")])
-    return load_network(tmp_path / "models" / f"parser_{kind}")
+def convert_parser(kind: str, module: torch.nn.Module, tmp_path):
+    ckpt = save(module.state_dict(), tmp_path / f"{kind}.pth")
+    return convert(main, ["--kind", kind, "--ckpt", str(ckpt)], tmp_path / "models", f"parser_{kind}")
 
 
 def capture(module: torch.nn.Module, names: list[str]) -> dict:
@@ -47,7 +44,7 @@ def capture(module: torch.nn.Module, names: list[str]) -> dict:
 
 def test_unet_parity(tmp_path, np_rng):
     ref = random_reference(reference.UNet(), seed=0)
-    network = convert("unet", ref, tmp_path)
+    network = convert_parser("unet", ref, tmp_path)
     assert isinstance(network.module, UNetParser)
     images = np_rng.uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
     ref_maps = capture(ref, ["conv1", "center", "up_concat4", "up_concat1"])
@@ -65,7 +62,7 @@ def test_unet_parity(tmp_path, np_rng):
 def test_bisenet_parity(tmp_path, np_rng):
     """At 96x80 the 1/32 map is 3x3 and the 1/16 map 6x5: nearest 3 -> 5 is not a plain repeat."""
     ref = random_reference(reference.BiSeNet(), seed=1)
-    network = convert("bisenet", ref, tmp_path)
+    network = convert_parser("bisenet", ref, tmp_path)
     assert isinstance(network.module, BiSeNet)
     images = np_rng.normal(0, 1, (2, 96, 80, 3)).astype(np.float32)
     ref_maps = capture(ref, ["cp", "ffm"])
@@ -121,45 +118,38 @@ def unet_state():
     return reference.UNet().state_dict()
 
 
-def convert_expecting_refusal(kind, state, tmp_path, capsys) -> str:
-    ckpt = tmp_path / "parser.pth"
-    torch.save(state, ckpt)
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--kind", kind, "--ckpt", str(ckpt), "--out", str(tmp_path / "models")])
-    assert exit_info.value.code == 1
-    assert not (tmp_path / "models" / f"parser_{kind}").exists()
-    return capsys.readouterr().err
+def refuse(kind, ckpt, tmp_path) -> str:
+    argv = ["--kind", kind, "--ckpt", str(ckpt), "--out", str(tmp_path / "models")]
+    return refusal(main, argv, unwritten=tmp_path / "models")
 
 
-def test_refuses_missing_key(unet_state, tmp_path, capsys):
-    state = {k: v for k, v in unet_state.items() if k != "up_concat2.conv.conv1.1.running_var"}
-    err = convert_expecting_refusal("unet", state, tmp_path, capsys)
+def refuse_state(kind, state, tmp_path) -> str:
+    return refuse(kind, save(state, tmp_path / "parser.pth"), tmp_path)
+
+
+def test_refuses_missing_key(unet_state, tmp_path):
+    err = refuse_state("unet", edited(unet_state, drop=["up_concat2.conv.conv1.1.running_var"]), tmp_path)
     assert "missing (1): up_concat2.conv.conv1.1.running_var" in err
 
 
-def test_refuses_unexpected_key(unet_state, tmp_path, capsys):
-    err = convert_expecting_refusal("unet", {**unet_state, "final2.weight": torch.zeros(1)}, tmp_path, capsys)
+def test_refuses_unexpected_key(unet_state, tmp_path):
+    err = refuse_state("unet", edited(unet_state, add={"final2.weight": torch.zeros(1)}), tmp_path)
     assert "unexpected (1): final2.weight" in err
 
 
-def test_refuses_misshaped_key(unet_state, tmp_path, capsys):
+def test_refuses_misshaped_key(unet_state, tmp_path):
     """A ConvTranspose weight stored (Cout, Cin) instead of (Cin, Cout)."""
-    state = {**unet_state, "up_concat4.up.weight": unet_state["up_concat4.up.weight"].transpose(0, 1)}
-    err = convert_expecting_refusal("unet", state, tmp_path, capsys)
+    transposed = unet_state["up_concat4.up.weight"].transpose(0, 1)
+    err = refuse_state("unet", edited(unet_state, add={"up_concat4.up.weight": transposed}), tmp_path)
     assert "mis-shaped (1): up_concat4.up.weight [128, 256, 2, 2]" in err
 
 
-def test_refuses_unet_file_as_bisenet(unet_state, tmp_path, capsys):
-    err = convert_expecting_refusal("bisenet", unet_state, tmp_path, capsys)
+def test_refuses_unet_file_as_bisenet(unet_state, tmp_path):
+    err = refuse_state("bisenet", unet_state, tmp_path)
     # 191 - 31 BatchNorm counters; 136 - 18 counters.
     assert "missing (160)" in err and "unexpected (118)" in err
 
 
-def test_refuses_non_checkpoint(tmp_path, capsys):
-    not_a_checkpoint = tmp_path / "parsenet.pth"
-    not_a_checkpoint.write_bytes(b"\x00\x01 definitely not a zip or pickle")
-    with pytest.raises(SystemExit) as exit_info:
-        run(main, ["--kind", "unet", "--ckpt", str(not_a_checkpoint), "--out", str(tmp_path)])
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and "parsenet.pth" in err
+def test_refuses_non_checkpoint(tmp_path):
+    bogus = not_a_checkpoint(tmp_path / "parsenet.pth")
+    assert_not_a_checkpoint_message(refuse("unet", bogus, tmp_path), bogus)
