@@ -52,7 +52,7 @@ def image_pairs(batch: int, seed: int):
     return images0, images1
 
 
-@pytest.mark.parametrize("net, seed", [("alex", 0), ("vgg", 1)])
+@pytest.mark.parametrize("net, seed", [("alex", 0), pytest.param("vgg", 1, marks=pytest.mark.slow)])
 def test_parity_with_lpips_package(net, seed, tmp_path):
     ref, network = convert_reference(net, seed, tmp_path)
     assert isinstance(network.module, LPIPS) and network.module.net == net
