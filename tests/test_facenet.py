@@ -1,10 +1,7 @@
 """FaceNet InceptionResnetV1 against facenet-pytorch's own model through `python -m convert.facenet`:
 both published layouts (vggface2, casia-webface), the input mapping, full-size shapes and
-the converter's refusals.
-
-facenet-pytorch's package __init__ also imports its MTCNN, which imports torchvision's
-box ops; they import (tests/conftest.py stubs torchvision's missing compiled-op
-registrations) and are never called here, so the model module is imported as usual.
+the converter's refusals. The reference comes from tests/torch_reference/metric_networks.py
+(how facenet-pytorch imports here, how its random weights are made).
 """
 
 import jax
@@ -12,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from facenet_pytorch.models.inception_resnet_v1 import InceptionResnetV1 as TorchInceptionResnetV1
 
 from convert.facenet import main
@@ -20,35 +16,10 @@ from dbaf_jax.models.facenet import InceptionResnetV1
 from tests.conversion import (
     assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
 )
-from tests.parity import assert_parity, nchw, relative_error
-from tests.torch_reference.batch_norm import calibrate_batch_norm_
-from tests.torch_reference.irse import randomize_irse_
+from tests.parity import assert_parity, relative_error
+from tests.torch_reference.metric_networks import FACENET_IDENTITIES, facenet_input, random_facenet, random_images
 
-IDENTITIES = {"vggface2": 8631, "casia_webface": 10575}  # the published classifiers' sizes
 FILES = {"vggface2": "20180402-114759-vggface2.pt", "casia_webface": "20180408-102900-casia-webface.pt"}
-
-
-def faces(size: int, batch: int = 2, seed: int = 0) -> np.ndarray:
-    """(batch, size, size, 3) random images in [-1, 1]."""
-    return np.tanh(np.random.default_rng(seed).standard_normal((batch, size, size, 3))).astype(np.float32)
-
-
-def torch_facenet(identities: int, seed: int) -> TorchInceptionResnetV1:
-    """facenet-pytorch's network with a classifier of a published size and random weights
-    (conv/linear weights scaled by 1/sqrt(fan_in)), BatchNorm statistics measured on random
-    faces so that the embedding depends on the image at order one."""
-    net = randomize_irse_(TorchInceptionResnetV1(classify=True, num_classes=identities), seed)
-    net.classify = False  # forward returns the normalised embedding, as in published use
-    return calibrate_batch_norm_(net, published_input(faces(160, batch=4, seed=100 + seed)))
-
-
-def published_input(images: np.ndarray) -> torch.Tensor:
-    """What facenet-pytorch is fed for faces given in [-1, 1]: their 0..255 pixels, area-resized
-    to 160 (its tensor crop path), standardised as (p - 127.5) / 128."""
-    pixels = nchw((images + 1.0) * 127.5)
-    if pixels.shape[-2:] != (160, 160):
-        pixels = F.interpolate(pixels, size=(160, 160), mode="area")
-    return (pixels - 127.5) / 128.0
 
 
 def torch_embedding_and_features(net: TorchInceptionResnetV1, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +44,7 @@ embed_jax = jax.jit(
 @pytest.fixture(scope="module")
 def vggface2(tmp_path_factory):
     """A random facenet-pytorch network in the vggface2 file's layout, the file, the converted network."""
-    net = torch_facenet(IDENTITIES["vggface2"], seed=0)
+    net = random_facenet(FACENET_IDENTITIES["vggface2"], seed=0)
     tmp = tmp_path_factory.mktemp("facenet")
     ckpt = save(net.state_dict(), tmp / FILES["vggface2"])
     return net, ckpt, convert(main, ["--ckpt", str(ckpt)], tmp / "models", "facenet_vggface2")
@@ -82,8 +53,8 @@ def vggface2(tmp_path_factory):
 @pytest.mark.parametrize("size", [160, 224])  # 224 is area-resized to 160 first
 def test_embedding_matches_facenet_pytorch(vggface2, size):
     net, _, converted = vggface2
-    images = faces(size, seed=size)
-    expected_embedding, expected_features = torch_embedding_and_features(net, published_input(images))
+    images = random_images(size, seed=size)
+    expected_embedding, expected_features = torch_embedding_and_features(net, facenet_input(images))
     embedding, features = embed_jax(converted.variables, images)
     assert_parity(features, expected_features, name="last_bn features")
     assert_parity(embedding, expected_embedding, name="embedding")
@@ -95,12 +66,12 @@ def test_embedding_matches_facenet_pytorch(vggface2, size):
 
 
 def test_casia_webface_layout_converts_to_its_own_directory(tmp_path):
-    net = torch_facenet(IDENTITIES["casia_webface"], seed=1)
+    net = random_facenet(FACENET_IDENTITIES["casia_webface"], seed=1)
     ckpt = save(net.state_dict(), tmp_path / FILES["casia_webface"])
     converted = convert(main, ["--ckpt", str(ckpt)], tmp_path / "models", "facenet_casia_webface")
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["facenet_casia_webface"]
-    images = faces(160, seed=2)
-    expected_embedding, expected_features = torch_embedding_and_features(net, published_input(images))
+    images = random_images(160, seed=2)
+    expected_embedding, expected_features = torch_embedding_and_features(net, facenet_input(images))
     embedding, features = embed_jax(converted.variables, images)
     assert_parity(features, expected_features, name="last_bn features")
     assert_parity(embedding, expected_embedding, name="embedding")
@@ -118,7 +89,7 @@ def test_network_record_drops_the_classifier(vggface2):
 def test_variants_differ_only_in_the_classifier():
     layouts = {
         name: {k: tuple(v.shape) for k, v in TorchInceptionResnetV1(classify=True, num_classes=n).state_dict().items()}
-        for name, n in IDENTITIES.items()
+        for name, n in FACENET_IDENTITIES.items()
     }
     vgg, casia = layouts["vggface2"], layouts["casia_webface"]
     assert set(vgg) == set(casia)

@@ -1,19 +1,14 @@
 """The FID Inception against the pytorch-fid package's own model through `python -m convert.inception`:
 the 2048-d features with and without the resize to 299, the resize and pools on their own,
-full-size shapes and the converter's refusals.
-
-pytorch-fid builds its network only by loading `pt_inception-2015-12-05-6726825d.pth` from
-its download URL (`fid_inception_v3` and `InceptionV3(use_fid_inception=True)` both call
-`load_state_dict_from_url`). The tests replace that one function, for the duration of
-the construction, by one that returns a state_dict they made, so the package's own code
-builds and loads the network and nothing is downloaded.
+full-size shapes and the converter's refusals. The reference comes from
+tests/torch_reference/metric_networks.py (how pytorch-fid builds its network here without
+downloading, how its random weights are made).
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import pytorch_fid.inception as pytorch_fid
 import torch
 import torch.nn.functional as F
 
@@ -25,27 +20,9 @@ from tests.conversion import (
     assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
 )
 from tests.parity import assert_parity, nchw, nhwc, relative_error
-from tests.torch_reference.batch_norm import calibrate_batch_norm_
-from tests.torch_reference.irse import randomize_irse_
+from tests.torch_reference.metric_networks import pytorch_fid_model, random_fid_inception_state_dict, random_images
 
 FILE = "pt_inception-2015-12-05-6726825d.pth"
-
-
-def built_by_pytorch_fid(constructor, state_dict):
-    """``constructor()`` with pytorch-fid's weight download answered by ``state_dict``."""
-
-    def load_state_dict_from_url(url, progress=True):
-        assert url == pytorch_fid.FID_WEIGHTS_URL, url
-        return state_dict
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pytorch_fid, "load_state_dict_from_url", load_state_dict_from_url)
-        return constructor()
-
-
-def images(size: int, batch: int = 2, seed: int = 0) -> np.ndarray:
-    """(batch, size, size, 3) random images in [-1, 1]."""
-    return np.tanh(np.random.default_rng(seed).standard_normal((batch, size, size, 3))).astype(np.float32)
 
 
 def to_unit_range(x: np.ndarray) -> torch.Tensor:
@@ -58,25 +35,18 @@ features_jax = jax.jit(lambda variables, x: FIDInceptionV3().apply(variables, x)
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """pytorch-fid's InceptionV3([3]) on a random checkpoint in the published file's layout,
-    the file, and the network converted from it."""
-    # torchvision's Inception v3 as pytorch-fid configures its base: the FID blocks subclass
-    # torchvision's and change only their forward, so its state_dict has the file's layout.
-    layout = pytorch_fid._inception_v3(num_classes=1008, aux_logits=False, weights=None).state_dict()
-    inception = randomize_irse_(built_by_pytorch_fid(pytorch_fid.fid_inception_v3, layout), seed=0)
-    # Statistics of the input the FID blocks see: what pytorch-fid feeds Conv2d_1a_3x3.
-    calibrate_batch_norm_(inception, 2 * to_unit_range(images(299, batch=4, seed=100)) - 1)
+    """pytorch-fid's InceptionV3([3]) loaded from a random checkpoint in the published file's
+    layout, the file, and the network converted from it."""
     tmp = tmp_path_factory.mktemp("inception")
-    ckpt = save(inception.state_dict(), tmp / FILE)
-    loaded = torch.load(ckpt, weights_only=True)
-    net = built_by_pytorch_fid(lambda: pytorch_fid.InceptionV3([3], resize_input=True, normalize_input=True), loaded)
-    return net.eval(), ckpt, convert(main, ["--ckpt", str(ckpt)], tmp / "models", "inception_fid")
+    ckpt = save(random_fid_inception_state_dict(seed=0), tmp / FILE)
+    net = pytorch_fid_model(torch.load(ckpt, weights_only=True))
+    return net, ckpt, convert(main, ["--ckpt", str(ckpt)], tmp / "models", "inception_fid")
 
 
 @pytest.mark.parametrize("size", [299, 256, 340])  # 256 and 340 are resized to 299 first
 def test_features_match_pytorch_fid(reference, size):
     net, _, converted = reference
-    x = images(size, seed=size)
+    x = random_images(size, seed=size)
     with torch.no_grad():
         (expected,) = net(to_unit_range(x))
     expected = expected[:, :, 0, 0].numpy()
