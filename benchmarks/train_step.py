@@ -28,7 +28,7 @@ import numpy as np
 
 from configs import stage1, stage2
 from dbaf_jax import sharding
-from dbaf_jax.train import loop, networks as networks_lib, state as state_lib
+from dbaf_jax.train import loop, networks as networks_lib, stages, state as state_lib
 
 
 def stage_config(stage: int, args: argparse.Namespace):
@@ -61,7 +61,7 @@ def benchmark_stage(stage: int, args: argparse.Namespace) -> dict:
     index_in_epoch = jnp.asarray(1, jnp.int32)
     trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
 
-    step_fn = loop.make_step(config, networks, optimizers, mesh, state, frozen)
+    step_fn = loop.make_step(stages.build(config, networks, optimizers), mesh, state, frozen)
     start = time.perf_counter()
     compiled = step_fn.lower(state, frozen, images, index_in_epoch).compile()
     compile_seconds = time.perf_counter() - start

@@ -1,8 +1,9 @@
-"""Fields shared by both stages, and the variants that apply to either.
+"""The config schema of both stages, every field with its default, and the shared variants.
 
-Sources named in the comments: "ref" is the authors' PyTorch code (its argparse
-defaults and training scripts), "paper" is the DBAF paper, "design" is
-../shared/DESIGN.md where it records a fact about either.
+Both stages have every field (a field a stage does not read keeps its default), so a
+default is written once, here. Sources named in the comments: "ref" is the authors'
+PyTorch code (its argparse defaults and training scripts), "paper" is the DBAF paper;
+docs/reference_code.md describes both.
 """
 
 import ml_collections
@@ -14,19 +15,22 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage = 1
 
     # Converted checkpoints (python -m convert.*) that both stages start from.
-    c.model_dir = ""  # e4e, e4e_decoder or generator, discriminator, arcface, lpips_alex, parser_unet
+    c.model_dir = ""  # e4e, generator, discriminator, arcface, lpips_alex, parser_unet
+    # A model directory (e.g. a stage-1 workdir's model/) whose networks replace the
+    # base ones: every network of this run that it holds is loaded from it.
+    c.init_from = ""
 
     c.model = ml_collections.ConfigDict()
-    c.model.size = 256  # ref --stylegan_size
+    c.model.size = 256  # ref --stylegan_size; >= 64 (MAAR's coarsest map is size/16)
     c.model.style_dim = 512  # ref
     c.model.n_mlp = 8  # ref Generator(size, 512, 8)
     c.model.channel_multiplier = 2  # ref (rosinality default)
     c.model.width_scale = 1.0  # generator and D widths; 1.0 = the public checkpoints
     c.model.encoder_width_scale = 1.0  # e4e and ArcFace (IR-SE50) widths; >= 0.25 (squeeze-excitation)
-    c.model.latent_groups = (4, 4, 6)  # ref / design: coarse, medium, fine
+    c.model.latent_groups = (4, 4, 6)  # ref: coarse, medium, fine
     c.model.cid = ml_collections.ConfigDict()
     c.model.cid.kind = "vit"  # "vit" (ref/paper) or "mlp" (paper ablation w/o CID: a 4-layer MLP)
-    c.model.cid.attention = "tokens"  # "tokens" (paper, our default) or "batch" (ref: attention across the batch)
+    c.model.cid.attention = "batch"  # "batch" (ref: attention across the batch) or "tokens" (paper)
     c.model.cid.shared = False  # ref: one ViT per group; paper: one shared attention
     c.model.cid.depth = 6  # ref
     c.model.cid.heads = 14  # ref
@@ -42,7 +46,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.synthetic = False  # deterministic synthetic images, for smoke runs
     c.data.synthetic_size = 64  # number of synthetic images
 
-    c.batch_size = 16  # global batch; ref stage 1: 16
+    c.batch_size = 16  # global batch; ref stage 1: 16, stage 2: 8
     c.num_epochs = 5  # ref --epoch
     c.num_steps = -1  # > 0 overrides num_epochs
 
@@ -52,9 +56,31 @@ def base_config() -> ml_collections.ConfigDict:
     c.r1_gamma = 10.0  # ref --r1
     c.r1_every = 1  # ref: R1 on every D step
     c.trainable = ("cid", "maar", "decoder", "discriminator")  # ref stage 1
+    # False: one generator-side forward per step serves D's and G's updates (fast).
+    # True: the reference's two forwards (D's fakes, then G's loss), so MAAR's running
+    # statistics update twice per step and D and G see different dropout masks.
+    c.two_pass = False
 
+    # Stage 1: every pair_self_every-th step of an epoch pairs each image with itself.
+    c.pair_self_every = 3  # ref --cycle_num
+    # Stage 2: "latent" (ref: A + KRIA(KRIA(I, k), k) with the original A and MAAR maps)
+    # or "image" (paper eqs. 21-23: re-encode the anonymized image).
+    c.recovery = "latent"
+
+    # Loss weights (0: the term is not computed) and their parameters; the stages'
+    # `reference` and `paper` variants set them.
     c.loss = ml_collections.ConfigDict()
-    c.loss.form = "reference"
+    c.loss.form = "reference"  # "reference" or "paper": dbaf_jax.losses.FORMS
+    c.loss.id = 0.0
+    c.loss.rec = 0.0
+    c.loss.lpips = 0.0
+    c.loss.reg = 0.0
+    c.loss.parse = 0.0
+    c.loss.contrastive = 0.0  # stage 1 only
+    c.loss.adv = 0.0
+    c.loss.id_margin = 0.0  # clamp of the identity terms' cosines
+    c.loss.same_threshold = 0.0  # stage 1 contrastive: ref --same_thres
+    c.loss.different_threshold = 0.5  # stage 1 contrastive: ref --not_same_thres
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1: all devices not used by fsdp
@@ -79,7 +105,7 @@ def apply_variants(config: ml_collections.ConfigDict, variants: str, table: dict
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:
-    """Reduced widths and size so both stages train on a CPU in minutes."""
+    """Reduced widths at 64 px so both stages train on a CPU in minutes."""
     c.model.size = 64
     c.model.style_dim = 32
     c.model.n_mlp = 2
@@ -99,6 +125,12 @@ def tiny(c: ml_collections.ConfigDict) -> None:
     c.checkpoint_every = 15
 
 
+def tokens(c: ml_collections.ConfigDict) -> None:
+    """CID attention among each image's latent tokens (the paper's) instead of across the
+    batch, keeping everything else: an image's codes no longer depend on its batch-mates."""
+    c.model.cid.attention = "tokens"
+
+
 def no_cid(c: ml_collections.ConfigDict) -> None:
     """Paper ablation: a 4-layer MLP instead of CID."""
     c.model.cid.kind = "mlp"
@@ -109,12 +141,8 @@ def no_maar(c: ml_collections.ConfigDict) -> None:
     c.model.maar.enabled = False
 
 
-def reference_cid(c: ml_collections.ConfigDict) -> None:
-    """The reference's CID exactly: attention across the batch (to continue its training)."""
-    c.model.cid.attention = "batch"
-
-
-def paper_cid(c: ml_collections.ConfigDict) -> None:
-    """The paper's CID and MAAR: one shared multi-head attention, MAAR by eqs. (6)-(8)."""
+def paper_model(c: ml_collections.ConfigDict) -> None:
+    """The paper's CID and MAAR: one shared multi-head attention among tokens, MAAR by eqs. (6)-(8)."""
+    c.model.cid.attention = "tokens"
     c.model.cid.shared = True
     c.model.maar.variant = "paper"

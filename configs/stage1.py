@@ -1,10 +1,11 @@
 """Stage 1 (disentanglement): CID, MAAR, the generator and D learn to mix identity and attributes.
 
 Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
-  reference    the authors' code (default): its loss terms, weights and CID batch attention off
+  reference    (default) the authors' train_disentanglement_stage.py exactly: its loss
+               terms and weights, CID attention across the batch
   paper        the paper's loss set (eq. 18) and its CID/MAAR arrangement
-  tiny         reduced widths and size on synthetic data, minutes on a CPU
-  ref_cid      CID attention across the batch, exactly as the reference trains
+  tiny         reduced widths at 64 px on synthetic data, minutes on a CPU
+  tokens       CID attention among each image's tokens instead of across the batch
   no_cid       ablation: a 4-layer MLP instead of CID
   no_maar      ablation: no MAAR
 """
@@ -14,7 +15,7 @@ import ml_collections
 from configs import common
 
 
-def reference_losses(c: ml_collections.ConfigDict) -> None:
+def reference(c: ml_collections.ConfigDict) -> None:
     c.loss.form = "reference"
     c.loss.id = 0.5  # ref --lambdaid: 1 - clamp(cos(X_id, X_mix), min=margin)
     c.loss.id_margin = 0.0  # ref --id_cos_margin (stage 1)
@@ -26,7 +27,6 @@ def reference_losses(c: ml_collections.ConfigDict) -> None:
     c.loss.same_threshold = 0.0  # ref --same_thres
     c.loss.different_threshold = 0.5  # ref --not_same_thres
     c.loss.adv = 1.0  # ref: non-saturating G loss, unweighted
-    c.pair_self_every = 3  # ref --cycle_num: every 3rd step pairs each image with itself
 
 
 def paper(c: ml_collections.ConfigDict) -> None:
@@ -41,14 +41,14 @@ def paper(c: ml_collections.ConfigDict) -> None:
     c.loss.same_threshold = 0.0  # paper tau+ (value not given; the reference's)
     c.loss.different_threshold = 0.5  # paper tau- (value not given; the reference's)
     c.loss.adv = 1.0  # paper eq. (18)
-    common.paper_cid(c)
+    common.paper_model(c)
 
 
 VARIANTS = {
-    "reference": reference_losses,
+    "reference": reference,
     "paper": paper,
     "tiny": common.tiny,
-    "ref_cid": common.reference_cid,
+    "tokens": common.tokens,
     "no_cid": common.no_cid,
     "no_maar": common.no_maar,
 }
@@ -58,5 +58,5 @@ def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
     c = common.base_config()
     c.stage = 1
     c.batch_size = 16  # ref stage 1 --batchsize
-    reference_losses(c)
+    reference(c)
     return common.apply_variants(c, variants, VARIANTS)

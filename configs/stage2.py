@@ -1,13 +1,15 @@
 """Stage 2 (anonymization): KRIA learns key-conditioned identity transforms.
 
-Starts from a stage-1 workdir (``init_from``) or a converted model directory.
-Variants as ``--config configs/stage2.py:paper`` or ``:reference,tiny``:
-  reference     the authors' code (default): latent-space recovery, its loss terms and weights
-  paper         the paper's loss set (eqs. 29-39) and recovery by re-encoding the anonymized image
-  tiny          reduced widths and size on synthetic data
+Starts from a stage-1 result (``init_from``: a stage-1 workdir or a converted DBAF
+model directory). Variants as ``--config configs/stage2.py:paper`` or ``:reference,tiny``:
+  reference     (default) the authors' train_anonymization_stage.py exactly: latent-space
+                recovery, its loss terms and weights, CID attention across the batch
+  paper         the paper's loss set (eqs. 29-39), recovery by re-encoding the anonymized
+                image, and its CID/MAAR arrangement
+  tiny          reduced widths at 64 px on synthetic data
   single_stage  ablation: train everything from the base checkpoints in one stage
   frozen_generator  keep the fine-tuned generator fixed
-  ref_cid, no_cid, no_maar  as in stage 1
+  tokens, no_cid, no_maar  as in stage 1
 """
 
 import ml_collections
@@ -15,9 +17,9 @@ import ml_collections
 from configs import common
 
 
-def reference_losses(c: ml_collections.ConfigDict) -> None:
+def reference(c: ml_collections.ConfigDict) -> None:
     c.loss.form = "reference"
-    c.loss.id = 1.0  # ref: identity terms unweighted
+    c.loss.id = 1.0  # ref: identity terms unweighted (its --lambdaid 2.0 is never used)
     c.loss.id_margin = 0.1  # ref --id_cos_margin (stage 2)
     c.loss.rec = 0.05  # ref --lambdarec, SmoothL1, summed over the five outputs
     c.loss.lpips = 1.0  # ref --lambdalpips, summed over the five outputs
@@ -37,7 +39,7 @@ def paper(c: ml_collections.ConfigDict) -> None:
     c.loss.reg = 0.1  # paper lambda_reg
     c.loss.adv = 1.0  # paper eq. (38): summed over S2
     c.recovery = "image"  # paper eqs. (21)-(23): re-encode the anonymized image
-    common.paper_cid(c)
+    common.paper_model(c)
 
 
 def single_stage(c: ml_collections.ConfigDict) -> None:
@@ -50,12 +52,12 @@ def frozen_generator(c: ml_collections.ConfigDict) -> None:
 
 
 VARIANTS = {
-    "reference": reference_losses,
+    "reference": reference,
     "paper": paper,
     "tiny": common.tiny,
     "single_stage": single_stage,
     "frozen_generator": frozen_generator,
-    "ref_cid": common.reference_cid,
+    "tokens": common.tokens,
     "no_cid": common.no_cid,
     "no_maar": common.no_maar,
 }
@@ -64,8 +66,7 @@ VARIANTS = {
 def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
     c = common.base_config()
     c.stage = 2
-    c.init_from = ""  # a stage-1 workdir or a converted DBAF model directory
     c.batch_size = 8  # ref stage 2 --batchsize
     c.trainable = ("kria", "cid", "maar", "decoder", "discriminator")  # ref stage 2
-    reference_losses(c)
+    reference(c)
     return common.apply_variants(c, variants, VARIANTS)

@@ -26,8 +26,8 @@ output width against e4e and the decoder); every file and every cross-check is
 verified before anything is written, and problems are reported together.
 
 A directory converted without --kria is a stage-1 result: give it to stage 2 as
-``init_from`` (with the ``ref_cid`` variant, since the converted CID attends across the
-batch), together with --discriminator (stage 2 continues the discriminator; when the
+``init_from`` (with the default ``reference`` variant, whose CID attends across the
+batch as the converted one does), together with --discriminator (stage 2 continues the discriminator; when the
 stage-1 discriminator is not at hand, pass the StyleGAN2 file to start from its ``d``).
 With --kria the directory is what `dbaf_jax.anonymize` and `dbaf_jax.recover` run.
 

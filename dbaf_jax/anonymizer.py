@@ -87,22 +87,23 @@ class Report:
 
 
 # Jitted with the model static: instances of one architecture share their compiled code.
+# One key (L, D) for the whole batch: the model's key axis K and batch axis are both 1.
 @functools.partial(jax.jit, static_argnums=0)
 def _anonymize(model: dbaf.DBAF, variables, images, key):
     encoding, _ = model.encode(variables, images)
-    anonymized, _, anonymized_identity = model.anonymize(variables, encoding, key[None])
-    return anonymized, (anonymized_identity, encoding.attribute_code, encoding.attribute_maps)
+    anonymized = model.anonymize(variables, encoding, key[None, None])
+    return anonymized.images[0], (anonymized.identity_code[0], encoding.attribute_code, encoding.attribute_maps)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _recover_image(model: dbaf.DBAF, variables, anonymized, key):
-    return model.recover_image(variables, anonymized, key[None])[0]
+    return model.recover_image(variables, anonymized, key[None, None])[0][0]
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _recover_latent(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
     encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, key[None])[0]
+    return model.recover_latent(variables, encoding, anonymized_identity, key[None, None])[0][0]
 
 
 class FaceAnonymizer:

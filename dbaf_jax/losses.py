@@ -14,15 +14,16 @@ reg                mean(w^2) over all entries            eq. 15/36: sum_{i=1}^{N
 stage-1 id         0.5 x (1 - clamp(cos(X_id, X_mix)))   none (eq. 18)
 stage-2 id         `stage2_identity_reference`           `stage2_identity_paper` (eqs. 29-32)
 stage-2 adv, D     averaged over the five outputs        summed over S2 (eqs. 37-38)
-weights            `LOSS_WEIGHTS[stage]['reference']`    `LOSS_WEIGHTS[stage]['paper']`
+weights            configs/stage*.py ``reference``       configs/stage*.py ``paper``
 =================  ====================================  =====================================
 
-In both, stage 2's rec, lpips and parse terms are summed over the five outputs and
-reg is averaged over the five codes (`STAGE2_OUTPUT_REDUCTIONS`).
+`FORMS` holds each set's choices. In both, stage 2's rec, lpips and parse terms are
+summed over the five outputs and reg is averaged over the five codes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Callable, Mapping, Sequence
 
@@ -215,79 +216,79 @@ def pair_attribute_images(images: Array, index_in_epoch: int | Array, cycle: int
 STAGE1_TERMS = ("id", "rec", "lpips", "reg", "parse", "contrastive", "adv")
 STAGE2_TERMS = ("id", "rec", "lpips", "reg", "parse", "adv")
 
-LOSS_WEIGHTS = {
-    "stage1": {
-        # train_disentanglement_stage.py defaults
-        "reference": {"id": 0.5, "rec": 3.5, "lpips": 1.0, "reg": 0.1, "parse": 0.1, "contrastive": 0.1, "adv": 1.0},
-        # eq. 18
-        "paper": {"contrastive": 1.0, "lpips": 1.0, "rec": 3.5, "parse": 0.1, "reg": 0.1, "adv": 1.0},
-    },
-    "stage2": {
-        # train_anonymization_stage.py: its --lambdaid 2.0 is never used
-        "reference": {"id": 1.0, "rec": 0.05, "lpips": 1.0, "reg": 0.1, "parse": 0.1, "adv": 1.0},
-        # eq. 39
-        "paper": {"id": 2.0, "lpips": 1.0, "rec": 0.05, "parse": 0.1, "reg": 0.1, "adv": 1.0},
-    },
-}
 
-# How stage 2 combines a term's values over its five outputs (or codes).
-STAGE2_OUTPUT_REDUCTIONS = {
-    "reference": {"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "mean", "d_logistic": "mean"},
-    "paper": {"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "sum", "d_logistic": "sum"},
-}
-
-
-def reduce_outputs(values: Sequence[Array], reduction: str) -> Array:
-    """Sum or mean of one term's values over stage 2's outputs."""
+def reduce_outputs(values: Array, reduction: str) -> Array:
+    """Sum or mean of one term's values (K,) over stage 2's outputs."""
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction {reduction!r}: expected 'sum' or 'mean'")
-    total = sum(values)
-    return total if reduction == "sum" else total / len(values)
+    return jnp.sum(values) if reduction == "sum" else jnp.mean(values)
 
 
-def stage2_terms(per_output: Mapping[str, Sequence[Array]], form: str) -> dict[str, Array]:
-    """Reduces each term's per-output values as ``form`` prescribes (`STAGE2_OUTPUT_REDUCTIONS`)."""
-    reductions = STAGE2_OUTPUT_REDUCTIONS[form]
-    unknown = sorted(set(per_output) - set(reductions))
-    if unknown:
-        raise KeyError(f"no stage-2 output reduction for {unknown}")
-    return {name: reduce_outputs(values, reductions[name]) for name, values in per_output.items()}
+@dataclasses.dataclass(frozen=True)
+class LossForm:
+    """What one loss set computes where the reference code and the paper differ.
+
+    reconstruction: (images, images) -> scalar.
+    regulariser: (latents (B, N, D), e4e's latent_avg (N, D)) -> scalar.
+    stage2_identity: stage 2's identity term on the six embedding batches.
+    output_reductions: how a term is combined over a step's outputs (stage 2's five
+      images or codes; stage 1 has one).
+    """
+
+    reconstruction: Callable[[Array, Array], Array]
+    regulariser: Callable[[Array, Array], Array]
+    stage2_identity: Callable[..., Array]
+    output_reductions: Mapping[str, str]
+
+    def reduce_terms(self, per_output: Mapping[str, Array]) -> dict[str, Array]:
+        """Each term's values (K,) over the outputs reduced as this form prescribes."""
+        unknown = sorted(set(per_output) - set(self.output_reductions))
+        if unknown:
+            raise KeyError(f"no output reduction for {unknown}")
+        return {name: reduce_outputs(values, self.output_reductions[name]) for name, values in per_output.items()}
 
 
-def _weighted_total(terms: Mapping[str, Array], weights: Mapping[str, float], allowed: Sequence[str], stage: str):
+FORMS = {
+    "reference": LossForm(
+        reconstruction=smooth_l1_loss,
+        regulariser=lambda w, latent_avg: latent_square_mean(w),
+        stage2_identity=stage2_identity_reference,
+        output_reductions={"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "mean", "d_logistic": "mean"},
+    ),
+    "paper": LossForm(
+        reconstruction=l1_loss,
+        regulariser=latent_distance_to_average,  # w_avg: e4e's latent_avg
+        stage2_identity=stage2_identity_paper,
+        output_reductions={"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "sum", "d_logistic": "sum"},
+    ),
+}
+
+
+def weighted_total(
+    terms: Mapping[str, Array], weights: Mapping[str, float], allowed: Sequence[str]
+) -> tuple[Array, dict[str, Array]]:
+    """(total, weighted terms) of a generator-side loss.
+
+    ``terms`` holds unweighted values named as in ``allowed`` (`STAGE1_TERMS` or
+    `STAGE2_TERMS`); ``weights`` comes from the config's ``loss`` fields. A term with
+    weight 0 may be left out; every computed term needs a weight.
+    """
     unknown = sorted((set(terms) | set(weights)) - set(allowed))
     if unknown:
-        raise KeyError(f"{stage}: unknown loss terms {unknown}; expected some of {list(allowed)}")
+        raise KeyError(f"unknown loss terms {unknown}; expected some of {list(allowed)}")
     unweighted = sorted(set(terms) - set(weights))
     missing = sorted(name for name, weight in weights.items() if weight and name not in terms)
     if unweighted or missing:
-        raise KeyError(f"{stage}: terms without a weight {unweighted}, weighted terms not computed {missing}")
+        raise KeyError(f"terms without a weight {unweighted}, weighted terms not computed {missing}")
     weighted = {name: weights[name] * value for name, value in terms.items()}
     return sum(weighted.values()), weighted
 
 
-def stage1_generator_loss(terms: Mapping[str, Array], weights: Mapping[str, float]) -> tuple[Array, dict[str, Array]]:
-    """(total, weighted terms) of stage 1's generator-side loss.
-
-    ``terms`` holds unweighted values named as in `STAGE1_TERMS`; ``weights`` is
-    e.g. ``LOSS_WEIGHTS['stage1']['reference']``. A term with weight 0 may be left
-    out; every computed term needs a weight.
-    """
-    return _weighted_total(terms, weights, STAGE1_TERMS, "stage 1")
-
-
-def stage2_generator_loss(terms: Mapping[str, Array], weights: Mapping[str, float]) -> tuple[Array, dict[str, Array]]:
-    """(total, weighted terms) of stage 2's generator-side loss; terms from `stage2_terms`."""
-    return _weighted_total(terms, weights, STAGE2_TERMS, "stage 2")
-
-
-def discriminator_loss(
-    logistic_terms: Sequence[Array], r1: Array, reduction: str = "mean"
-) -> tuple[Array, dict[str, Array]]:
-    """(total, terms) of a discriminator step: the logistic losses combined by ``reduction`` + R1.
+def discriminator_loss(logistic_terms: Array, r1: Array, reduction: str = "mean") -> tuple[Array, dict[str, Array]]:
+    """(total, terms) of a discriminator step: the logistic losses (K,) combined by ``reduction`` + R1.
 
     Stage 1 has one logistic term; stage 2 one per output, averaged in the
-    reference and summed in the paper (`STAGE2_OUTPUT_REDUCTIONS[form]['d_logistic']`).
+    reference and summed in the paper (`LossForm.output_reductions['d_logistic']`).
     ``r1`` is `r1_penalty`'s value (already times gamma / 2).
     """
     logistic = reduce_outputs(logistic_terms, reduction)

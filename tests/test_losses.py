@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from configs import stage1, stage2
 from dbaf_jax import losses
 from tests.parity import assert_parity, nchw, nhwc
 
@@ -193,39 +194,46 @@ def test_stage2_identity_paper(embeddings):
     assert_parity(losses.stage2_identity_paper(*embeddings), expected.numpy(), TOL)
 
 
+def config_weights(stage_config, variant: str) -> dict[str, float]:
+    """The loss weights a stage's config variant sets (the training steps read the same fields)."""
+    loss = stage_config.get_config(variant).loss
+    terms = losses.STAGE1_TERMS if stage_config is stage1 else losses.STAGE2_TERMS
+    return {name: loss[name] for name in terms}
+
+
 def test_stage1_weighted_sum_reference():
     terms = {"id": 0.3, "rec": 0.2, "lpips": 0.4, "reg": 1.7, "parse": 2.5, "contrastive": 0.25, "adv": 0.69}
     # G_total = lambdaid*id + lambdarec*rec + lambdalpips*lp + lambdalatent*latent + lambdaparse*parse
     #           + lambdacontrastive*contrastive + g_loss, with the script's defaults
     expected = 0.5 * 0.3 + 3.5 * 0.2 + 1.0 * 0.4 + 0.1 * 1.7 + 0.1 * 2.5 + 0.1 * 0.25 + 0.69
-    total, weighted = losses.stage1_generator_loss(terms, losses.LOSS_WEIGHTS["stage1"]["reference"])
+    total, weighted = losses.weighted_total(terms, config_weights(stage1, "reference"), losses.STAGE1_TERMS)
     assert total == pytest.approx(expected, rel=1e-12)
     assert weighted["rec"] == pytest.approx(0.7)
 
 
 def test_weighted_sum_refuses_mismatched_terms():
-    paper = losses.LOSS_WEIGHTS["stage1"]["paper"]
+    paper = {name: weight for name, weight in config_weights(stage1, "paper").items() if weight}
     terms = {"rec": 1.0, "lpips": 1.0, "reg": 1.0, "parse": 1.0, "contrastive": 1.0, "adv": 1.0}
-    total, _ = losses.stage1_generator_loss(terms, paper)
+    total, _ = losses.weighted_total(terms, paper, losses.STAGE1_TERMS)
     assert total == pytest.approx(3.5 + 1 + 0.1 + 0.1 + 1 + 1)
     with pytest.raises(KeyError, match=r"terms without a weight \['id'\]"):
-        losses.stage1_generator_loss({**terms, "id": 1.0}, paper)
+        losses.weighted_total({**terms, "id": 1.0}, paper, losses.STAGE1_TERMS)
     with pytest.raises(KeyError, match=r"not computed \['adv'\]"):
-        losses.stage1_generator_loss({k: v for k, v in terms.items() if k != "adv"}, paper)
+        losses.weighted_total({k: v for k, v in terms.items() if k != "adv"}, paper, losses.STAGE1_TERMS)
     with pytest.raises(KeyError, match=r"unknown loss terms \['contrastive'\]"):
-        losses.stage2_generator_loss(terms, losses.LOSS_WEIGHTS["stage2"]["paper"])
+        losses.weighted_total(terms, config_weights(stage2, "paper"), losses.STAGE2_TERMS)
     zero_id = {**paper, "id": 0.0}
-    assert losses.stage1_generator_loss(terms, zero_id)[0] == pytest.approx(total)
+    assert losses.weighted_total(terms, zero_id, losses.STAGE1_TERMS)[0] == pytest.approx(total)
 
 
 def test_stage2_reductions_and_discriminator(np_rng):
-    five = [float(x) for x in np_rng.uniform(0, 1, 5)]
+    five = np_rng.uniform(0, 1, 5)
     per_output = {"rec": five, "lpips": five, "parse": five, "reg": five, "adv": five}
-    reference = losses.stage2_terms(per_output, "reference")
-    paper = losses.stage2_terms(per_output, "paper")
+    reference = losses.FORMS["reference"].reduce_terms(per_output)
+    paper = losses.FORMS["paper"].reduce_terms(per_output)
     assert reference["rec"] == pytest.approx(sum(five)) and reference["adv"] == pytest.approx(sum(five) / 5)
     assert reference["reg"] == pytest.approx(sum(five) / 5) and paper["adv"] == pytest.approx(sum(five))
-    total, weighted = losses.stage2_generator_loss({**reference, "id": 0.8}, losses.LOSS_WEIGHTS["stage2"]["reference"])
+    total, weighted = losses.weighted_total({**reference, "id": 0.8}, config_weights(stage2, "reference"), losses.STAGE2_TERMS)
     s = sum(five)
     assert total == pytest.approx(0.8 + 0.05 * s + 1.0 * s + 0.1 * s + 0.1 * s / 5 + s / 5)
     # D (reference stage 2): (d_loss_1 + d_loss_12 + d_loss_11 + d_loss_2 + d_loss_21) / 5 + r1/2 * R1

@@ -12,7 +12,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import to_numpy
 from convert.dbaf import maar_variables
-from dbaf_jax.models.maar import MAAR, noise_inputs
+from dbaf_jax.errors import ConfigError
+from dbaf_jax.models.cid import CID
+from dbaf_jax.models.dbaf import DBAF
+from dbaf_jax.models.e4e import Encoder4Editing
+from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
 from tests.conversion import convert_state_dict, edited, layout_refusal
 from tests.parity import assert_parity, nchw, nhwc, randomize_
@@ -107,13 +112,33 @@ def test_paper_variant_follows_equations_6_to_8():
     assert [o.shape for o in outputs] == [(2, s, s, CHANNELS) for s in SIZES]
 
 
-def test_noise_inputs_feed_generator_layers_3_to_8():
+def dbaf_at(size: int, maar: MAAR | None) -> DBAF:
+    """A DBAF composition (modules only) at ``size`` px with the public checkpoints' widths."""
+    generator = Generator(size=size)
+    return DBAF(
+        e4e=Encoder4Editing(stylegan_size=size, input_size=size),
+        cid=CID(n_latent=generator.n_latent, groups=(4, 4, generator.n_latent - 8)),
+        maar=maar,
+        decoder=generator,
+        kria=KRIA(groups=(4, 4, generator.n_latent - 8)),
+        key_generator=generator,
+    )
+
+
+def test_maps_replace_generator_noise_inputs_3_to_8():
     m16, m32, m64 = (jnp.full((1, s, s, 512), s, jnp.float32) for s in (16, 32, 64))
-    noise = noise_inputs((m16, m32, m64))
+    noise = dbaf_at(256, MAAR()).noise_inputs((m16, m32, m64))
     assert sorted(noise) == [3, 4, 5, 6, 7, 8]
     assert noise[3] is m16 and noise[4] is m16 and noise[5] is m32 and noise[6] is m32 and noise[8] is m64
-    with pytest.raises(ValueError):
-        noise_inputs((m16, m32))
+
+
+def test_a_map_that_fits_no_noise_input_is_refused_at_build_time():
+    with pytest.raises(ConfigError, match="2x2.*fits none"):
+        dbaf_at(32, MAAR())  # the coarsest map would be 2x2; the generator's smallest noise is 4x4
+    with pytest.raises(ConfigError, match="channels"):
+        dbaf_at(256, MAAR(channels=256))
+    dbaf_at(64, MAAR())  # maps at 4, 8 and 16 px
+    dbaf_at(32, None)  # without MAAR nothing needs to fit
 
 
 def test_full_size_shapes_parameter_count_and_generator_fit():
@@ -129,6 +154,7 @@ def test_full_size_shapes_parameter_count_and_generator_fit():
     generator = Generator()
     latents = jax.ShapeDtypeStruct((2, 14, 512), jnp.float32)
     gen_variables = jax.eval_shape(generator.init, jax.random.key(0), latents)
+    noise_inputs = dbaf_at(256, module).noise_inputs
     image = jax.eval_shape(
         lambda v, w, m: generator.apply(v, w, noise=noise_inputs(m)), gen_variables, latents, outputs
     )

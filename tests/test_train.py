@@ -1,9 +1,10 @@
 """Training (issue 5): sharded steps equal unsharded ones, kill-and-resume equals an
 uninterrupted run, both stages' losses fall, and KRIA learns a key-reversible map.
 
-The step and loop tests run the ``tiny`` configs at 32 px with a global batch of 8
+The step and loop tests run the ``tiny`` configs (64 px) with a global batch of 8
 (one image per forced host device) through the loop's own functions
-(`loop.initial_variables`, `state.create`, `loop.make_step`, `loop.train_and_evaluate`).
+(`loop.initial_variables`, `state.create`, `stages.build`, `loop.make_step`,
+`loop.train_and_evaluate`).
 Compilation dominates on a CPU and every loop run jits its own step, so these tests
 share a persistent compilation cache (one per pytest session, shared by xdist
 workers): each distinct program compiles once, and the configs are chosen so that
@@ -33,9 +34,8 @@ from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import checkpoints, loop, networks as networks_lib, state as state_lib, steps
+from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, stages, state as state_lib
 
-SIZE = 32
 BATCH = 8  # one image per forced host device
 # 300x the reference's 1e-4, so that a couple of dozen steps show progress. Every
 # test uses it: the learning rate is a constant of the compiled step.
@@ -69,10 +69,8 @@ def compilation_cache(tmp_path_factory):
 
 
 def small_config(stage: int, **fields: Any) -> ml_collections.ConfigDict:
-    """``configs/stage{stage}.py:tiny`` at 32 px, batch 8, logging every step."""
+    """``configs/stage{stage}.py:tiny``, batch 8, logging every step."""
     config = (stage1 if stage == 1 else stage2).get_config("tiny")
-    config.model.size = SIZE
-    config.model.latent_groups = (2, 2, 4)  # 8 latents at 32 px
     config.batch_size = BATCH
     config.data.synthetic_size = 2 * BATCH  # two steps per epoch: resumes cross an epoch boundary
     config.optimizer.learning_rate = LEARNING_RATE
@@ -105,6 +103,9 @@ class Start(NamedTuple):
     frozen: dict
     optimizers: state_lib.Optimizers
 
+    def stage(self) -> adversarial.AdversarialStage:
+        return stages.build(self.config, self.networks, self.optimizers)
+
 
 def start(config: ml_collections.ConfigDict) -> Start:
     networks = networks_lib.build(config)
@@ -124,7 +125,7 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
     config = run.config
     state = jax.device_put(run.state, sharding.param_sharding(mesh, run.state, config.mesh.min_shard_size))
     frozen = jax.device_put(run.frozen, sharding.replicated(mesh))
-    step_fn = loop.make_step(config, run.networks, run.optimizers, mesh, state, frozen)
+    step_fn = loop.make_step(run.stage(), mesh, state, frozen)
     source = loop.data_source(config)
     steps_per_epoch = len(source) // config.batch_size
     states, metrics = {}, []
@@ -156,41 +157,13 @@ def relative_errors(actual, expected) -> dict[str, float]:
     return errors
 
 
-TRAINED_NETWORKS = ("cid", "maar", "decoder", "kria")
-
-
-def state_part(name: str) -> str:
-    """A state leaf's part: its collection and network, e.g. ``.generator_opt_state.fast_state[1].mu['cid']``."""
-    start = name.find("['")
-    if start < 0:
-        return name
-    key = name[start + 2 : name.index("']", start)]
-    return name[:start] + (f"['{key}']" if key in TRAINED_NETWORKS else "")
-
-
 def assert_states_close(actual, expected, rtol: float = 2e-4) -> None:
-    """max |actual - expected| / max |expected| over each part of the state below ``rtol``.
-
-    The measure of the parity tests, per network and collection (its parameters, its
-    first moments, ...), not per leaf: sharded, the float32 sums over the batch run in
-    another order, and the gradient of a scalar parameter (a StyleGAN2 noise weight, one
-    sum over all activations of its layer) can nearly cancel, leaving it few exact digits.
-    """
-    actual, expected = leaves_by_path(actual), leaves_by_path(expected)
-    assert actual.keys() == expected.keys()
-    differences, magnitudes = {}, {}
-    for name, e in expected.items():
-        a = actual[name]
-        assert a.shape == e.shape and a.dtype == e.dtype, name
-        if not np.issubdtype(e.dtype, np.floating):
-            np.testing.assert_array_equal(a, e, err_msg=name)
-            continue
-        part = state_part(name)
-        differences[part] = max(differences.get(part, 0.0), float(np.abs(a - e).max()))
-        magnitudes[part] = max(magnitudes.get(part, 0.0), float(np.abs(e).max()))
-    for part, difference in differences.items():
-        error = difference / max(magnitudes[part], 1e-30)
-        assert error < rtol, f"{part}: relative error {error:.3g} >= {rtol:g}"
+    """Every float leaf: max |actual - expected| / max |expected| below ``rtol``; integer leaves equal."""
+    errors = relative_errors(actual, expected)
+    worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
+    print("largest relative errors:", [(name, f"{error:.2e}") for name, error in worst])
+    failing = {name: f"{error:.3g}" for name, error in errors.items() if error >= rtol}
+    assert not failing, f"relative error >= {rtol:g}: {failing}"
 
 
 def assert_metrics_close(actual: list[dict], expected: list[dict], rtol: float = 1e-5) -> None:
@@ -299,7 +272,7 @@ def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     outputs = [jnp.asarray(np.random.default_rng(i).normal(size=(batch, 8, 8, 3)), jnp.float32) for i in range(5)]
     variables = discriminator.init(jax.random.PRNGKey(0), outputs[0])
     d_apply = jax.jit(lambda x: discriminator.apply(variables, x))
-    logits = steps.discriminate_each(d_apply, outputs)
+    logits = adversarial.discriminate_each(d_apply, jnp.stack(outputs))
     np.testing.assert_allclose(logits, np.stack([d_apply(x) for x in outputs]), rtol=1e-5, atol=1e-6)
     if batch * 5 % 4 == 0:  # one call on all 20 images would group samples of different outputs
         assert not np.allclose(d_apply(jnp.concatenate(outputs)), logits.reshape(-1, 1), rtol=1e-3)
@@ -311,12 +284,11 @@ def test_full_size_stage2_step_shapes():
     config = stage2.get_config("reference")
     config.batch_size = 2  # 5 x 2 fakes: D must see each output on its own
     networks = networks_lib.build(config)
-    settings = steps.StepSettings.from_config(config)
 
     def init_and_step(rng, images):
         variables = networks_lib.init_variables(networks, rng, config.model.size)
         state, frozen, optimizers = state_lib.create(config, variables, rng)
-        return steps.stage2_step(networks, settings, optimizers, state, frozen, images)
+        return stages.build(config, networks, optimizers).step(state, frozen, images, jnp.asarray(0))
 
     images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
     state, metrics = jax.eval_shape(init_and_step, jax.random.PRNGKey(0), images)
@@ -384,22 +356,43 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
 
     first, second = tmp_path / "stage1", tmp_path / "stage2"
     trained = state_lib.exported_variables(stage1_trajectory.states[STAGE1_STEPS], stage1_start.frozen)
-    loop.export(first, stage1_start.networks, trained, stage=1)
+    loop.export(first, stage1_start.stage(), trained)
     loop.train_and_evaluate(small_config(2, num_steps=6, sample_every=6, init_from=str(first)), second)
     early, late = early_and_late(logged(second, "g_total"))
     assert late < 0.8 * early, (early, late)
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
     model, variables = dbaf.load(second / loop.MODEL_EXPORT)  # what `dbaf_jax.anonymize` runs
-    assert model.kria.groups == (2, 2, 4) and set(variables) >= {"e4e", "cid", "maar", "decoder", "kria"}
+    assert model.kria.groups == (3, 3, 4) and set(variables) >= {"e4e", "cid", "maar", "decoder", "kria"}
+
+    # What the stage-2 steps learned: recovery with the right key came closer to the
+    # inputs than at the start of stage 2 (stage 1's networks and a random KRIA).
+    initial = start(small_config(2, init_from=str(first)))
+    images = jnp.asarray(next(data.batches(loop.data_source(initial.config), BATCH, seed=7)))
+    z = jax.random.normal(jax.random.PRNGKey(3), (1, BATCH, 3, initial.config.model.style_dim))
+    before = recovery_error(initial.networks.model, initial.state.variables(initial.frozen), images, z)
+    after = recovery_error(model, variables, images, z)
+    assert after < 0.8 * before, (before, after)
+
+
+def recovery_error(model: dbaf.DBAF, variables: dict, images: jax.Array, z: jax.Array) -> float:
+    """Mean |latent-space recovery - input| with keys from key latents z (1, B, groups, D)."""
+    key_set = model.key_from_z(variables, z[0])[None]
+    encoding, _ = model.encode(variables, images)
+    anonymized = model.anonymize(variables, encoding, key_set)
+    recovered, _ = model.recover_latent(variables, encoding, anonymized.identity_code[0], key_set)
+    return float(jnp.mean(jnp.abs(recovered[0] - images)))
 
 
 # ----------------------------------------------------------------------------------
 # KRIA
 
 
-def test_kria_learns_a_key_reversible_identity_transform():
-    """KRIA trained on four identity codes with fresh random keys every step: on keys it
-    never saw, the right key recovers the identity code and wrong keys do not.
+def test_kria_alone_can_learn_a_key_reversible_identity_transform():
+    """What KRIA's architecture can learn, apart from the stage-2 step (whose learning
+    `test_tiny_configs_train_both_stages_and_losses_fall` checks): KRIA alone, with a
+    latent-space loss and optimiser of this test's own, trained on four identity codes
+    with fresh random keys every step. On keys it never saw, the right key recovers the
+    identity code and wrong keys do not.
 
     The objective is the latent-space counterpart of stage 2's: the reference's
     reconstruction, LPIPS and identity terms on the recovered image pull

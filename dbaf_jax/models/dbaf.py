@@ -1,7 +1,7 @@
 """DBAF: how e4e, CID, MAAR, the generator and KRIA compose.
 
 The networks are Flax modules; their variables live outside, in one dict keyed by
-network name (``NETWORKS``), so that training can split them into trainable and
+network name (`NETWORKS`), so that training can split them into trainable and
 frozen parts and shard them. Every method here is a pure function of
 (variables, inputs).
 
@@ -26,7 +26,7 @@ import jax
 
 from dbaf_jax import keys, model_directory
 from dbaf_jax.errors import NetworkNotFoundError
-from dbaf_jax.models.cid import CID
+from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.maar import MAAR
@@ -34,8 +34,6 @@ from dbaf_jax.models.stylegan2 import Generator, noise_resolution
 
 Variables = dict[str, Any]
 
-# The networks of the model proper, by the names used in variable dicts and model directories.
-NETWORKS = ("e4e", "cid", "maar", "decoder", "kria")
 # The frozen StyleGAN2 (the base g_ema) whose mapping network turns key z into key w.
 KEY_GENERATOR = "key_generator"
 
@@ -56,12 +54,30 @@ class Encoding(NamedTuple):
     attribute_maps: tuple[jax.Array, ...]
 
 
+class Anonymized(NamedTuple):
+    """K anonymizations of B images (one per key).
+
+    images: (K, B, size, size, 3).
+    latents: their W+ codes A + KRIA(I, key), (K, B, n_latent, style_dim).
+    identity_code: the anonymized identity codes KRIA(I, key), (K, B, n_latent, style_dim).
+    """
+
+    images: jax.Array
+    latents: jax.Array
+    identity_code: jax.Array
+
+
 @dataclasses.dataclass(frozen=True)
 class DBAF:
     """The composition of DBAF's networks (``maar`` is None in the no-MAAR ablation).
 
     ``key_generator`` is the frozen base StyleGAN2 whose mapping network turns key
     z into key w (variables under `KEY_GENERATOR`).
+
+    Keys come with a leading axis, ``keys`` (K, B or 1, n_latent, style_dim): K
+    anonymizations or recoveries of each image in one call (stage 2 trains with
+    K = 2 and 3; a user command passes K = 1). The K outputs share the images'
+    encoding and MAAR maps, so they are decoded together without copying the maps.
     """
 
     e4e: Encoder4Editing
@@ -71,17 +87,29 @@ class DBAF:
     kria: KRIA
     key_generator: Generator
 
+    def __post_init__(self):
+        if self.maar is None:
+            return
+        # MAAR's maps come from e4e's features at input/16, /8 and /4 and each replaces the
+        # decoder's noise inputs of its side: a map that fits no noise input would be dropped.
+        noise_sides = {noise_resolution(i) for i in range(self.decoder.num_noise)}
+        for side in (self.e4e.input_size // 16, self.e4e.input_size // 8, self.e4e.input_size // 4):
+            if side not in noise_sides:
+                raise ConfigError(
+                    f"a MAAR map of {side}x{side} (e4e input {self.e4e.input_size}) fits none of the "
+                    f"generator's noise inputs ({sorted(noise_sides)}): use a model size of at least 64"
+                )
+            if self.decoder.channels(side) != self.maar.channels:
+                raise ConfigError(
+                    f"MAAR maps have {self.maar.channels} channels, the generator's {side}x{side} layers "
+                    f"{self.decoder.channels(side)}"
+                )
+
     def networks(self) -> dict[str, nn.Module]:
-        """Network name -> module: the one table of what a DBAF model holds (variable
-        dicts and model directories use these names; the no-MAAR ablation has no ``maar``)."""
-        named = {
-            "e4e": self.e4e,
-            "cid": self.cid,
-            "maar": self.maar,
-            "decoder": self.decoder,
-            "kria": self.kria,
-            KEY_GENERATOR: self.key_generator,
-        }
+        """Network name -> module: the fields of this class are the one table of what a DBAF
+        model holds, by the names variable dicts and model directories use (`NETWORKS`;
+        the no-MAAR ablation has no ``maar``)."""
+        named = {name: getattr(self, name) for name in NETWORKS}
         return {name: module for name, module in named.items() if module is not None}
 
     def for_inference(self) -> "DBAF":
@@ -122,45 +150,65 @@ class DBAF:
         return Encoding(encoded.codes, attribute_code, identity_code, tuple(maps)), updates
 
     def synthesize(self, variables: Variables, latents: jax.Array, attribute_maps: tuple[jax.Array, ...]) -> jax.Array:
-        """W+ latents (B, n_latent, style_dim) and MAAR maps -> images (B, size, size, 3)."""
-        return self.decoder.apply(variables["decoder"], latents, noise=self.noise_inputs(attribute_maps))
+        """W+ latents (B, n_latent, style_dim) and MAAR maps -> images (B, size, size, 3).
+
+        Latents with a leading key axis (K, B, n_latent, style_dim) give (K, B, size,
+        size, 3): every key's latents are decoded with the same maps.
+        """
+        noise = self.noise_inputs(attribute_maps)
+        decode = lambda w: self.decoder.apply(variables["decoder"], w, noise=noise)  # noqa: E731
+        return jax.vmap(decode)(latents) if latents.ndim == 4 else decode(latents)
 
     def noise_inputs(self, attribute_maps: tuple[jax.Array, ...]) -> dict[int, jax.Array]:
-        """Each map replaces the generator noise inputs of its resolution (3-4, 5-6, 7-8 at 256 px)."""
-        by_resolution = {m.shape[1]: m for m in attribute_maps}
-        return {
-            i: by_resolution[noise_resolution(i)]
-            for i in range(self.decoder.num_noise)
-            if noise_resolution(i) in by_resolution
-        }
+        """Each map replaces the generator noise inputs of its side (3-4, 5-6, 7-8 at 256 px);
+        `__post_init__` guarantees every map has some."""
+        by_side = {m.shape[1]: m for m in attribute_maps}
+        return {i: by_side[noise_resolution(i)] for i in range(self.decoder.num_noise) if noise_resolution(i) in by_side}
 
     def mix(self, variables: Variables, identity: Encoding, attributes: Encoding) -> tuple[jax.Array, jax.Array]:
         """Stage 1: identity of one encoding, attributes of another -> (images, latents)."""
         latents = identity.identity_code + attributes.attribute_code
         return self.synthesize(variables, latents, attributes.attribute_maps), latents
 
-    def transform_identity(self, variables: Variables, identity_code: jax.Array, key: jax.Array) -> jax.Array:
-        """KRIA: identity code (B, L, D) and key (B or 1, L, D) -> transformed identity code."""
-        return self.kria.apply(variables["kria"], identity_code, key)
+    def transform_identity(self, variables: Variables, identity_code: jax.Array, keys: jax.Array) -> jax.Array:
+        """KRIA: identity codes (B, L, D) and keys (K, B or 1, L, D) -> (K, B, L, D)."""
+        return jax.vmap(lambda key: self.kria.apply(variables["kria"], identity_code, key))(keys)
 
-    def anonymize(self, variables: Variables, encoding: Encoding, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """-> (anonymized images, their latents A + KRIA(I, key), the anonymized identity code)."""
-        anonymized_identity = self.transform_identity(variables, encoding.identity_code, key)
-        latents = encoding.attribute_code + anonymized_identity
-        return self.synthesize(variables, latents, encoding.attribute_maps), latents, anonymized_identity
+    def anonymize(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> Anonymized:
+        """``A + KRIA(I, key)`` for each of the K keys, decoded with the images' maps."""
+        identity_code = self.transform_identity(variables, encoding.identity_code, keys)
+        latents = encoding.attribute_code + identity_code
+        return Anonymized(self.synthesize(variables, latents, encoding.attribute_maps), latents, identity_code)
 
     def recover_latent(
-        self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, key: jax.Array
+        self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, keys: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        """The reference's recovery: A + KRIA(anonymized identity, key) with the original A and maps."""
-        latents = encoding.attribute_code + self.transform_identity(variables, anonymized_identity, key)
+        """The reference's recovery, ``A + KRIA(anonymized identity (B, L, D), key)`` with the
+        ORIGINAL images' A and maps -> (images (K, B, ...), latents (K, B, L, D))."""
+        latents = encoding.attribute_code + self.transform_identity(variables, anonymized_identity, keys)
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
-    def recover_image(self, variables: Variables, anonymized_images: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """The paper's recovery from the anonymized images alone -> (recovered images, latents)."""
-        encoding, _ = self.encode(variables, anonymized_images)
-        latents = encoding.attribute_code + self.transform_identity(variables, encoding.identity_code, key)
+    def recover_image(
+        self,
+        variables: Variables,
+        anonymized_images: jax.Array,
+        keys: jax.Array,
+        train: bool = False,
+        rng: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """The paper's recovery from anonymized images (B, H, W, 3) alone: re-encode them and
+        apply ``A' + KRIA(I', key)`` with their own maps -> (images (K, B, ...), latents).
+
+        ``train`` as in `encode`; the re-encoding's MAAR statistics are not kept (one
+        update per step comes from encoding the originals)."""
+        encoding, _ = self.encode(variables, anonymized_images, train, rng)
+        latents = encoding.attribute_code + self.transform_identity(variables, encoding.identity_code, keys)
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
+
+
+# The networks of a DBAF model, by name: the fields of `DBAF`.
+NETWORKS = tuple(field.name for field in dataclasses.fields(DBAF))
+OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
 
 
 def load(directory) -> tuple[DBAF, Variables]:
@@ -173,17 +221,9 @@ def load(directory) -> tuple[DBAF, Variables]:
     directory = Path(directory)
     if not directory.is_dir():
         raise NetworkNotFoundError(f"{directory}: no such model directory")
-    missing = [n for n in NETWORKS + (KEY_GENERATOR,) if n != "maar" and not (directory / n).is_dir()]
+    missing = [n for n in NETWORKS if n not in OPTIONAL_NETWORKS and not (directory / n).is_dir()]
     if missing:
         raise NetworkNotFoundError(f"{directory}: not a DBAF model directory, missing {missing}")
-    names = [n for n in NETWORKS + (KEY_GENERATOR,) if (directory / n).is_dir()]
-    networks = {name: model_directory.load_network(directory / name) for name in names}
-    model = DBAF(
-        e4e=networks["e4e"].module,
-        cid=networks["cid"].module,
-        maar=networks["maar"].module if "maar" in networks else None,
-        decoder=networks["decoder"].module,
-        kria=networks["kria"].module,
-        key_generator=networks[KEY_GENERATOR].module,
-    )
+    networks = {name: model_directory.load_network(directory / name) for name in NETWORKS if (directory / name).is_dir()}
+    model = DBAF(**{name: networks[name].module if name in networks else None for name in NETWORKS})
     return model, {name: network.variables for name, network in networks.items()}

@@ -4,7 +4,7 @@ Three e4e feature maps, c3 (B, 16, 16, 512), c2 (B, 32, 32, 256) and c1
 (B, 64, 64, 128) at 256 px, are each projected to ``channels`` (512) by a 1x1
 convolution with bias and re-weighted by attention. The three outputs replace the
 generator's noise inputs 3-4 (16x16), 5-6 (32x32) and 7-8 (64x64): see
-`noise_inputs`.
+`dbaf_jax.models.dbaf.DBAF.noise_inputs`.
 
 ``variant='reference'`` is the authors' code: CBAM after the projection,
 - channel gate: spatial average- and max-pooling, each through one shared MLP
@@ -33,18 +33,12 @@ re-weighted map; the port keeps both as written. It has no BatchNorm.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import flax.linen as nn
 import jax.numpy as jnp
 
 from dbaf_jax.nn.batch_norm import BatchNorm
 
 VARIANTS = ("reference", "paper")
-
-# Generator noise inputs fed by MAAR's maps, in the order MAAR returns them (16, 32, 64 px).
-NOISE_LAYERS = ((3, 4), (5, 6), (7, 8))
-
 
 class ChannelGate(nn.Module):
     """CBAM channel attention: x (B, H, W, C) -> x * sigmoid(MLP(avg) + MLP(max))."""
@@ -127,10 +121,3 @@ class MAAR(nn.Module):
                 x = PaperAttention(name=f"attention_{name}")(x)
             outputs.append(x)
         return tuple(outputs)
-
-
-def noise_inputs(maps: Sequence[jnp.ndarray]) -> dict[int, jnp.ndarray]:
-    """MAAR's (m16, m32, m64) -> the generator's noise mapping {3: m16, 4: m16, ..., 8: m64}."""
-    if len(maps) != len(NOISE_LAYERS):
-        raise ValueError(f"expected {len(NOISE_LAYERS)} maps (16, 32, 64 px), got {len(maps)}")
-    return {layer: m for m, layers in zip(maps, NOISE_LAYERS) for layer in layers}

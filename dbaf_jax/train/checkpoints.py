@@ -38,12 +38,14 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from dbaf_jax.errors import ConfigError
+
 CHECKPOINT_DIR = "checkpoints"
 ORBAX_STEP_METADATA = "_CHECKPOINT_METADATA"
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
-class IncompatibleCheckpointError(ValueError):
+class IncompatibleCheckpointError(ConfigError):
     """A checkpoint made for another stage or architecture; the message names the fields."""
 
 

@@ -16,7 +16,6 @@ continues from the latest one, data position and RNG included), ``metrics/``
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -29,14 +28,13 @@ import tqdm
 
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
-from dbaf_jax.models.dbaf import KEY_GENERATOR, NETWORKS
-from dbaf_jax.train import checkpoints, metrics as metrics_lib, networks as networks_lib, steps
+from dbaf_jax.errors import DatasetError, ModelDirectoryError
+from dbaf_jax.train import checkpoints, metrics as metrics_lib, networks as networks_lib, stages
 from dbaf_jax.train import state as state_lib
+from dbaf_jax.train.adversarial import AdversarialStage
 
 MODEL_EXPORT = "model"
 METRICS_FILE = "metrics.jsonl"
-# Networks a stage-1 export hands to stage 2 (the critics come from model_dir again).
-STAGE1_EXPORTS = ("e4e", "cid", "maar", "decoder", KEY_GENERATOR, "discriminator")
 
 
 def architecture(config: ml_collections.ConfigDict) -> dict:
@@ -45,23 +43,24 @@ def architecture(config: ml_collections.ConfigDict) -> dict:
 
 
 def initial_variables(config: ml_collections.ConfigDict, nets: networks_lib.Networks, rng: jax.Array) -> dict:
-    """The converted base networks, then (stage 2) the stage-1 result; the rest random."""
+    """The converted base networks (``model_dir``), then every network of the run that
+    ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random."""
     built = networks_lib.modules(nets)
     sources = []  # (directory, {network: sub-directory}), later ones override earlier ones
     if config.model_dir:
         sources.append((Path(config.model_dir), networks_lib.PRETRAINED))
-    if config.stage == 2 and config.get("init_from"):
+    if config.init_from:
         source = Path(config.init_from)
         source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
-        # A stage-1 export without MAAR (the no-MAAR ablation) leaves a MAAR of this run random.
-        exported = [n for n in STAGE1_EXPORTS if n in built and ((source / n).is_dir() or n != "maar")]
-        sources.append((source, {n: n for n in exported}))
-    loaded = {name for _, names in sources for name in names}
-    random_names = [n for n in built if n not in loaded]
-    variables = networks_lib.init_variables(nets, rng, config.model.size, random_names)
-    for directory, names in sources:
+        held = {n: n for n in built if (source / n).is_dir()}
+        if not held:
+            raise ModelDirectoryError(f"{config.init_from}: init_from holds none of this run's networks {sorted(built)}")
+        sources.append((source, held))
+    variables = {}
+    for directory, names in sources:  # first, so that a missing file is reported at once
         variables = networks_lib.load_pretrained(nets, variables, directory, names)
-    return variables
+    random_names = [n for n in built if n not in variables]
+    return {**networks_lib.init_variables(nets, rng, config.model.size, random_names), **variables}
 
 
 def append_metrics(path: Path, step: int, scalars: dict[str, float]) -> None:
@@ -76,59 +75,28 @@ def data_source(config: ml_collections.ConfigDict):
         return data.SyntheticFaces(config.data.synthetic_size, config.model.size, config.seed)
     source = data.PreparedImages(config.data.dir)
     if source.size != config.model.size:
-        raise ValueError(f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px")
+        raise DatasetError(f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px")
     return source
 
 
-def make_step(config: ml_collections.ConfigDict, nets: networks_lib.Networks, txs, mesh, state, frozen):
+def make_step(stage: AdversarialStage, mesh, state, frozen):
     """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics)."""
-    settings = steps.StepSettings.from_config(config)
-    if config.stage == 1:
-        fn = functools.partial(steps.stage1_step, nets, settings, txs)
-    else:
-        fn = lambda state, frozen, images, index_in_epoch: steps.stage2_step(  # noqa: E731
-            nets, settings, txs, state, frozen, images
-        )
     state_sharding = jax.tree.map(lambda x: x.sharding, state)
     frozen_sharding = jax.tree.map(lambda x: x.sharding, frozen)
     replicated = sharding.replicated(mesh)
     return jax.jit(
-        fn,
+        stage.step,
         in_shardings=(state_sharding, frozen_sharding, sharding.batch_sharding(mesh), replicated),
         out_shardings=(state_sharding, replicated),
         donate_argnums=(0,),
     )
 
 
-def make_sampler(config, nets: networks_lib.Networks, frozen, images: jax.Array, rng: jax.Array):
-    """A jitted function state -> list of image batches (B, H, W, 3), one per grid column.
-
-    Columns: stage 1 identity, attributes, mixed; stage 2 input, anonymized 1,
-    anonymized 2, recovered, wrong key 1, wrong key 2. The batch (and the stage-2
-    keys) are fixed, so successive grids show the same faces.
-    """
-    settings = steps.StepSettings.from_config(config)
-    model = nets.model
-    if config.stage == 1:
-
-        @jax.jit
-        def sample(state):
-            variables = state.variables(frozen)
-            identity, _ = model.encode(variables, images)
-            attributes, _ = model.encode(variables, jnp.roll(images, 1, axis=0))
-            mixed, _ = model.mix(variables, identity, attributes)
-            return [images, jnp.roll(images, 1, axis=0), mixed]
-
-        return sample
-    key_set = jnp.stack([steps.sample_keys(nets, frozen, k, images.shape[0]) for k in jax.random.split(rng, 4)])
-
-    @jax.jit
-    def sample(state):
-        variables = state.variables(frozen)
-        outputs, _ = steps.stage2_forward(nets, settings, variables, images, key_set, rng, train=False)
-        return [images, *outputs.images]
-
-    return sample
+def make_sampler(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
+    """A jitted function state -> list of image batches (B, H, W, 3), one per grid column
+    (``stage.sample_columns``). The batch and the random keys are fixed, so successive
+    grids show the same faces."""
+    return jax.jit(lambda state: stage.sample(state.variables(frozen), frozen, images, rng))
 
 
 def sample_grid(columns: list[jax.Array]) -> np.ndarray:
@@ -137,13 +105,12 @@ def sample_grid(columns: list[jax.Array]) -> np.ndarray:
     return images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
 
 
-def export(workdir: Path, nets: networks_lib.Networks, variables: dict, stage: int) -> Path:
-    """Writes the trained networks as a model directory ``workdir/model``."""
+def export(workdir: Path, stage: AdversarialStage, variables: dict) -> Path:
+    """Writes the stage's trained networks as a model directory ``workdir/model``."""
     out = workdir / MODEL_EXPORT
-    named = networks_lib.modules(nets)
-    names = [n for n in NETWORKS + (KEY_GENERATOR, "discriminator") if n in named and (stage == 2 or n != "kria")]
-    for name in names:
-        model_directory.save_network(out / name, named[name], variables[name], source=f"stage {stage} training", overwrite=True)
+    named = networks_lib.modules(stage.networks)
+    for name in stage.exported_networks():
+        model_directory.save_network(out / name, named[name], variables[name], source=f"{type(stage).__name__} training", overwrite=True)
     return out
 
 
@@ -169,11 +136,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     source = data_source(config)
     steps_per_epoch = len(source) // config.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
+        raise DatasetError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
     total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
 
     variables = initial_variables(config, nets, init_rng)
     state, frozen, txs = state_lib.create(config, variables, state_rng)
+    stage = stages.build(config, nets, txs)
     state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
     frozen = jax.device_put(frozen, sharding.replicated(mesh))
     del variables
@@ -186,12 +154,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         state, start = restored.state, restored.step
         print(f"resumed from {checkpointer.directory / str(start)}")
 
-    step_fn = make_step(config, nets, txs, mesh, state, frozen)
+    step_fn = make_step(stage, mesh, state, frozen)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
     sampling = config.sample_every > 0
     if sampling:
         sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
-        sampler = make_sampler(config, nets, frozen, sample_images, sample_rng)
+        sampler = make_sampler(stage, frozen, sample_images, sample_rng)
     progress = tqdm.tqdm(
         total=total_steps, initial=start, unit="step", desc=f"stage {config.stage}", disable=jax.process_index() != 0
     )
@@ -222,6 +190,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         writer.close()
         progress.close()
     if jax.process_index() == 0:
-        out = export(workdir, nets, state_lib.exported_variables(state, frozen), config.stage)
+        out = export(workdir, stage, state_lib.exported_variables(state, frozen))
         print(f"exported the trained model to {out}")
     return state

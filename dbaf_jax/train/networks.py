@@ -129,22 +129,28 @@ def init_variables(
     unknown = set(names) - set(built)
     if unknown:
         raise ValueError(f"no networks named {sorted(unknown)} in this run")
-    return _initializer(networks, size, names)(rng)
+    if isinstance(rng, jax.core.Tracer):  # inside the caller's trace (jit, eval_shape): no jit of its own
+        return _initializer(networks, size, names)(rng)
+    return _jitted_initializer(networks, size, names)(rng)
 
 
 @functools.lru_cache(maxsize=4)
-def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+def _jitted_initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
     """One jitted program per architecture, kept for later runs in the process.
 
     Traced eagerly, Flax would compile every distinct small op separately; under jit
     the forward passes that only give shapes are dead code.
     """
-    model = networks.model
     # Thousands of threefry draws and no real compute: on the CPU, XLA's default LLVM
     # optimisation triples the compile time of this program and buys nothing.
     options = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
+    return jax.jit(_initializer(networks, size, names), compiler_options=options)
 
-    @functools.partial(jax.jit, compiler_options=options)
+
+def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+    """The function that initialises the networks in ``names`` from one seed."""
+    model = networks.model
+
     def init(rng):
         images = jnp.zeros((2, size, size, 3))
         latents = jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim))

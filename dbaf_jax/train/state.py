@@ -47,11 +47,14 @@ class TrainState:
     model_state: dict
     rng: jax.Array
 
-    def variables(self, frozen: Variables) -> Variables:
-        """{network: variables} for the forward pass: fast weights of trained nets plus frozen ones."""
+    def variables(self, frozen: Variables, fast_params=None, model_state=None) -> Variables:
+        """{network: variables} for the forward pass: the trained networks' fast weights and
+        model state (or ``fast_params`` and ``model_state`` in their place) plus the frozen ones."""
+        fast_params = self.generator_params.fast if fast_params is None else fast_params
+        model_state = self.model_state if model_state is None else model_state
         merged = dict(frozen)
-        for name, params in self.generator_params.fast.items():
-            merged[name] = {"params": params, **self.model_state.get(name, {})}
+        for name, params in fast_params.items():
+            merged[name] = {"params": params, **model_state.get(name, {})}
         merged[DISCRIMINATOR] = {"params": self.discriminator_params.fast}
         return merged
 

@@ -1,0 +1,222 @@
+"""What both stages' train steps share: one discriminator update, then one update of
+the generator side, as the reference trains (a pure ``step(state, frozen, images,
+index_in_epoch) -> (state, metrics)``).
+
+A stage (`dbaf_jax.train.stage1`, `dbaf_jax.train.stage2`) says what its generator
+side computes (`AdversarialStage.forward`), which images D sees as real and fake, and
+its generator-side loss terms; this module runs the updates.
+
+By default the generator-side forward runs once per step: ``jax.vjp`` keeps its
+linearisation, D updates on its (constant) outputs, and the generator-side loss,
+computed with the updated D as in the reference, is pulled back through the same
+linearisation. ``two_pass`` runs the forward twice instead, as the reference does
+(once for D's fakes, once for G's loss): MAAR's running statistics then update twice
+per step and D's fakes and G's loss see different dropout masks. docs/decisions.md
+says more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from dbaf_jax import losses
+from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train.networks import Networks
+from dbaf_jax.train.state import DISCRIMINATOR, Optimizers, TrainState
+
+Metrics = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+    """The static part of a config that every step reads."""
+
+    form: losses.LossForm
+    weights: tuple[tuple[str, float], ...]  # (term, weight) of the terms with a weight
+    id_margin: float
+    r1_gamma: float
+    r1_every: int
+    train_discriminator: bool
+    two_pass: bool
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, terms: tuple[str, ...]) -> "StepSettings":
+        return cls(
+            form=losses.FORMS[config.loss.form],
+            weights=tuple((name, float(config.loss[name])) for name in terms if config.loss[name]),
+            id_margin=config.loss.id_margin,
+            r1_gamma=config.r1_gamma,
+            r1_every=config.r1_every,
+            train_discriminator=DISCRIMINATOR in config.trainable,
+            two_pass=config.two_pass,
+        )
+
+
+class Critics(NamedTuple):
+    """The frozen networks behind the losses, bound to their variables."""
+
+    embed: Callable[[jax.Array], jax.Array]  # images (B, H, W, 3) -> (B, 512) ArcFace embeddings
+    lpips: Callable[[jax.Array, jax.Array], jax.Array]  # image pairs -> (B,) distances
+    parse: Callable[[jax.Array], jax.Array]  # images -> (B, H, W, 19) parser logits
+
+
+def discriminate_each(d_apply: Callable[[jax.Array], jax.Array], batches: jax.Array) -> jax.Array:
+    """D's logits (K, B, 1) for K image batches (K, B, H, W, 3), each batch seen on its own.
+
+    The reference calls D once per output. D's minibatch-stddev layer shares a
+    statistic among samples of one call, so one call on the concatenated batches would
+    change every logit (and fail unless K * B divides by the stddev group); vmap keeps
+    the calls separate and still runs one batched network.
+    """
+    return jax.vmap(d_apply)(batches)
+
+
+def _merged(model_state: Variables, updates: Variables) -> Variables:
+    """Model state (MAAR's running statistics, ...) with a forward pass's updates applied."""
+    return {name: {**collections, **updates.get(name, {})} for name, collections in model_state.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdversarialStage:
+    """A stage's training: what its subclass defines, and the step that runs it."""
+
+    networks: Networks
+    optimizers: Optimizers
+    settings: StepSettings
+
+    terms: ClassVar[tuple[str, ...]]  # the generator-side loss terms this stage can weight
+    sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
+
+    # ---- what a stage defines
+
+    def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Any:
+        """What the step needs besides the trained networks, computed once (frozen networks only)."""
+        raise NotImplementedError
+
+    def forward(self, variables: Variables, inputs: Any, rng: jax.Array, train: bool) -> tuple[Any, Variables]:
+        """The generator side: -> (outputs, model-state updates of the trained networks)."""
+        raise NotImplementedError
+
+    def real_images(self, inputs: Any) -> jax.Array:
+        """The images D sees as real (B, H, W, 3); R1 is taken on them."""
+        raise NotImplementedError
+
+    def fake_images(self, outputs: Any) -> jax.Array:
+        """The images D sees as fake, one batch per output (K, B, H, W, 3)."""
+        raise NotImplementedError
+
+    def generator_terms(
+        self, outputs: Any, inputs: Any, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
+    ) -> dict[str, jax.Array]:
+        """The unweighted generator-side loss terms (named as in ``terms``)."""
+        raise NotImplementedError
+
+    def sample_images(self, inputs: Any, outputs: Any) -> list[jax.Array]:
+        """One image batch (B, H, W, 3) per entry of ``sample_columns``."""
+        raise NotImplementedError
+
+    def exported_networks(self) -> tuple[str, ...]:
+        """The networks a finished run writes to its model directory."""
+        raise NotImplementedError
+
+    # ---- shared
+
+    def critics(self, frozen: Variables) -> Critics:
+        n = self.networks
+        return Critics(
+            embed=lambda x: n.arcface.apply(frozen["arcface"], x),
+            lpips=lambda a, b: n.lpips.apply(frozen["lpips"], a, b),
+            parse=lambda x: n.parser.apply(frozen["parser"], x),
+        )
+
+    def generator_loss(self, terms: dict[str, jax.Array]) -> tuple[jax.Array, Metrics]:
+        """(total, weighted terms) over the terms that have a weight."""
+        weights = dict(self.settings.weights)
+        return losses.weighted_total({k: v for k, v in terms.items() if k in weights}, weights, self.terms)
+
+    def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+        """The sample-grid columns for ``images`` (inference mode; index 1 of an epoch)."""
+        inputs = self.prepare(frozen, images, jnp.asarray(1), rng)
+        outputs, _ = self.forward(variables, inputs, rng, train=False)
+        return self.sample_images(inputs, outputs)
+
+    def step(
+        self, state: TrainState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array
+    ) -> tuple[TrainState, Metrics]:
+        """One D update, then one generator-side update, on ``images`` (B, H, W, 3)."""
+        rng, prepare_rng, d_rng, g_rng = jax.random.split(jax.random.wrap_key_data(state.rng), 4)
+        inputs = self.prepare(frozen, images, index_in_epoch, prepare_rng)
+        critics = self.critics(frozen)
+        fast = state.generator_params.fast
+
+        def forward(fast_params, model_state, rng):
+            return self.forward(state.variables(frozen, fast_params, model_state), inputs, rng, train=True)
+
+        def loss_of_outputs(outputs, d_params):
+            d_apply = lambda x: self.networks.discriminator.apply({"params": d_params}, x)  # noqa: E731
+            terms = self.generator_terms(outputs, inputs, critics, lambda x: discriminate_each(d_apply, x))
+            return self.generator_loss(terms)
+
+        real = self.real_images(inputs)
+        if self.settings.two_pass:
+            d_outputs, d_updates = forward(fast, state.model_state, d_rng)
+            state, d_metrics = self._discriminator_update(state, real, self.fake_images(d_outputs))
+            model_state = _merged(state.model_state, d_updates)
+
+            def loss(fast_params):
+                outputs, updates = forward(fast_params, model_state, g_rng)
+                total, terms = loss_of_outputs(outputs, state.discriminator_params.fast)
+                return total, (terms, updates)
+
+            (total, (terms, g_updates)), grads = jax.value_and_grad(loss, has_aux=True)(fast)
+            model_state = _merged(model_state, g_updates)
+        else:
+            outputs, pullback, updates = jax.vjp(lambda p: forward(p, state.model_state, g_rng), fast, has_aux=True)
+            state, d_metrics = self._discriminator_update(state, real, self.fake_images(outputs))
+            (total, terms), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(
+                outputs, state.discriminator_params.fast
+            )
+            (grads,) = pullback(output_grads)
+            model_state = _merged(state.model_state, updates)
+        updates, opt_state = self.optimizers.generator.update(grads, state.generator_opt_state, state.generator_params)
+        state = state.replace(
+            step=state.step + 1,
+            rng=jax.random.key_data(rng),
+            generator_params=optax.apply_updates(state.generator_params, updates),
+            generator_opt_state=opt_state,
+            model_state=model_state,
+        )
+        return state, {**d_metrics, "g_total": total, **terms}
+
+    def _discriminator_update(self, state: TrainState, real: jax.Array, fakes: jax.Array) -> tuple[TrainState, Metrics]:
+        """One Ranger step of D on real images and constant fakes; R1 every ``r1_every`` steps."""
+        settings = self.settings
+        fakes = jax.lax.stop_gradient(fakes)
+
+        def loss_fn(d_params):
+            d_apply = lambda x: self.networks.discriminator.apply({"params": d_params}, x)  # noqa: E731
+            with_r1 = lambda: losses.r1_penalty(d_apply, real, settings.r1_gamma)  # noqa: E731
+            if settings.r1_every == 1:
+                r1, real_logits = with_r1()
+            else:
+                r1, real_logits = jax.lax.cond(
+                    state.step % settings.r1_every == 0, with_r1, lambda: (jnp.zeros(()), d_apply(real))
+                )
+            fake_logits = discriminate_each(d_apply, fakes)
+            logistic = jax.vmap(lambda f: losses.discriminator_logistic_loss(real_logits, f))(fake_logits)
+            return losses.discriminator_loss(logistic, r1, settings.form.output_reductions["d_logistic"])
+
+        (total, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.discriminator_params.fast)
+        metrics = {"d_total": total, **terms}
+        if not settings.train_discriminator:
+            return state, metrics
+        tx = self.optimizers.discriminator
+        updates, opt_state = tx.update(grads, state.discriminator_opt_state, state.discriminator_params)
+        params = optax.apply_updates(state.discriminator_params, updates)
+        return state.replace(discriminator_params=params, discriminator_opt_state=opt_state), metrics

@@ -1,0 +1,136 @@
+"""Stage 2 (anonymization): KRIA learns key-conditioned identity transforms, while CID,
+MAAR, the generator and D keep training.
+
+Per step, as the reference's training script: four random keys (p1, p2 and two wrong
+keys) give five outputs in this order: the anonymizations with p1 and p2, the
+recovery of the p1 anonymization with p1, and its "recoveries" with the two wrong
+keys. Recovery is ``recovery='latent'`` (the reference: KRIA applied again to the
+anonymized identity code, with the original image's attribute code and MAAR maps)
+or ``'image'`` (the paper: re-encode the anonymized image). D sees the inputs as real
+and each of the five outputs as fake, one call per output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from dbaf_jax import losses
+from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings
+from dbaf_jax.train.networks import Networks
+from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
+
+RECOVERY_MODES = ("latent", "image")
+KEYS_PER_STEP = 4  # p1, p2, wrong 1, wrong 2
+
+
+class Inputs(NamedTuple):
+    """What a stage-2 step computes with frozen networks only (B images)."""
+
+    images: jax.Array  # (B, H, W, 3)
+    keys: jax.Array  # (4, B, n_latent, style_dim): p1, p2, wrong 1, wrong 2
+    embedding: jax.Array  # ArcFace (B, 512) of the inputs
+    logits: jax.Array  # parser logits (B, H, W, 19) of the inputs
+    latent_avg: jax.Array  # e4e's average code (n_latent, style_dim): the paper's w_avg
+
+
+class Outputs(NamedTuple):
+    """The five outputs: anonymized 1, anonymized 2, recovered, wrong key 1, wrong key 2."""
+
+    images: jax.Array  # (5, B, H, W, 3)
+    latents: jax.Array  # (5, B, n_latent, style_dim)
+
+
+def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Random training keys (*shape, n_latent, style_dim): z ~ N(0, I) per latent group
+    through the frozen mapping network, as the reference draws them."""
+    model = networks.model
+    z = jax.random.normal(rng, (*shape, len(model.kria.groups), model.key_generator.style_dim))
+    flat = model.key_from_z(frozen, z.reshape(-1, *z.shape[-2:]))
+    return flat.reshape(*shape, *flat.shape[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage2(AdversarialStage):
+    recovery: str
+
+    terms = losses.STAGE2_TERMS
+    sample_columns = ("input", "anonymized 1", "anonymized 2", "recovered", "wrong key 1", "wrong key 2")
+
+    def __post_init__(self):
+        if self.recovery not in RECOVERY_MODES:
+            raise ValueError(f"recovery {self.recovery!r}: expected one of {RECOVERY_MODES}")
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers) -> "Stage2":
+        return cls(
+            networks=networks,
+            optimizers=optimizers,
+            settings=StepSettings.from_config(config, cls.terms),
+            recovery=config.recovery,
+        )
+
+    def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Inputs:
+        critics = self.critics(frozen)
+        return Inputs(
+            images=images,
+            keys=sample_keys(self.networks, frozen, rng, (KEYS_PER_STEP, images.shape[0])),
+            embedding=critics.embed(images),
+            logits=critics.parse(images),
+            latent_avg=frozen["e4e"]["buffers"]["latent_avg"],
+        )
+
+    def forward(self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool) -> tuple[Outputs, Variables]:
+        model = self.networks.model
+        encode_rng, recover_rng = jax.random.split(rng)
+        encoding, maar_stats = model.encode(variables, inputs.images, train, encode_rng)
+        anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
+        recovery_keys = inputs.keys[jnp.array([0, 2, 3])]  # p1, wrong 1, wrong 2
+        if self.recovery == "latent":
+            recovered, latents = model.recover_latent(variables, encoding, anonymized.identity_code[0], recovery_keys)
+        else:
+            recovered, latents = model.recover_image(variables, anonymized.images[0], recovery_keys, train, recover_rng)
+        outputs = Outputs(
+            jnp.concatenate([anonymized.images, recovered]), jnp.concatenate([anonymized.latents, latents])
+        )
+        return outputs, ({"maar": maar_stats} if maar_stats else {})
+
+    def real_images(self, inputs: Inputs) -> jax.Array:
+        return inputs.images
+
+    def fake_images(self, outputs: Outputs) -> jax.Array:
+        return outputs.images
+
+    def generator_terms(
+        self, outputs: Outputs, inputs: Inputs, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
+    ) -> dict[str, jax.Array]:
+        form = self.settings.form
+        count, batch = outputs.images.shape[:2]
+        flat = outputs.images.reshape(count * batch, *outputs.images.shape[2:])  # one critic call for all five
+        per_output = lambda x: x.reshape(count, batch, *x.shape[1:])  # noqa: E731
+        embeddings = per_output(critics.embed(flat))
+        logits = per_output(critics.parse(flat))
+        distances = per_output(critics.lpips(jnp.tile(inputs.images, (count, 1, 1, 1)), flat))
+        terms = form.reduce_terms(
+            {
+                "rec": jax.vmap(lambda x: form.reconstruction(inputs.images, x))(outputs.images),
+                "lpips": jax.vmap(losses.lpips_batch_mean)(distances),
+                "parse": jax.vmap(lambda x: losses.parse_loss(inputs.logits, x))(logits),
+                "reg": jax.vmap(lambda w: form.regulariser(w, inputs.latent_avg))(outputs.latents),
+                "adv": jax.vmap(losses.generator_nonsaturating_loss)(discriminate(outputs.images)),
+            }
+        )
+        terms["id"] = form.stage2_identity(inputs.embedding, *embeddings, margin=self.settings.id_margin)
+        return terms
+
+    def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:
+        return [inputs.images, *outputs.images]
+
+    def exported_networks(self) -> tuple[str, ...]:
+        """What `dbaf_jax.anonymize` runs, and D to continue training."""
+        return tuple(self.networks.model.networks()) + (DISCRIMINATOR,)
