@@ -12,6 +12,8 @@ operation per spatial axis, with the indices and weights computed in NumPy at tr
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,7 +88,7 @@ def half_pixel_taps(in_size: int, out_size: int) -> Taps:
     return _linear_taps(np.maximum(src, np.float32(0)), in_size)
 
 
-def _interpolate_axis(x: jax.Array, axis: int, out_size: int, taps) -> jax.Array:
+def _interpolate_axis(x: jax.Array, axis: int, out_size: int, taps: Callable[[int, int], Taps]) -> jax.Array:
     in_size = x.shape[axis]
     if in_size == out_size:
         return x
