@@ -58,7 +58,9 @@ class ReferenceDBAF(nn.Module):
         return self.synthesize(attribute + anonymized_identity, maps), anonymized_identity, attribute, identity, maps
 
     def recover_latent(self, anonymized_identity, attribute, maps, key):
-        return self.synthesize(attribute + self.kria(torch.cat([anonymized_identity, key], dim=-1)), maps)
+        """-> (recovered image, its latents A + KRIA(cat([KRIA(I, key), key])))."""
+        latents = attribute + self.kria(torch.cat([anonymized_identity, key], dim=-1))
+        return self.synthesize(latents, maps), latents
 
 
 # Reduced copy of the reference: e4e at width 1/4 on 256 px inputs (so c3, c2, c1 are
