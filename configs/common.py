@@ -88,6 +88,17 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.min_shard_size = 2**18  # fsdp splits only arrays with at least this many elements
     c.compute_dtype = "float32"  # or "bfloat16" (parameters stay float32)
 
+    # Evaluation during training (`AdversarialStage.evaluate`): the last eval_images of
+    # the dataset are held out of training and measured every eval_every steps (<= 0:
+    # never; nothing is held out). ref: every 10 steps on a separate test set (batch 16),
+    # keeping the networks of lowest test G loss as best_result/.
+    c.eval_every = 500
+    c.eval_images = 16
+    # The eval metric whose best value W/best/ keeps the model directory of ("": none);
+    # best_mode "max" or "min". The stage configs choose one.
+    c.best_metric = ""
+    c.best_mode = "max"
+
     c.log_every = 10  # ref writes scalars every 10 steps
     c.sample_every = 500  # and after the last step; <= 0: no samples
     c.checkpoint_every = 1000
@@ -123,6 +134,8 @@ def tiny(c: ml_collections.ConfigDict) -> None:
     c.log_every = 5
     c.sample_every = 15
     c.checkpoint_every = 15
+    c.eval_every = 15
+    c.eval_images = 4
 
 
 def tokens(c: ml_collections.ConfigDict) -> None:

@@ -58,5 +58,6 @@ def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
     c = common.base_config()
     c.stage = 1
     c.batch_size = 16  # ref stage 1 --batchsize
+    c.best_metric = "reconstruction_psnr"  # W/best/: the model directory where this was highest
     reference(c)
     return common.apply_variants(c, variants, VARIANTS)

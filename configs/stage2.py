@@ -68,5 +68,6 @@ def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
     c.stage = 2
     c.batch_size = 8  # ref stage 2 --batchsize
     c.trainable = ("kria", "cid", "maar", "decoder", "discriminator")  # ref stage 2
+    c.best_metric = "recovery_psnr"  # W/best/: the model directory where this was highest
     reference(c)
     return common.apply_variants(c, variants, VARIANTS)

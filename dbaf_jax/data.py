@@ -241,6 +241,23 @@ class PreparedImages:
         return self._source[index]["image"]
 
 
+class Subset:
+    """Records [start, stop) of another source: a training part and a held-out part of one dataset."""
+
+    def __init__(self, source: ImageSource, start: int, stop: int):
+        if not 0 <= start <= stop <= len(source):
+            raise DatasetError(f"records [{start}, {stop}) do not lie within the dataset's {len(source)}")
+        self.source, self.start, self.stop = source, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.source[self.start + index]
+
+
 class SyntheticFaces:
     """Deterministic smooth random images: image i depends only on (seed, i).
 

@@ -78,6 +78,7 @@ def small_config(stage: int, **fields: Any) -> ml_collections.ConfigDict:
         config.mesh.fsdp = 2
         config.mesh.min_shard_size = STAGE2_MIN_SHARD_SIZE
     config.log_every = 1
+    config.eval_every = 0  # nothing held out: every image trains (the stage-2 loop test evaluates)
     config.sample_every = 10_000  # the loop still samples once, after its last step
     config.checkpoint_every = 10_000  # and checkpoints at its end or when interrupted
     for name, value in fields.items():
@@ -183,7 +184,7 @@ def assert_states_equal(actual, expected) -> None:
 def logged(workdir: Path, name: str) -> np.ndarray:
     """The values of metric ``name`` the loop logged, in step order."""
     rows = [json.loads(line) for line in (workdir / "metrics" / loop.METRICS_FILE).read_text().splitlines()]
-    return np.array([row[name] for row in sorted(rows, key=lambda row: row["step"])])
+    return np.array([row[name] for row in sorted(rows, key=lambda row: row["step"]) if name in row])
 
 
 def early_and_late(values: np.ndarray) -> tuple[float, float]:
@@ -210,7 +211,7 @@ def stage1_trajectory(stage1_start) -> Trajectory:
 
 
 def test_stage1_step_on_8_devices_equals_1_device(stage1_start, stage1_trajectory):
-    """data=8 vs 1 device, CID's default attention among tokens."""
+    """data=8 vs 1 device, with the reference CID's attention across the (global) batch."""
     assert dict(training_mesh(stage1_start.config).shape) == {"data": 8, "fsdp": 1}
     one_device = train_steps(stage1_start, single_device_mesh(), 1, keep=(1,))
     assert int(stage1_trajectory.states[1].step) == 1
@@ -262,6 +263,29 @@ def test_cid_batch_attention_on_8_devices_equals_1_device():
     batch_mates_changed[1:] += 1.0
     (_, attribute_other), _ = run(sharding.make_mesh(8, 1), batch_mates_changed)
     assert np.abs(attribute_other[0] - attribute_8[0]).max() > 1e-3
+
+
+def test_two_pass_step_equals_one_pass_but_updates_maar_statistics_twice():
+    """``two_pass`` (the reference's two generator-side forwards) against the default one
+    pass, with CID's dropout off so both see the same network: the same losses and the
+    same updated parameters, but MAAR's running statistics move twice, r2 = m r1 + (1 - m) b
+    from r1 = m r0 + (1 - m) b with the same batch statistic b, i.e. r2 = (1 + m) r1 - m r0."""
+    results = {}
+    for two_pass in (False, True):
+        config = small_config(1, two_pass=two_pass)
+        config.model.cid.dropout = 0.0
+        run = start(config)
+        results[two_pass] = train_steps(run, single_device_mesh(), 1, keep=(1,))
+    one, two = results[False], results[True]
+    assert_metrics_close(two.metrics, one.metrics)
+    assert_states_close(two.states[1].generator_params, one.states[1].generator_params)
+    assert_states_close(two.states[1].discriminator_params, one.states[1].discriminator_params)
+    momentum = 0.99  # MAAR's BatchNorm, PyTorch momentum 0.01
+    initial = leaves_by_path(run.state.model_state["maar"])
+    stats_one, stats_two = leaves_by_path(one.states[1].model_state["maar"]), leaves_by_path(two.states[1].model_state["maar"])
+    for name, r0 in initial.items():
+        assert not np.allclose(stats_one[name], r0), name
+        np.testing.assert_allclose(stats_two[name], (1 + momentum) * stats_one[name] - momentum * r0, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("batch", [2, 4])
@@ -357,9 +381,17 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     first, second = tmp_path / "stage1", tmp_path / "stage2"
     trained = state_lib.exported_variables(stage1_trajectory.states[STAGE1_STEPS], stage1_start.frozen)
     loop.export(first, stage1_start.stage(), trained)
-    loop.train_and_evaluate(small_config(2, num_steps=6, sample_every=6, init_from=str(first)), second)
+    config = small_config(2, num_steps=6, sample_every=6, init_from=str(first), eval_every=3, eval_images=BATCH)
+    config.data.synthetic_size = 3 * BATCH  # two training batches and one held out
+    loop.train_and_evaluate(config, second)
     early, late = early_and_late(logged(second, "g_total"))
     assert late < 0.8 * early, (early, late)
+    # Evaluated on the held-out batch at steps 3 and 6; W/best/ is the better of the two.
+    psnr = logged(second, "eval/recovery_psnr")
+    assert len(psnr) == 2 and np.all(np.isfinite(psnr)), psnr
+    best = json.loads((second / "best" / "best.json").read_text())
+    assert best["metric"] == "recovery_psnr" and best["value"] == max(psnr) and best["step"] in (3, 6)
+    dbaf.load(second / "best")
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
     model, variables = dbaf.load(second / loop.MODEL_EXPORT)  # what `dbaf_jax.anonymize` runs
     assert model.kria.groups == (3, 3, 4) and set(variables) >= {"e4e", "cid", "maar", "decoder", "kria"}

@@ -127,7 +127,8 @@ class DBAF:
     def encode(
         self, variables: Variables, images: jax.Array, train: bool = False, rng: jax.Array | None = None
     ) -> tuple[Encoding, Variables]:
-        """Images (B, H, W, 3) -> (Encoding, MAAR's updated batch statistics or {}).
+        """Images (B, H, W, 3) -> (Encoding, {network: updated collections}: MAAR's batch
+        statistics when training it, else {}).
 
         ``train`` enables CID's dropout (from ``rng``) and MAAR's batch statistics.
         """
@@ -136,7 +137,7 @@ class DBAF:
     def disentangle(
         self, variables: Variables, encoded: EncoderOutput, train: bool = False, rng: jax.Array | None = None
     ) -> tuple[Encoding, Variables]:
-        """e4e's output -> (Encoding, MAAR's updated batch statistics or {}); see `encode`."""
+        """e4e's output -> (Encoding, model-state updates); see `encode`."""
         attribute_code, identity_code = self.cid.apply(
             variables["cid"], encoded.codes, deterministic=not train, rngs={"dropout": rng} if train else {}
         )
@@ -144,7 +145,8 @@ class DBAF:
         if self.maar is not None:
             maar_inputs = (encoded.c3, encoded.c2, encoded.c1)
             if train:
-                maps, updates = self.maar.apply(variables["maar"], *maar_inputs, train=True, mutable=["batch_stats"])
+                maps, maar_updates = self.maar.apply(variables["maar"], *maar_inputs, train=True, mutable=["batch_stats"])
+                updates = {"maar": maar_updates}
             else:
                 maps = self.maar.apply(variables["maar"], *maar_inputs)
         return Encoding(encoded.codes, attribute_code, identity_code, tuple(maps)), updates

@@ -26,6 +26,7 @@ import ml_collections
 import optax
 
 from dbaf_jax import losses
+from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train.networks import Networks
 from dbaf_jax.train.state import DISCRIMINATOR, Optimizers, TrainState
@@ -77,6 +78,16 @@ def discriminate_each(d_apply: Callable[[jax.Array], jax.Array], batches: jax.Ar
     return jax.vmap(d_apply)(batches)
 
 
+def agreement(critics: Critics, originals: jax.Array, others: jax.Array, name: str) -> Metrics:
+    """How close ``others`` are to ``originals`` (B, H, W, 3): batch means of PSNR (peak 2),
+    LPIPS and ArcFace cosine similarity, named ``{name}_psnr``, ``_lpips``, ``_similarity``."""
+    return {
+        f"{name}_psnr": jnp.mean(image_metrics.psnr(originals, others)),
+        f"{name}_lpips": jnp.mean(critics.lpips(originals, others)),
+        f"{name}_similarity": jnp.mean(losses.cosine_similarity(critics.embed(originals), critics.embed(others))),
+    }
+
+
 def _merged(model_state: Variables, updates: Variables) -> Variables:
     """Model state (MAAR's running statistics, ...) with a forward pass's updates applied."""
     return {name: {**collections, **updates.get(name, {})} for name, collections in model_state.items()}
@@ -123,6 +134,10 @@ class AdversarialStage:
 
     def exported_networks(self) -> tuple[str, ...]:
         """The networks a finished run writes to its model directory."""
+        raise NotImplementedError
+
+    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+        """Scalar measures (inference mode) of how well the stage does on held-out ``images``."""
         raise NotImplementedError
 
     # ---- shared

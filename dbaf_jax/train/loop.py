@@ -9,7 +9,8 @@ exactly as an unsharded run would (never just a device's shard).
 
 Outputs in the workdir: ``checkpoints/`` (resumable: re-running the same command
 continues from the latest one, data position and RNG included), ``metrics/``
-(TensorBoard events and ``metrics.jsonl``), ``samples/`` (PNG grids) and, at the end,
+(TensorBoard events and ``metrics.jsonl``, evaluations on held-out images included),
+``samples/`` (PNG grids), ``best/`` (`dbaf_jax.train.evaluation`) and, at the end,
 ``model/``: a model directory (`dbaf_jax.model_directory`) that stage 2 starts from
 (``init_from``) and, after stage 2, that `dbaf_jax.anonymize` runs.
 """
@@ -29,7 +30,7 @@ import tqdm
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.train import checkpoints, metrics as metrics_lib, networks as networks_lib, stages
+from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, stages
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.adversarial import AdversarialStage
 
@@ -105,9 +106,14 @@ def sample_grid(columns: list[jax.Array]) -> np.ndarray:
     return images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
 
 
-def export(workdir: Path, stage: AdversarialStage, variables: dict) -> Path:
-    """Writes the stage's trained networks as a model directory ``workdir/model``."""
-    out = workdir / MODEL_EXPORT
+def make_evaluator(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
+    """A jitted function state -> {metric: scalar} on the held-out ``images`` (replicated)."""
+    return jax.jit(lambda state: stage.evaluate(state.variables(frozen), frozen, images, rng))
+
+
+def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
+    """Writes the stage's trained networks as a model directory ``workdir/name``."""
+    out = workdir / name
     named = networks_lib.modules(stage.networks)
     for name in stage.exported_networks():
         model_directory.save_network(out / name, named[name], variables[name], source=f"{type(stage).__name__} training", overwrite=True)
@@ -131,9 +137,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
     nets = networks_lib.build(config)
-    init_rng, state_rng, sample_rng = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
 
-    source = data_source(config)
+    source, held_out = evaluation.split_held_out(config, data_source(config))
     steps_per_epoch = len(source) // config.batch_size
     if steps_per_epoch == 0:
         raise DatasetError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
@@ -160,6 +166,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     if sampling:
         sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
         sampler = make_sampler(stage, frozen, sample_images, sample_rng)
+    if held_out is not None:
+        evaluator = make_evaluator(stage, frozen, jax.device_put(held_out, sharding.replicated(mesh)), eval_rng)
+        best = evaluation.BestModel(workdir, config.best_metric, config.best_mode) if config.best_metric else None
     progress = tqdm.tqdm(
         total=total_steps, initial=start, unit="step", desc=f"stage {config.stage}", disable=jax.process_index() != 0
     )
@@ -172,8 +181,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                 index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
                 state, step_metrics = step_fn(state, frozen, images, index_in_epoch)
                 done = step + 1
+                scalars = {}
                 if done % config.log_every == 0 or done == total_steps:
-                    scalars = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+                    scalars.update(jax.device_get(step_metrics))
+                if held_out is not None and (done % config.eval_every == 0 or done == total_steps):
+                    evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state)).items()}
+                    scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
+                    if best is not None and best.improves(evaluated) and jax.process_index() == 0:
+                        export(workdir, stage, state_lib.exported_variables(state, frozen), evaluation.BEST_EXPORT)
+                        best.record(done, evaluated)
+                if scalars:
                     append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
                 if sampling and (done % config.sample_every == 0 or done == total_steps):
                     writer.write_images(done, {f"stage{config.stage}_samples": sample_grid(sampler(state))})

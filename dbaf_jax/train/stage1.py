@@ -20,12 +20,13 @@ import dataclasses
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.models.e4e import EncoderOutput
-from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings
+from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings, agreement
 from dbaf_jax.train.networks import Networks
 from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
 
@@ -93,9 +94,9 @@ class Stage1(AdversarialStage):
         model = self.networks.model
         identity_rng, attribute_rng = jax.random.split(rng)
         identity, _ = model.disentangle(variables, inputs.encoded, train, identity_rng)
-        attributes, maar_stats = model.disentangle(variables, inputs.attribute_encoded, train, attribute_rng)
+        attributes, updates = model.disentangle(variables, inputs.attribute_encoded, train, attribute_rng)
         mixed, latents = model.mix(variables, identity, attributes)
-        return Outputs(mixed, latents), ({"maar": maar_stats} if maar_stats else {})
+        return Outputs(mixed, latents), updates
 
     def real_images(self, inputs: Inputs) -> jax.Array:
         return inputs.attribute_images
@@ -121,6 +122,21 @@ class Stage1(AdversarialStage):
 
     def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:
         return [inputs.images, inputs.attribute_images, outputs.mixed]
+
+    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> dict:
+        """Reconstruction (each image mixed with itself) and identity transfer (identity of
+        each image on its neighbour's attributes: ArcFace similarity to the identity image)."""
+        critics = self.critics(frozen)
+        metrics = {}
+        for index_in_epoch in (0, 1):  # 0: self-pairing, 1: neighbour pairing
+            inputs = self.prepare(frozen, images, jnp.asarray(index_in_epoch), rng)
+            outputs, _ = self.forward(variables, inputs, rng, train=False)
+            if index_in_epoch == 0:
+                metrics.update(agreement(critics, images, outputs.mixed, "reconstruction"))
+            else:
+                similarity = losses.cosine_similarity(inputs.identity_embedding, critics.embed(outputs.mixed))
+                metrics["identity_transfer_similarity"] = jnp.mean(similarity)
+        return metrics
 
     def exported_networks(self) -> tuple[str, ...]:
         """Everything stage 2 starts from; KRIA is not trained yet."""

@@ -21,7 +21,7 @@ import ml_collections
 
 from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings
+from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings, agreement
 from dbaf_jax.train.networks import Networks
 from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
 
@@ -88,7 +88,7 @@ class Stage2(AdversarialStage):
     def forward(self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool) -> tuple[Outputs, Variables]:
         model = self.networks.model
         encode_rng, recover_rng = jax.random.split(rng)
-        encoding, maar_stats = model.encode(variables, inputs.images, train, encode_rng)
+        encoding, updates = model.encode(variables, inputs.images, train, encode_rng)
         anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
         recovery_keys = inputs.keys[jnp.array([0, 2, 3])]  # p1, wrong 1, wrong 2
         if self.recovery == "latent":
@@ -98,7 +98,7 @@ class Stage2(AdversarialStage):
         outputs = Outputs(
             jnp.concatenate([anonymized.images, recovered]), jnp.concatenate([anonymized.latents, latents])
         )
-        return outputs, ({"maar": maar_stats} if maar_stats else {})
+        return outputs, updates
 
     def real_images(self, inputs: Inputs) -> jax.Array:
         return inputs.images
@@ -130,6 +130,20 @@ class Stage2(AdversarialStage):
 
     def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:
         return [inputs.images, *outputs.images]
+
+    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> dict:
+        """Anonymization (ArcFace similarity of anonymized 1 to its input: low is private),
+        recovery with the right key (PSNR, LPIPS, similarity) and with a wrong one (similarity)."""
+        critics = self.critics(frozen)
+        inputs = self.prepare(frozen, images, jnp.asarray(0), rng)
+        outputs, _ = self.forward(variables, inputs, rng, train=False)
+        anonymized, recovered, wrong = outputs.images[0], outputs.images[2], outputs.images[3]
+        embedding = inputs.embedding
+        return {
+            "anonymized_similarity": jnp.mean(losses.cosine_similarity(embedding, critics.embed(anonymized))),
+            **agreement(critics, images, recovered, "recovery"),
+            "wrong_key_similarity": jnp.mean(losses.cosine_similarity(embedding, critics.embed(wrong))),
+        }
 
     def exported_networks(self) -> tuple[str, ...]:
         """What `dbaf_jax.anonymize` runs, and D to continue training."""
