@@ -1,0 +1,105 @@
+"""The evaluation's metric networks, loaded from one folder and run jitted in fixed-size batches.
+
+``--metrics-models DIR`` holds what the converters write (README, "Evaluation"):
+
+- ``arcface`` (required): ArcFace IR-SE50, identity;
+- ``facenet_vggface2``, ``facenet_casia_webface`` (optional; a missing one is left out
+  of the report with a note): FaceNet, identity;
+- ``inception_fid`` (required): the FID Inception;
+- ``lpips_alex`` (required): LPIPS on AlexNet;
+- ``mtcnn`` (required): the face detector of the utility metrics.
+
+A missing required network is a `NetworkNotFoundError` whose message names the
+converter command that writes it. Every network runs on batches padded to one size,
+so each compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+
+from dbaf_jax import model_directory
+from dbaf_jax.anonymizer import pad_batch
+from dbaf_jax.errors import NetworkNotFoundError
+from dbaf_jax.faces.detect import FaceDetector
+
+# network directory name -> the command that writes it ("{out}" is the metrics folder).
+CONVERTER_COMMANDS = {
+    "arcface": "python -m convert.arcface --ckpt model_ir_se50.pth --out {out}",
+    "facenet_vggface2": "python -m convert.facenet --ckpt 20180402-114759-vggface2.pt --out {out}",
+    "facenet_casia_webface": "python -m convert.facenet --ckpt 20180408-102900-casia-webface.pt --out {out}",
+    "inception_fid": "python -m convert.inception --ckpt pt_inception-2015-12-05-6726825d.pth --out {out}",
+    "lpips_alex": "python -m convert.lpips --net alex --trunk alexnet-owt-7be5be79.pth --out {out}",
+    "mtcnn": "python -m convert.mtcnn --out {out}",
+}
+# Identity recognisers, in the order of the paper's Table I; only ArcFace is required.
+RECOGNISERS = ("facenet_casia_webface", "facenet_vggface2", "arcface")
+REQUIRED = ("arcface", "inception_fid", "lpips_alex", "mtcnn")
+# Which of `recognition.THRESHOLDS` applies to each recogniser.
+THRESHOLD_NAMES = {"facenet_casia_webface": "facenet", "facenet_vggface2": "facenet", "arcface": "arcface"}
+
+
+def missing_message(folder: Path, name: str) -> str:
+    return f"{folder / name} missing: run {CONVERTER_COMMANDS[name].format(out=folder)}"
+
+
+def check_present(folder: Path, name: str) -> None:
+    """NetworkNotFoundError naming the converter command when ``folder/name`` is absent."""
+    marker = model_directory.NETWORK_FILE if name != "mtcnn" else f"onet/{model_directory.NETWORK_FILE}"
+    if not (folder / name / marker).is_file():
+        raise NetworkNotFoundError(missing_message(folder, name))
+
+
+@dataclasses.dataclass
+class BatchedNetwork:
+    """One network's jitted forward on batches padded to ``batch_size``.
+
+    ``forward(variables, *inputs)`` takes (B, H, W, 3) arrays in [-1, 1] and returns (B, ...).
+    """
+
+    name: str
+    forward: Callable
+    variables: dict
+    batch_size: int
+
+    @classmethod
+    def load(cls, path: Path, batch_size: int) -> BatchedNetwork:
+        network = model_directory.load_network(path)
+        return cls(path.name, jax.jit(network.module.apply), jax.device_put(network.variables), batch_size)
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        """Inputs (n, H, W, 3) each, n <= batch_size -> outputs (n, ...)."""
+        n = len(inputs[0])
+        padded = [pad_batch(np.asarray(x, np.float32), self.batch_size) for x in inputs]
+        return np.asarray(self.forward(self.variables, *padded))[:n]
+
+
+@dataclasses.dataclass
+class MetricNetworks:
+    """The loaded networks: identity recognisers by name, FID features, LPIPS, MTCNN."""
+
+    recognisers: dict[str, BatchedNetwork]
+    missing_recognisers: list[str]
+    inception: BatchedNetwork
+    lpips: BatchedNetwork
+    detector: FaceDetector
+
+    @classmethod
+    def load(cls, folder: str | Path, batch_size: int) -> MetricNetworks:
+        """Loads every network of ``folder``; refuses a missing required one before loading any."""
+        folder = Path(folder)
+        for name in REQUIRED:
+            check_present(folder, name)
+        present = [name for name in RECOGNISERS if (folder / name).is_dir()]
+        return cls(
+            recognisers={name: BatchedNetwork.load(folder / name, batch_size) for name in present},
+            missing_recognisers=[name for name in RECOGNISERS if name not in present],
+            inception=BatchedNetwork.load(folder / "inception_fid", batch_size),
+            lpips=BatchedNetwork.load(folder / "lpips_alex", batch_size),
+            detector=FaceDetector.load(folder / "mtcnn"),
+        )

@@ -1,0 +1,228 @@
+"""The DBAF paper's evaluation of one model on one set of faces, as a library function.
+
+`evaluate` anonymizes every image with a fixed test password under a fixed salt (so
+two runs of the same model on the same images give the same numbers), stores each
+output as an 8-bit image would be stored (what a user's files hold), recovers it in
+both modes (``image``: re-encoding the anonymized image; ``latent``: from the latents
+anonymization returned) with the right and a wrong password, and measures:
+
+- identity (Table I): every recogniser's embedding distances to the original's, in
+  every distance form of `recognition.DISTANCE_FORMS`, and the rate within the
+  paper's tau, for the anonymized, the recovered and the wrong-key recovered images;
+- image quality (Table II): MSE, PSNR, SSIM and LPIPS (AlexNet) of the anonymized and
+  the recovered images against the originals, per image then averaged; FID between
+  the originals and each set;
+- utility (Table III): MTCNN detection rate and box and landmark distances (`utility`);
+- diversity: the first few faces under N keys: pairwise cosine and angle (KFFA for
+  ArcFace) per recogniser, a key grid and a t-SNE plot per recogniser.
+
+Quality and utility compare images at the generator's output size: originals are
+read from their files at that size (resized bilinearly when it differs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import flax
+import jax
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from dbaf_jax import __version__, images, keys
+from dbaf_jax.anonymizer import FaceAnonymizer, pad_batch
+from dbaf_jax.errors import DatasetError, ModelDirectoryError
+from dbaf_jax.evaluation import diversity, fid, image_metrics, recognition
+from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks
+from dbaf_jax.evaluation.utility import DetectionUtility
+from dbaf_jax.models.inception import FEATURES
+
+# Fixed test credentials: results must not depend on a random salt.
+TEST_PASSWORD = "dbaf-jax evaluation password"
+WRONG_PASSWORD = "dbaf-jax evaluation wrong password"
+TEST_SALT = b"dbaf-jax evalkey".hex()  # 16 bytes, `keys.SALT_BYTES`
+# The image sets compared with the originals; "wrong_key_*" only for identity.
+QUALITY_SETS = ("anonymization", "recovery_image", "recovery_latent")
+IDENTITY_SETS = QUALITY_SETS + ("wrong_key_image", "wrong_key_latent")
+PIXEL_METRICS = ("mse", "psnr", "ssim", "lpips")
+SAMPLES_FILE = "samples.png"
+KEY_GRID_FILE = "key_grid.png"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationOptions:
+    """batch_size: images per network call; keys and diversity_faces: the diversity
+    study's N keys and how many of the first faces it uses; seed: its passwords and t-SNE."""
+
+    batch_size: int = 8
+    keys: int = 5
+    diversity_faces: int = 5
+    seed: int = 0
+
+
+@jax.jit
+def _pixel_metrics(originals, others):
+    return image_metrics.mse(originals, others), image_metrics.psnr(originals, others), image_metrics.ssim(originals, others)
+
+
+def as_stored(batch: np.ndarray, size: int) -> np.ndarray:
+    """Images in [-1, 1] -> what reading them back from 8-bit PNGs at ``size`` gives."""
+    pixels = images.to_uint8(batch)
+    if pixels.shape[1] != size:
+        # Bilinear, as `images.read_image` resizes a file of another size.
+        pixels = np.stack([np.asarray(Image.fromarray(p).resize((size, size), Image.BILINEAR)) for p in pixels])
+    return images.to_float(pixels)
+
+
+def tsne_file(recogniser: str) -> str:
+    return f"tsne_{recogniser}.png"
+
+
+class Accumulator:
+    """Per-image values and FID statistics, collected batch by batch."""
+
+    def __init__(self, recognisers: list[str]):
+        self.embeddings = {r: {s: [] for s in ("original",) + IDENTITY_SETS} for r in recognisers}
+        self.pixels = {s: {m: [] for m in PIXEL_METRICS} for s in QUALITY_SETS}
+        self.fid = {s: fid.FeatureStatistics(FEATURES) for s in ("original",) + QUALITY_SETS}
+
+
+def _mean(values: list[np.ndarray]) -> float:
+    return float(np.mean(np.concatenate(values)))
+
+
+def evaluate(
+    model_dir: str | Path,
+    image_paths: list[Path],
+    metrics_models: str | Path,
+    out_dir: str | Path,
+    options: EvaluationOptions = EvaluationOptions(),
+) -> dict[str, Any]:
+    """Runs the evaluation (module docstring); writes the sample grid, the key grid and
+    the t-SNE plots into ``out_dir`` and returns every number as a JSON-ready dict.
+
+    Raises ModelDirectoryError (the model), NetworkNotFoundError naming the converter
+    command (a metric network), DatasetError (no readable image).
+    """
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if not model_dir.is_dir():
+        raise ModelDirectoryError(
+            f"{model_dir} missing: run python -m convert.dbaf ... --out {model_dir} (README, 'Converting checkpoints') "
+            "or use a training run's W/model"
+        )
+    networks = MetricNetworks.load(metrics_models, options.batch_size)
+    anonymizer = FaceAnonymizer(model_dir)
+    output_size = anonymizer.model.decoder.size
+    record = keys.KeyRecord(salt=TEST_SALT)
+    key, wrong_key = anonymizer.key_for(TEST_PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
+    totals = Accumulator(list(networks.recognisers))
+    utility = DetectionUtility(networks.detector)
+    skipped: list[images.Skipped] = []
+    diversity_faces: list[np.ndarray] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    batch_size = options.batch_size
+
+    with tqdm(total=len(image_paths), unit="img", desc="evaluate") as bar:
+        for paths, batch, bad in images.iter_batches(image_paths, anonymizer.input_size, batch_size):
+            skipped += bad
+            bar.update(len(paths) + len(bad))
+            if not paths:
+                continue
+            n = len(paths)
+            originals = np.stack([images.read_image(p, output_size) for p in paths])
+            anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key)
+            stored = as_stored(anonymized, anonymizer.input_size)
+            outputs = {
+                "anonymization": anonymized,
+                "recovery_image": anonymizer.recover(stored, key),
+                "recovery_latent": anonymizer.recover_from_latents(latents, key),
+                "wrong_key_image": anonymizer.recover(stored, wrong_key),
+                "wrong_key_latent": anonymizer.recover_from_latents(latents, wrong_key),
+            }
+            outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
+            _accumulate(totals, networks, originals, outputs, batch_size)
+            utility.update(originals, outputs["anonymization"])
+            if not diversity_faces:
+                rows = np.stack([originals] + [outputs[s] for s in IDENTITY_SETS], axis=1)
+                grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
+                images.write_png(out_dir / SAMPLES_FILE, grid, {"columns": ["original", *IDENTITY_SETS]})
+            diversity_faces += list(batch[: options.diversity_faces - len(diversity_faces)])
+    if not diversity_faces:
+        raise DatasetError(f"no readable image among the {len(image_paths)} given")
+
+    results = {
+        "options": dataclasses.asdict(options),
+        "versions": {"dbaf_jax": __version__, "jax": jax.__version__, "flax": flax.__version__, "numpy": np.__version__},
+        "images": utility.images,
+        "skipped": [s.reason for s in skipped],
+        "model": {"path": str(model_dir), "fingerprint": anonymizer.fingerprint, "output_size": output_size},
+        "key": record.to_dict(),
+        "identity": _identity(totals),
+        "missing_recognisers": networks.missing_recognisers,
+        "quality": _quality(totals),
+        "utility": {"mtcnn": utility.result()},
+        "diversity": _diversity(anonymizer, networks, np.stack(diversity_faces), output_size, out_dir, options),
+    }
+    return results
+
+
+def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, outputs, batch_size: int) -> None:
+    for name, recogniser in networks.recognisers.items():
+        totals.embeddings[name]["original"].append(recogniser(originals))
+        for s in IDENTITY_SETS:
+            totals.embeddings[name][s].append(recogniser(outputs[s]))
+    totals.fid["original"].update(networks.inception(originals))
+    padded = pad_batch(originals, batch_size)
+    for s in QUALITY_SETS:
+        mse, psnr, ssim = (np.asarray(v)[: len(originals)] for v in _pixel_metrics(padded, pad_batch(outputs[s], batch_size)))
+        for metric, values in zip(PIXEL_METRICS, (mse, psnr, ssim, networks.lpips(originals, outputs[s]))):
+            totals.pixels[s][metric].append(values)
+        totals.fid[s].update(networks.inception(outputs[s]))
+
+
+def _identity(totals: Accumulator) -> dict[str, Any]:
+    report = {}
+    for name, sets in totals.embeddings.items():
+        tau = recognition.threshold(THRESHOLD_NAMES[name])
+        originals = np.concatenate(sets["original"])
+        report[name] = {"tau": tau}
+        for s in IDENTITY_SETS:
+            report[name][s] = recognition.recognition_report(originals, np.concatenate(sets[s]), tau)
+    return report
+
+
+def _quality(totals: Accumulator) -> dict[str, Any]:
+    report = {}
+    for s in QUALITY_SETS:
+        report[s] = {metric: _mean(values) for metric, values in totals.pixels[s].items()}
+        report[s]["fid"] = fid.statistics_distance(totals.fid["original"], totals.fid[s])
+    return report
+
+
+def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> dict[str, Any]:
+    """Anonymizes ``faces`` (F, input, input, 3) under ``options.keys`` keys; writes the key
+    grid and one t-SNE plot per recogniser."""
+    count = len(faces)
+    record = keys.KeyRecord(salt=TEST_SALT)
+    passwords = diversity.key_passwords(options.keys, options.seed)
+    anonymized = []
+    for password in passwords:
+        batch = anonymizer.anonymize(pad_batch(faces, options.batch_size), anonymizer.key_for(password, record))[0]
+        anonymized.append(as_stored(batch[:count], output_size))
+    anonymized = np.stack(anonymized, axis=1)  # (F, K, size, size, 3)
+    originals = as_stored(faces, output_size)
+    images.write_png(out_dir / KEY_GRID_FILE, diversity.key_grid(originals, anonymized), {"keys": options.keys})
+    report = {"faces": count, "keys": options.keys}
+    if options.keys < 2:
+        return report
+    flat = anonymized.reshape(-1, *anonymized.shape[2:])
+    for name, recogniser in networks.recognisers.items():
+        embeddings = np.concatenate(
+            [recogniser(flat[i : i + options.batch_size]) for i in range(0, len(flat), options.batch_size)]
+        ).reshape(count, options.keys, -1)
+        report[name] = diversity.pairwise_identity_diversity(embeddings)
+        diversity.write_tsne_plot(out_dir / tsne_file(name), embeddings, options.seed)
+    return report

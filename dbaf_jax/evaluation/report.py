@@ -1,0 +1,172 @@
+"""The evaluation's report: report.json (every number) and report.md (the paper's Tables I-IV).
+
+report.json is strict JSON: a non-finite number (PSNR of identical images is +inf)
+is written as the string "inf" (or "-inf", "nan"). report.md lays out Tables I-IV as
+the paper does, each value of ours beside the paper's DBAF value; what this project
+does not measure (Dlib, the ablation configurations other than the model evaluated)
+is shown as "—".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dbaf_jax.evaluation import paper
+from dbaf_jax.evaluation.networks import RECOGNISERS
+from dbaf_jax.evaluation.protocol import KEY_GRID_FILE, SAMPLES_FILE, tsne_file
+from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
+
+JSON_FILE = "report.json"
+MARKDOWN_FILE = "report.md"
+NOT_MEASURED = "—"
+RECOGNISER_TITLES = {"facenet_casia_webface": "FaceNet CASIA", "facenet_vggface2": "FaceNet VGGFace2", "arcface": "ArcFace"}
+# The distance form whose rates the tables show first (the others follow in their own rows).
+HEADLINE_FORM = "l2"
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by "inf", "-inf" or "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def cell(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return NOT_MEASURED
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+
+
+def identity_table(results: dict[str, Any]) -> list[str]:
+    """Table I: recognition rates, ours then the paper's, per recogniser; one row per set and form."""
+    identity = results["identity"]
+    header = ["type", "distance"] + [f"{RECOGNISER_TITLES[r]} {who}" for r in RECOGNISERS for who in ("ours", "paper")]
+    forms = [HEADLINE_FORM] + [f for f in DISTANCE_FORMS if f != HEADLINE_FORM]
+    rows = []
+    for s, label, paper_row in (
+        ("anonymization", "Anonymization ↓", "anonymization"),
+        ("recovery_image", "Recovery (image) ↑", "recovery"),
+        ("recovery_latent", "Recovery (latent) ↑", "recovery"),
+        ("wrong_key_image", "Wrong-key recovery (image) ↓", None),
+        ("wrong_key_latent", "Wrong-key recovery (latent) ↓", None),
+    ):
+        for form in forms:
+            row = [label, form]
+            for r in RECOGNISERS:
+                row.append(identity[r][s][form]["rate"] if r in identity else None)
+                row.append(paper.RECOGNITION[paper_row][r] if paper_row else None)
+            rows.append(row)
+    return table(header, rows)
+
+
+def quality_table(results: dict[str, Any]) -> list[str]:
+    """Table II: image quality of anonymization and recovery (both modes) against the originals."""
+    quality = results["quality"]
+    header = ["metric", "anonymization ours", "anonymization paper", "recovery (image) ours",
+              "recovery (latent) ours", "recovery paper"]
+    rows = []
+    for metric, title in (("mse", "MSE ↓"), ("psnr", "PSNR ↑"), ("ssim", "SSIM ↑"), ("lpips", "LPIPS ↓"), ("fid", "FID ↓")):
+        rows.append([
+            title,
+            quality["anonymization"][metric], paper.QUALITY["anonymization"].get(metric),
+            quality["recovery_image"][metric], quality["recovery_latent"][metric], paper.QUALITY["recovery"].get(metric),
+        ])
+    return table(header, rows)
+
+
+def utility_table(results: dict[str, Any]) -> list[str]:
+    """Table III: MTCNN (ours and the paper's) and Dlib (the paper's only)."""
+    mtcnn = results["utility"]["mtcnn"]
+    header = ["measure", "MtCNN ours", "MtCNN paper", "Dlib ours", "Dlib paper"]
+    rows = [
+        [title, mtcnn[key], paper.UTILITY["mtcnn"][key], None, paper.UTILITY["dlib"][key]]
+        for key, title in (
+            ("detection_rate", "Face detection ↑"),
+            ("box_distance", "Bounding box distance ↓"),
+            ("landmark_distance", "Landmark distance ↓ (ours: 5 points, paper: 68)"),
+        )
+    ]
+    return table(header, rows)
+
+
+def ablation_table(results: dict[str, Any]) -> list[str]:
+    """Table IV: this model beside the paper's four configurations (recognition: FaceNet VGGFace2, l2)."""
+    quality, identity = results["quality"], results["identity"]
+    recogniser = identity.get(paper.ABLATION_RECOGNISER)
+    configurations = [c.replace("_", " ") for c in paper.ABLATION_CONFIGURATIONS]
+    header = ["metric", "this model"] + [f"paper {c}" for c in configurations]
+    rows = []
+    for stage, ours_set in (("anonymization", "anonymization"), ("recovery", "recovery_latent")):
+        for metric, values in paper.ABLATION[stage].items():
+            if metric in ("de_identification", "recovery_rate"):
+                ours = recogniser[ours_set][HEADLINE_FORM]["rate"] if recogniser else None
+            else:
+                ours = quality[ours_set][metric]
+            rows.append([f"{stage}: {metric}", ours, *values])
+    return table(header, rows)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    model = results["model"]
+    options = results["options"]
+    lines = [
+        "# DBAF evaluation",
+        "",
+        f"Model `{model['path']}` (fingerprint `{model['fingerprint']}`), {results['images']} images "
+        f"at {model['output_size']} px, batch {options['batch_size']}; dbaf_jax {results['versions']['dbaf_jax']}, "
+        f"JAX {results['versions']['jax']}. Paper values: DBAF's own (\"Ours\"/\"Full\"), measured on CelebA-HQ.",
+        "",
+    ]
+    if results["missing_recognisers"]:
+        missing = ", ".join(RECOGNISER_TITLES[r] for r in results["missing_recognisers"])
+        lines += [f"Not measured (network not converted): {missing}.", ""]
+    if results["skipped"]:
+        lines += [f"Skipped {len(results['skipped'])} unreadable image(s).", ""]
+    lines += ["## Table I: recognition rate", "",
+              "Fraction of images recognised as their original (distance <= tau; FaceNet 1.1, ArcFace 0.8) "
+              "under each distance form.", ""]
+    lines += identity_table(results)
+    lines += ["", "## Table II: image quality", "",
+              "Against the originals, mean over images; FID between the originals and each set.", ""]
+    lines += quality_table(results)
+    lines += ["", "## Table III: utility", ""] + utility_table(results)
+    lines += ["", f"MtCNN found a face in {cell(results['utility']['mtcnn']['detection_rate_original'])} of the "
+              f"originals; distances over {results['utility']['mtcnn']['pairs']} image pairs with a face in both."]
+    lines += ["", "## Table IV: ablation", "",
+              "This model (recovery in latent mode) beside the paper's configurations; evaluate each "
+              "ablation's model to fill its column. Recognition: FaceNet VGGFace2, l2.", ""]
+    lines += ablation_table(results)
+    lines += ["", "## Diversity", ""]
+    div = results["diversity"]
+    lines += table(
+        ["recogniser", "mean pairwise cosine ↓", "mean pairwise angle (°) ↑"],
+        [[RECOGNISER_TITLES[r], div[r]["mean_cosine"], div[r]["mean_angle_degrees"]] for r in RECOGNISERS if r in div],
+    )
+    lines += ["", f"{div['faces']} faces x {div['keys']} keys: `{KEY_GRID_FILE}`, "
+              + ", ".join(f"`{tsne_file(r)}`" for r in RECOGNISERS if r in div)
+              + f". Samples (original, then each set of Table I): `{SAMPLES_FILE}`.", ""]
+    return "\n".join(lines)
+
+
+def write_report(out_dir: str | Path, results: dict[str, Any]) -> tuple[Path, Path]:
+    """Writes report.json and report.md into ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / JSON_FILE, out_dir / MARKDOWN_FILE
+    json_path.write_text(json.dumps(json_ready(results), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    md_path.write_text(markdown(results))
+    return json_path, md_path

@@ -1,0 +1,234 @@
+"""The evaluation command end to end, its known values, and its refusals.
+
+A tiny DBAF model (the reduced reference of tests/torch_reference/dbaf_pipeline.py,
+converted by ``python -m convert.dbaf``), metric networks with random weights
+(ArcFace at 1/4 width; FaceNet, the FID Inception and LPIPS at their only size) and
+MTCNN's real weights; the faces are crops of the real photos in tests/data. Random
+weights make the numbers meaningless, so the tests check the report's structure and
+ranges, and exact values where the inputs fix them (identical images).
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+from convert.common import run
+from convert.dbaf import main as convert_main
+from dbaf_jax import commands, evaluate, model_directory
+from dbaf_jax.evaluation import fid
+from dbaf_jax.evaluation.networks import CONVERTER_COMMANDS, MetricNetworks
+from dbaf_jax.evaluation.paper import ABLATION, QUALITY
+from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, _pixel_metrics
+from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
+from dbaf_jax.evaluation.utility import DetectionUtility
+from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.models.arcface import ArcFace
+from dbaf_jax.models.facenet import InceptionResnetV1
+from dbaf_jax.models.inception import FEATURES, FIDInceptionV3
+from dbaf_jax.models.lpips import LPIPS
+from tests.test_anonymize_cli import temper_
+from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+PHOTOS = ("jf.jpg", "office3.jpg", "office5.jpg")
+FACE_SIZE = 256
+BATCH = 2
+KEYS = 3
+DIVERSITY_FACES = 2
+
+
+def random_network(path: Path, module, *inputs) -> None:
+    variables = module.init(jax.random.key(len(str(path))), *inputs)
+    model_directory.save_network(path, module, variables, source="random (test)")
+
+
+@pytest.fixture(scope="module")
+def metrics_models(tmp_path_factory):
+    """arcface, facenet_vggface2, inception_fid, lpips_alex (random) and mtcnn (real);
+    no facenet_casia_webface, which the report must then name as not measured."""
+    folder = tmp_path_factory.mktemp("metrics_models")
+    image = jnp.zeros((1, 64, 64, 3))
+    random_network(folder / "arcface", ArcFace(width_scale=1 / 4), image)
+    random_network(folder / "facenet_vggface2", InceptionResnetV1(), image)
+    random_network(folder / "inception_fid", FIDInceptionV3(), image)
+    random_network(folder / "lpips_alex", LPIPS("alex"), image, image)
+    # In a fresh interpreter, as tests/test_mtcnn.py does: the converter reads the
+    # facenet-pytorch wheel's files and must not depend on this process's imports.
+    done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:
+    """Square crops (1.6x the box, centred on it) of the faces in the test photos, 256 px uint8."""
+    crops = []
+    for name in PHOTOS:
+        photo = Image.open(DATA / name).convert("RGB")
+        for box in detector.detect(np.asarray(photo)).boxes[:2]:
+            cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+            half = 0.8 * max(box[2] - box[0], box[3] - box[1])
+            crop = photo.crop((int(cx - half), int(cy - half), int(cx + half), int(cy + half)))
+            crops.append(np.asarray(crop.resize((FACE_SIZE, FACE_SIZE), Image.BILINEAR)))
+    return crops[:count]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, metrics_models):
+    """A converted tiny model and a folder of five faces."""
+    tmp = tmp_path_factory.mktemp("evaluate")
+    ref = reduced_reference(seed=30)
+    temper_(ref, np.random.default_rng(1))
+    files = save_reference_files(tmp / "reference", ref, seed=30)
+    run(convert_main, convert_args(files, tmp / "model"))
+    faces = tmp / "faces"
+    faces.mkdir()
+    for i, crop in enumerate(face_crops(FaceDetector.load(metrics_models / "mtcnn"), 5)):
+        Image.fromarray(crop).save(faces / f"face{i}.png")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def report(workspace, metrics_models):
+    argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
+            "--metrics-models", str(metrics_models), "--out", str(workspace / "report"),
+            "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES)]
+    evaluate.main(argv)
+    return workspace / "report"
+
+
+def numbers(tree, prefix=""):
+    """(path, value) of every number in a JSON tree."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from numbers(value, f"{prefix}/{key}")
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from numbers(value, f"{prefix}/{i}")
+    elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
+        yield prefix, tree
+
+
+@pytest.mark.slow
+def test_report_structure_and_ranges(report, workspace):
+    results = json.loads((report / "report.json").read_text())
+    assert results["images"] == 5 and results["skipped"] == []
+    assert results["missing_recognisers"] == ["facenet_casia_webface"]
+    assert results["options"] == {"batch_size": BATCH, "keys": KEYS, "diversity_faces": DIVERSITY_FACES, "seed": 0}
+    assert len(results["model"]["fingerprint"]) == 16 and results["model"]["output_size"] == 64
+    assert set(results["versions"]) == {"dbaf_jax", "jax", "flax", "numpy"}
+    for path, value in numbers(results):
+        assert math.isfinite(value), path
+    for recogniser, tau in (("arcface", 0.8), ("facenet_vggface2", 1.1)):
+        identity = results["identity"][recogniser]
+        assert identity["tau"] == tau
+        for s in IDENTITY_SETS:
+            assert set(identity[s]) == set(DISTANCE_FORMS)
+            for form, value in identity[s].items():
+                assert 0 <= value["rate"] <= 1 and 0 <= value["mean_distance"] <= 4, (recogniser, s, form)
+    for s in QUALITY_SETS:
+        quality = results["quality"][s]
+        assert set(quality) == {"mse", "psnr", "ssim", "lpips", "fid"}
+        assert 0 < quality["mse"] <= 4 and quality["psnr"] >= 0 and -1 <= quality["ssim"] <= 1
+        assert quality["lpips"] > 0 and quality["fid"] > 0
+        # PSNR is the mean of per-image PSNRs, never above the PSNR of the mean MSE (Jensen) ... below:
+        assert quality["psnr"] >= 10 * math.log10(4 / quality["mse"]) - 1e-4
+    mtcnn = results["utility"]["mtcnn"]
+    assert mtcnn["detection_rate_original"] == 1.0 and 0 <= mtcnn["detection_rate"] <= 1
+    assert mtcnn["pairs"] == round(mtcnn["detection_rate"] * 5)
+    for key in ("box_distance", "landmark_distance"):
+        assert (mtcnn[key] is None) == (mtcnn["pairs"] == 0) and (mtcnn[key] is None or mtcnn[key] >= 0)
+    diversity = results["diversity"]
+    assert (diversity["faces"], diversity["keys"]) == (DIVERSITY_FACES, KEYS)
+    for recogniser in ("arcface", "facenet_vggface2"):
+        assert -1 <= diversity[recogniser]["mean_cosine"] <= 1 and 0 <= diversity[recogniser]["mean_angle_degrees"] <= 180
+    with Image.open(report / "key_grid.png") as grid:  # rows: faces; columns: original + keys, 64 px + padding 2
+        assert grid.size == ((KEYS + 1) * 66 + 2, DIVERSITY_FACES * 66 + 2)
+    with Image.open(report / "samples.png") as samples:  # first batch: original + the five sets
+        assert samples.size == ((1 + len(IDENTITY_SETS)) * 66 + 2, BATCH * 66 + 2)
+    for name in ("tsne_arcface.png", "tsne_facenet_vggface2.png"):
+        assert (report / name).is_file()
+
+
+@pytest.mark.slow
+def test_markdown_has_the_four_tables_with_paper_values(report):
+    text = (report / "report.md").read_text()
+    for title in ("Table I: recognition rate", "Table II: image quality", "Table III: utility", "Table IV: ablation"):
+        assert f"## {title}" in text
+    assert "Not measured (network not converted): FaceNet CASIA." in text
+    # The paper's values sit beside ours: Table II's and Table IV's DBAF numbers appear.
+    for value in (QUALITY["anonymization"]["psnr"], QUALITY["recovery"]["fid"], ABLATION["anonymization"]["fid"][0]):
+        assert f"{value:.3f}" in text
+
+
+@pytest.mark.slow
+def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, workspace, metrics_models, capsys):
+    argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
+            "--metrics-models", str(metrics_models), "--batch-size", str(BATCH), "--keys", str(KEYS),
+            "--diversity-faces", str(DIVERSITY_FACES)]
+    assert commands.exit_status(evaluate.main, argv + ["--out", str(report)]) == 1
+    assert "report.json exists; pass --overwrite" in capsys.readouterr().err
+    again = evaluate.main(argv + ["--out", str(workspace / "again")])
+    first = json.loads((report / "report.json").read_text())
+    assert json.loads((workspace / "again" / "report.json").read_text())["identity"] == first["identity"]
+    assert again["quality"]["anonymization"]["mse"] == pytest.approx(first["quality"]["anonymization"]["mse"], rel=1e-6)
+
+
+def test_identical_images_give_known_values(metrics_models):
+    """PSNR +inf (documented, not capped), SSIM 1, LPIPS 0, FID ~0, and for MTCNN the
+    same detection on both sides: rate 1, distances 0."""
+    networks = MetricNetworks.load(metrics_models, BATCH)
+    faces = np.stack(face_crops(networks.detector, 4)).astype(np.float32) / 127.5 - 1.0
+    mse, psnr, ssim = (np.asarray(v) for v in _pixel_metrics(faces, faces))
+    assert np.all(mse == 0) and np.all(np.isinf(psnr)) and np.all(psnr > 0)
+    np.testing.assert_allclose(ssim, 1.0, rtol=1e-6)
+    np.testing.assert_allclose(networks.lpips(faces[:BATCH], faces[:BATCH]), 0.0, atol=1e-7)
+    features = np.concatenate([networks.inception(faces[i : i + BATCH]) for i in range(0, 4, BATCH)])
+    assert features.shape == (4, FEATURES)
+    stats = fid.FeatureStatistics(FEATURES)
+    stats.update(features)
+    # Same statistics on both sides: 0 up to the matrix square root's rounding (float64, rank 3 of 2048).
+    assert abs(fid.statistics_distance(stats, stats)) < 1e-2 * np.trace(stats.covariance())
+    utility = DetectionUtility(networks.detector)
+    utility.update(faces, faces)
+    assert utility.result() == {"detection_rate": 1.0, "detection_rate_original": 1.0, "box_distance": 0.0,
+                                "landmark_distance": 0.0, "pairs": 4}
+
+
+@pytest.mark.parametrize("missing", ["inception_fid", "arcface", "lpips_alex", "mtcnn"])
+def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, missing, capsys):
+    partial = tmp_path / "metrics"
+    partial.mkdir()
+    for entry in metrics_models.iterdir():
+        if entry.name != missing:
+            (partial / entry.name).symlink_to(entry)
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
+    model = tmp_path / "model"
+    model.mkdir()
+    argv = ["--model", str(model), "--images", str(faces), "--metrics-models", str(partial), "--out", str(tmp_path / "r")]
+    assert commands.exit_status(evaluate.main, argv) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {partial / missing} missing: run {CONVERTER_COMMANDS[missing].format(out=partial)}\n"
+    assert not (tmp_path / "r" / "report.json").exists()
+
+
+def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
+    argv = ["--model", str(tmp_path / "nowhere"), "--images", str(faces), "--metrics-models", str(metrics_models),
+            "--out", str(tmp_path / "r")]
+    assert commands.exit_status(evaluate.main, argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'nowhere'} missing: run python -m convert.dbaf")
+    assert err.count("\n") == 1
