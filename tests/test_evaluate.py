@@ -51,11 +51,9 @@ def random_network(path: Path, module, *inputs) -> None:
     model_directory.save_network(path, module, variables, source="random (test)")
 
 
-@pytest.fixture(scope="module")
-def metrics_models(tmp_path_factory):
-    """arcface, facenet_vggface2, inception_fid, lpips_alex (random) and mtcnn (real);
-    no facenet_casia_webface, which the report must then name as not measured."""
-    folder = tmp_path_factory.mktemp("metrics_models")
+def build_metrics_models(folder: Path) -> Path:
+    """arcface, facenet_vggface2, inception_fid, lpips_alex (random) and mtcnn (real) in
+    ``folder``; no facenet_casia_webface, which a report must then name as not measured."""
     image = jnp.zeros((1, 64, 64, 3))
     random_network(folder / "arcface", ArcFace(width_scale=1 / 4), image)
     random_network(folder / "facenet_vggface2", InceptionResnetV1(), image)
@@ -66,6 +64,11 @@ def metrics_models(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return folder
+
+
+@pytest.fixture(scope="module")
+def metrics_models(tmp_path_factory):
+    return build_metrics_models(tmp_path_factory.mktemp("metrics_models"))
 
 
 def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:
@@ -81,18 +84,31 @@ def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:
     return crops[:count]
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory, metrics_models):
-    """A converted tiny model and a folder of five faces."""
-    tmp = tmp_path_factory.mktemp("evaluate")
+def build_tiny_model(tmp: Path) -> Path:
+    """The reduced reference, tempered as in tests/test_anonymize_cli.py, converted to ``tmp/model``."""
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(1))
     files = save_reference_files(tmp / "reference", ref, seed=30)
     run(convert_main, convert_args(files, tmp / "model"))
-    faces = tmp / "faces"
-    faces.mkdir()
-    for i, crop in enumerate(face_crops(FaceDetector.load(metrics_models / "mtcnn"), 5)):
-        Image.fromarray(crop).save(faces / f"face{i}.png")
+    return tmp / "model"
+
+
+def write_faces(folder: Path, detector: FaceDetector, count: int) -> Path:
+    """``count`` face PNGs: the photos' crops in turn, every other round mirrored."""
+    crops = face_crops(detector, len(PHOTOS) * 2)
+    folder.mkdir(parents=True)
+    for i in range(count):
+        crop = crops[i % len(crops)]
+        Image.fromarray(crop[:, ::-1] if (i // len(crops)) % 2 else crop).save(folder / f"face{i:04d}.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, metrics_models):
+    """A converted tiny model and a folder of five faces."""
+    tmp = tmp_path_factory.mktemp("evaluate")
+    build_tiny_model(tmp)
+    write_faces(tmp / "faces", FaceDetector.load(metrics_models / "mtcnn"), 5)
     return tmp
 
 
