@@ -55,6 +55,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.optimizer.learning_rate = 1e-4  # ref --lr, both optimizers
     c.r1_gamma = 10.0  # ref --r1
     c.r1_every = 1  # ref: R1 on every D step
+    # Lazy R1 (StyleGAN2's recipe): with r1_every = k the penalty is k times stronger on
+    # the steps that take it, so its average weight stays r1_gamma. ref: False.
+    c.r1_lazy = False
+    # Rematerialisation of the generator-side forward in the step, for batches that do
+    # not fit: "none", "dots" (keep matmul/conv outputs, recompute the rest) or "full".
+    c.remat = "none"
+    # Persistent XLA compilation cache (a resumed run skips the compile); relative paths
+    # are inside the workdir; "" disables it. Ignored when JAX already has a cache dir.
+    c.compilation_cache_dir = "compilation_cache"
     c.trainable = ("cid", "maar", "decoder", "discriminator")  # ref stage 1
     # False: one generator-side forward per step serves D's and G's updates (fast).
     # True: the reference's two forwards (D's fakes, then G's loss), so MAAR's running

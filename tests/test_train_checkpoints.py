@@ -73,6 +73,19 @@ def test_save_every_keep_n_and_forced_save(tmp_path, mesh):
         assert ckpt.all_steps() == [6, 7] and ckpt.latest_step() == 7
 
 
+def test_a_step_that_is_not_saved_reads_nothing_from_the_device(tmp_path, mesh, monkeypatch):
+    """The loop calls save after every step: on the steps it skips, the RNG key (a device
+    array) must not be fetched, or every step would wait for the device."""
+    state, rng = make_state(mesh), jax.random.key(0)
+    fetched = []
+    to_json = checkpoints._key_to_json
+    monkeypatch.setattr(checkpoints, "_key_to_json", lambda key: fetched.append(key) or to_json(key))
+    with TrainingCheckpointer(tmp_path, save_every=4, keep=2, metadata=META) as ckpt:
+        saved = [step for step in range(1, 9) if ckpt.save(step, state, rng)]
+    assert saved == [1, 4, 8]  # Orbax also keeps the first step of a run with no checkpoint yet
+    assert len(fetched) == len(saved)
+
+
 def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
     state, rng = make_state(mesh), jax.random.key(0)
     with TrainingCheckpointer(tmp_path, save_every=1, keep=5, metadata=META) as ckpt:

@@ -26,12 +26,20 @@ import ml_collections
 import optax
 
 from dbaf_jax import losses
+from dbaf_jax.errors import ConfigError
 from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train.networks import Networks
 from dbaf_jax.train.state import DISCRIMINATOR, Optimizers, TrainState
 
 Metrics = dict[str, jax.Array]
+
+# config.remat -> what the generator-side forward keeps for the backward pass.
+REMAT_POLICIES = {
+    "none": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +49,11 @@ class StepSettings:
     form: losses.LossForm
     weights: tuple[tuple[str, float], ...]  # (term, weight) of the terms with a weight
     id_margin: float
-    r1_gamma: float
+    r1_gamma: float  # on the steps that take R1 (lazy R1 already scaled)
     r1_every: int
     train_discriminator: bool
     two_pass: bool
+    remat: str
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict, terms: tuple[str, ...]) -> "StepSettings":
@@ -52,11 +61,18 @@ class StepSettings:
             form=losses.FORMS[config.loss.form],
             weights=tuple((name, float(config.loss[name])) for name in terms if config.loss[name]),
             id_margin=config.loss.id_margin,
-            r1_gamma=config.r1_gamma,
+            r1_gamma=config.r1_gamma * (config.r1_every if config.r1_lazy else 1),
             r1_every=config.r1_every,
             train_discriminator=DISCRIMINATOR in config.trainable,
             two_pass=config.two_pass,
+            remat=config.remat,
         )
+
+    def __post_init__(self):
+        if self.remat not in REMAT_POLICIES:
+            raise ConfigError(f"remat {self.remat!r}: expected one of {sorted(REMAT_POLICIES)}")
+        if self.r1_every < 1:
+            raise ConfigError(f"r1_every {self.r1_every}: must be at least 1")
 
 
 class Critics(NamedTuple):
@@ -172,6 +188,9 @@ class AdversarialStage:
 
         def forward(fast_params, model_state, rng):
             return self.forward(state.variables(frozen, fast_params, model_state), inputs, rng, train=True)
+
+        if self.settings.remat != "none":
+            forward = jax.checkpoint(forward, policy=REMAT_POLICIES[self.settings.remat])
 
         def loss_of_outputs(outputs, d_params):
             d_apply = lambda x: self.networks.discriminator.apply({"params": d_params}, x)  # noqa: E731

@@ -163,6 +163,8 @@ class TrainingCheckpointer:
         """Saves when ``step`` is a multiple of ``save_every`` (any step with ``force``); True if it did."""
         if force and step == self.latest_step():
             return False
+        if not force and not self._manager.should_save(step):
+            return False  # before the metadata: reading the RNG would sync host and device every step
         meta = {**self.metadata, "step": int(step), "data_position": int(step), "rng": _key_to_json(rng)}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         return self._manager.save(step, args=args, force=force)

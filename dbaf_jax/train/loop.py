@@ -113,11 +113,10 @@ def make_evaluator(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.
 
 def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
     """Writes the stage's trained networks as a model directory ``workdir/name``."""
-    out = workdir / name
     named = networks_lib.modules(stage.networks)
-    for name in stage.exported_networks():
-        model_directory.save_network(out / name, named[name], variables[name], source=f"{type(stage).__name__} training", overwrite=True)
-    return out
+    exported = {n: (named[n], variables[n]) for n in stage.exported_networks()}
+    sources = dict.fromkeys(exported, f"{type(stage).__name__} training")
+    return model_directory.save_model(workdir / name, dbaf.FAMILY, exported, sources, overwrite=True)
 
 
 def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:
@@ -135,6 +134,8 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if config.compilation_cache_dir and jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", str(workdir / config.compilation_cache_dir))
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
     nets = networks_lib.build(config)
     init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
