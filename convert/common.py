@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -58,8 +59,15 @@ class Rule:
     transform: Callable[[Array], Array] = identity
 
 
+# How torch.load(weights_only=True) begins its refusal of a pickle holding more than tensors.
+_WEIGHTS_ONLY_REFUSAL = "Weights only load failed"
+
+
 def load_torch_checkpoint(path: str | Path) -> Any:
-    """Loads a PyTorch checkpoint on the CPU, or raises ConversionError in one line."""
+    """Loads a PyTorch checkpoint on the CPU, or raises ConversionError in one line.
+
+    Only tensors and plain containers are unpickled (``weights_only=True``): a file that
+    holds other objects, whose unpickling could run code, is refused."""
     import torch  # converter-time dependency only
 
     path = Path(path)
@@ -75,6 +83,10 @@ def load_torch_checkpoint(path: str | Path) -> Any:
                     return torch.load(path, map_location="cpu", weights_only=True)
             except Exception as second:  # noqa: BLE001
                 first = second
+        if _WEIGHTS_ONLY_REFUSAL in str(first):
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(first))
+            what = f"pickled {found.group(1)}" if found else "e.g. pickled classes"
+            raise ConversionError(f"{path}: holds objects other than tensors ({what}) and is refused for safety") from None
         reason = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
         raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({reason})") from None
 

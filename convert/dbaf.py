@@ -5,7 +5,9 @@
         --decoder best_model_decoder_finetune.pth --kria best_model_id_mlp.pth
         [--discriminator D.pth] --out DIR [--overwrite]
 
-writes, each with `dbaf_jax.model_directory.save_network`:
+writes, with `dbaf_jax.model_directory.save_model`:
+  DIR/model.json     the networks below with their content hashes (what `dbaf_jax.models.dbaf.load`
+                     loads: a model converted without a network never takes one left in DIR)
   DIR/e4e            the encoder of the e4e (pSp-layout) file, with its latent_avg
   DIR/key_generator  ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping
                      turns key z into key w (the reference's test.py keys with the
@@ -66,9 +68,9 @@ from convert.common import (
     to_numpy,
 )
 from convert.stylegan2 import discriminator_variables, generator_variables, infer_discriminator, infer_generator
-from dbaf_jax.model_directory import save_network
+from dbaf_jax.model_directory import MODEL_FILE, save_model
 from dbaf_jax.models.cid import CID
-from dbaf_jax.models.dbaf import KEY_GENERATOR
+from dbaf_jax.models.dbaf import FAMILY, KEY_GENERATOR
 from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing
 from dbaf_jax.models.irse import stage_ends, unit_specs
 from dbaf_jax.models.kria import KRIA
@@ -379,7 +381,7 @@ def convert_dbaf(
         DISCRIMINATOR: discriminator,
     }
     files = {name: Path(f) for name, f in files.items() if f is not None}
-    existing = [str(out_dir / n) for n in files if (out_dir / n).exists()]
+    existing = [str(out_dir / n) for n in (*files, MODEL_FILE) if (out_dir / n).exists()]
     if existing and not overwrite:
         raise ConversionError(f"{', '.join(existing)} exist(s) already; pass --overwrite to replace")
     stale = [str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()]
@@ -439,10 +441,9 @@ def convert_dbaf(
     if errors:
         raise ConversionError("\n".join(errors))
 
-    written = []
-    for name, (module, variables) in networks.items():
-        written.append(save_network(out_dir / name, module, variables, source=files[name].name, overwrite=overwrite))
-    return written
+    sources = {name: files[name].name for name in networks}
+    save_model(out_dir, FAMILY, networks, sources, overwrite=overwrite)
+    return [out_dir / name for name in networks]
 
 
 def parse_groups(text: str) -> tuple[int, int, int]:

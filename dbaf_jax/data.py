@@ -176,12 +176,15 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     files are ignored and counted. The dataset is built next to ``out_dir`` and
     renamed into place, so ``out_dir`` never holds half a dataset. An existing
     non-empty ``out_dir`` is refused unless ``overwrite``. The summary is printed
-    and returned. Raises OutputExistsError, or InputError for a missing folder or one
-    without a readable image.
+    and returned. Raises OutputExistsError, ConfigError for a ``size`` below 1, or
+    InputError for a missing folder or one without a readable image (leaving nothing
+    behind).
     """
     import tensorflow_datasets as tfds
 
     image_dir, out_dir = Path(image_dir), Path(out_dir).absolute()
+    if size < 1:
+        raise ConfigError(f"image size must be at least 1, got {size}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise OutputExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
     if not image_dir.is_dir():
@@ -189,6 +192,8 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     image_paths = list_images(image_dir)
     image_set = set(image_paths)
     ignored = sorted(p.relative_to(image_dir).as_posix() for p in image_dir.rglob("*") if p.is_file() and p not in image_set)
+    if not image_paths:
+        raise InputError(f"{image_dir}: no image files ({len(ignored)} other files)")
 
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -197,12 +202,16 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
         image_dir=image_dir, image_paths=image_paths, size=size, skipped=skipped,
         data_dir=str(staging), file_format="array_record",
     )
-    builder.download_and_prepare(download_dir=str(staging / "downloads"))
+    try:
+        builder.download_and_prepare(download_dir=str(staging / "downloads"))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if len(skipped) < len(image_paths):
+            raise
+        # tfds refuses to finish a split without examples: every image was unreadable.
+        raise InputError(f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)") from None
     shutil.rmtree(staging / "downloads", ignore_errors=True)
     written = len(image_paths) - len(skipped)
-    if written == 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)")
     summary = PrepareSummary(str(out_dir), size, written, tuple(skipped), tuple(ignored))
     (staging / SUMMARY_FILE).write_text(summary.to_json())
     if out_dir.exists():

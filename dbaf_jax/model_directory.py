@@ -17,6 +17,20 @@ or the training export), or a config the class does not take.
 Directories written before kinds had versions have no ``kind_version`` and are read
 as version 1 of their kind. Their kind names are the ``module:Class`` strings that
 `KINDS` still uses, so they load unchanged (and keep their `model_fingerprint`).
+
+Damage is refused too: ``network.json`` records ``content_sha256``, the `content_hash`
+of the network's kind, fields and variables, which `load_network` recomputes; it
+also refuses NaN or infinite weights (naming the leaf) and a ``NAME.partial``
+directory, which only an interrupted save leaves behind. Networks saved before the
+hash was recorded have none and load unverified.
+
+A whole model (several networks that run together, e.g. DBAF's) is written with
+`save_model`, which first writes ``DIR/model.json``: its family and the content hash
+of every network it holds. `load_model` loads exactly the networks listed there,
+refusing a listed network that is missing or is not the one listed (another model's,
+or the remains of an interrupted write), so an optional network (DBAF's MAAR) is
+absent only when the model was written without it. A directory without
+``model.json`` (written before it existed) is read as before: the networks present.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
@@ -50,6 +65,10 @@ from dbaf_jax.models.stylegan2 import Discriminator, Generator
 FORMAT_VERSION = 1
 NETWORK_FILE = "network.json"
 VARIABLES_DIR = "variables"
+MODEL_FILE = "model.json"
+HASH_FIELD = "content_sha256"
+# What a save writes before renaming into place; finding one means a save was interrupted.
+PARTIAL_SUFFIX = ".partial"
 # kind_version of directories written before kinds had versions.
 UNVERSIONED_KIND = 1
 
@@ -146,18 +165,19 @@ def save_network(
     if path.exists() and not overwrite:
         raise OutputExistsError(f"{path} exists; pass overwrite=True to replace it")
     kind = module_kind(module)
+    host_tree = {k: jax.tree.map(np.asarray, v) for k, v in variables.items()}
     info = {
         "format_version": FORMAT_VERSION,
         "kind": kind,
         "kind_version": KINDS[kind].version,
         "config": module_config(module),
         "source": source,
+        HASH_FIELD: content_hash(module, host_tree),
     }
-    tmp = path.with_name(path.name + ".partial")
+    tmp = path.with_name(path.name + PARTIAL_SUFFIX)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / NETWORK_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
-    host_tree = {k: jax.tree.map(np.asarray, v) for k, v in variables.items()}
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(tmp / VARIABLES_DIR, host_tree)
     if path.exists():
@@ -169,6 +189,8 @@ def save_network(
 def read_info(path: Path) -> dict[str, Any]:
     """The parsed ``network.json`` of the network directory ``path``, format checked."""
     info_file = path / NETWORK_FILE
+    if path.exists() and not path.is_dir():
+        raise ModelDirectoryError(f"{path}: a file where a network directory is expected")
     if not path.is_dir():
         raise NetworkNotFoundError(f"{path}: no such network directory")
     if not info_file.is_file():
@@ -190,6 +212,8 @@ def load_network(path: str | Path) -> Network:
     """Loads a network written by `save_network` (or a converter); see the module docstring
     for what it refuses (always with a ModelDirectoryError naming the file)."""
     path = Path(path).absolute()
+    if path.name.endswith(PARTIAL_SUFFIX):
+        raise ModelDirectoryError(f"{path}: left by an interrupted save, not a network; remove it and write the network again")
     info = read_info(path)
     module = build_module(info, path / NETWORK_FILE)
     try:
@@ -198,7 +222,112 @@ def load_network(path: str | Path) -> Network:
     except Exception as err:  # noqa: BLE001 - whatever Orbax raises, the variables are unusable
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelDirectoryError(f"{path / VARIABLES_DIR}: cannot read the variables ({reason})") from None
+    verify_content(path, info, module, variables)
     return Network(module, variables, info)
+
+
+def verify_content(path: Path, info: Mapping[str, Any], module: nn.Module, variables: Mapping[str, Any]) -> None:
+    """Refuses variables that differ from what `save_network` hashed, or hold NaN or inf."""
+    stored = info.get(HASH_FIELD)
+    if stored is not None and stored != content_hash(module, variables):
+        raise ModelDirectoryError(
+            f"{path}: damaged, its variables or {NETWORK_FILE} changed since it was written "
+            f"(the {HASH_FIELD} does not match); re-run the converter or the training export"
+        )
+    for leaf_path, leaf in sorted(traverse_util.flatten_dict(variables).items()):
+        leaf = np.asarray(leaf)
+        if jax.dtypes.issubdtype(leaf.dtype, np.inexact) and not np.isfinite(leaf).all():
+            raise ModelDirectoryError(f"{path}: weight {'/'.join(leaf_path)} holds NaN or infinite values")
+
+
+def save_model(
+    directory: str | Path,
+    family: str,
+    networks: Mapping[str, tuple[nn.Module, Mapping[str, Any]]],
+    sources: Mapping[str, str | None],
+    overwrite: bool = False,
+) -> Path:
+    """Writes ``networks`` (name -> (module, variables)) as the model ``directory`` of
+    ``family`` (e.g. 'dbaf'), each network with `save_network` and its ``sources[name]``.
+
+    ``model.json`` goes first, listing every network's content hash, so a write that
+    is interrupted leaves a directory `load_model` refuses rather than a mix of old and
+    new networks. Raises OutputExistsError, before writing anything, if the model file
+    or a network exists and ``overwrite`` is not set.
+    """
+    directory = Path(directory).absolute()
+    targets = [directory / MODEL_FILE] + [directory / name for name in networks]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not overwrite:
+        raise OutputExistsError(f"{', '.join(existing)} exist(s); pass overwrite=True to replace")
+    directory.mkdir(parents=True, exist_ok=True)
+    hashes = {name: content_hash(module, variables) for name, (module, variables) in networks.items()}
+    manifest = {"format_version": FORMAT_VERSION, "family": family, "networks": hashes}
+    tmp = directory / (MODEL_FILE + PARTIAL_SUFFIX)
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    os.replace(tmp, directory / MODEL_FILE)
+    for name, (module, variables) in networks.items():
+        save_network(directory / name, module, variables, source=sources.get(name), overwrite=overwrite)
+    return directory
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The parsed ``model.json`` of a model directory, format checked; None if it has none."""
+    manifest_file = directory / MODEL_FILE
+    if not manifest_file.exists():
+        return None
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelDirectoryError(f"{manifest_file}: damaged, not readable JSON ({reason})") from None
+    networks = manifest.get("networks") if isinstance(manifest, dict) else None
+    if not isinstance(networks, dict) or not all(isinstance(h, str) for h in networks.values()):
+        raise ModelDirectoryError(f"{manifest_file}: damaged, no networks object of name -> content hash")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ModelDirectoryError(
+            f"{manifest_file}: format_version {manifest.get('format_version')!r}, this dbaf_jax reads {FORMAT_VERSION}"
+        )
+    return manifest
+
+
+def load_model(
+    directory: str | Path, family: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Network]:
+    """Loads the networks of a model directory of ``family``: ``required`` ones and those of
+    ``optional`` the model holds (see the module docstring). Raises ModelDirectoryError
+    (NetworkNotFoundError for a missing one) naming the directory or network at fault."""
+    directory = Path(directory).absolute()
+    if directory.exists() and not directory.is_dir():
+        raise ModelDirectoryError(f"{directory}: a file where a model directory is expected")
+    if not directory.is_dir():
+        raise NetworkNotFoundError(f"{directory}: no such model directory")
+    manifest = read_manifest(directory)
+    if manifest is None:  # written before model.json: the networks present
+        listed = {name: None for name in required + tuple(n for n in optional if (directory / n).exists())}
+    else:
+        if manifest.get("family") != family:
+            raise ModelDirectoryError(f"{directory / MODEL_FILE}: a {manifest.get('family')!r} model, not a {family!r} one")
+        listed = manifest["networks"]
+        unlisted = [name for name in required if name not in listed]
+        if unlisted:
+            raise ModelDirectoryError(f"{directory / MODEL_FILE}: not a complete {family} model, it lists no {unlisted}")
+    missing = [name for name in listed if not (directory / name).exists()]
+    if missing:
+        interrupted = [name for name in missing if (directory / (name + PARTIAL_SUFFIX)).exists()]
+        hint = f" (an interrupted save left {[n + PARTIAL_SUFFIX for n in interrupted]})" if interrupted else ""
+        raise NetworkNotFoundError(f"{directory}: not a complete {family} model directory, missing {missing}{hint}")
+    networks = {}
+    for name in (*required, *optional):
+        if name not in listed:
+            continue
+        networks[name] = load_network(directory / name)
+        if listed[name] is not None and networks[name].info.get(HASH_FIELD) != listed[name]:
+            raise ModelDirectoryError(
+                f"{directory / name}: not the network {MODEL_FILE} lists (another model's, or an interrupted write); "
+                "write the whole model again"
+            )
+    return networks
 
 
 def hash_network(digest: Any, name: str, module: nn.Module, variables: Mapping[str, Any]) -> None:
@@ -212,6 +341,14 @@ def hash_network(digest: Any, name: str, module: nn.Module, variables: Mapping[s
         leaf = np.ascontiguousarray(leaf)
         digest.update(json.dumps(["/".join(leaf_path), str(leaf.dtype), list(leaf.shape)]).encode())
         digest.update(leaf)
+
+
+def content_hash(module: nn.Module, variables: Mapping[str, Any]) -> str:
+    """sha256 (hex) of one network's kind, constructor fields and variables: `hash_network`
+    under an empty name, so that a network keeps its hash wherever it is stored."""
+    digest = hashlib.sha256()
+    hash_network(digest, "", module, variables)
+    return digest.hexdigest()
 
 
 def model_fingerprint(networks: Mapping[str, nn.Module], variables: Mapping[str, Any]) -> str:

@@ -25,7 +25,6 @@ import flax.linen as nn
 import jax
 
 from dbaf_jax import keys, model_directory
-from dbaf_jax.errors import NetworkNotFoundError
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
@@ -211,21 +210,19 @@ class DBAF:
 # The networks of a DBAF model, by name: the fields of `DBAF`.
 NETWORKS = tuple(field.name for field in dataclasses.fields(DBAF))
 OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
+FAMILY = "dbaf"  # the family a DBAF model directory's model.json names
 
 
 def load(directory) -> tuple[DBAF, Variables]:
     """Loads a DBAF model directory (``python -m convert.dbaf`` or a training export).
 
     Returns the composition and the variables of its networks plus the key generator's.
-    A directory without ``maar`` is the no-MAAR ablation. Raises NetworkNotFoundError
-    (a ModelDirectoryError) for a missing directory or network.
+    The model is the no-MAAR ablation only when its ``model.json`` lists no ``maar``
+    (a directory from before ``model.json``: when it holds none). Raises
+    ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
+    naming what is wrong; see `model_directory.load_model`.
     """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise NetworkNotFoundError(f"{directory}: no such model directory")
-    missing = [n for n in NETWORKS if n not in OPTIONAL_NETWORKS and not (directory / n).is_dir()]
-    if missing:
-        raise NetworkNotFoundError(f"{directory}: not a DBAF model directory, missing {missing}")
-    networks = {name: model_directory.load_network(directory / name) for name in NETWORKS if (directory / name).is_dir()}
+    required = tuple(n for n in NETWORKS if n not in OPTIONAL_NETWORKS)
+    networks = model_directory.load_model(directory, FAMILY, required, OPTIONAL_NETWORKS)
     model = DBAF(**{name: networks[name].module if name in networks else None for name in NETWORKS})
     return model, {name: network.variables for name, network in networks.items()}

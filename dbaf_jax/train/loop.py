@@ -30,6 +30,7 @@ import tqdm
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
+from dbaf_jax.models import dbaf
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, stages
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.adversarial import AdversarialStage
