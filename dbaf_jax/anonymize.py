@@ -1,37 +1,51 @@
-"""Anonymize a folder of aligned faces with a password.
+"""Anonymize every face of a folder of photos (or of aligned crops) with a password.
 
     python -m dbaf_jax.anonymize --model DIR --password-file F IN_DIR OUT_DIR
 
-Writes one PNG per input image below OUT_DIR (``face.jpg`` -> ``face.png``, sub-folders
-kept) with a fresh random salt; each carries the salt and the model's fingerprint,
-never the password. ``python -m dbaf_jax.recover`` with the same password undoes it.
---save-latents also writes ``NAME.latents.npz`` for ``recover --mode latent``; those
-files describe the original faces, so keep them private. Existing outputs are never
-replaced without --overwrite. The Python API is `dbaf_jax.anonymizer`.
+Photos of any size (the default): MTCNN (``--detector``, default DIR/mtcnn) finds each
+face, which is aligned as FFHQ aligns its images, anonymized with its own key and
+pasted back through a soft mask (``--parser`` for BiSeNet's face mask, else a
+blurred box); outputs keep the photo's size, a photo without a face is copied.
+--aligned takes aligned face crops instead (resized to the model's input), as
+training data and the evaluation use; --save-latents (aligned only) also writes
+``NAME.latents.npz`` for ``recover --mode latent`` (private: they describe the faces).
+
+Writes one PNG per input below OUT_DIR (``photo.jpg`` -> ``photo.png``, sub-folders
+kept) carrying the salt, the model's fingerprint and each face's place, never the
+password; --key-file uses a key file's salt (``python -m dbaf_jax.keys new``) so that
+recovery works on copies that lost that metadata. ``python -m dbaf_jax.recover`` with
+the same password undoes it. Existing outputs are never replaced without --overwrite.
+The Python API is `dbaf_jax.anonymizer`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands
-from dbaf_jax.anonymizer import FaceAnonymizer, Report, anonymize_folder, read_password
+from dbaf_jax import commands, keys
+from dbaf_jax.anonymizer import FaceAnonymizer, Report, anonymize_folder, anonymize_photo_folder, load_photo_faces, read_password
+from dbaf_jax.faces.photos import MIN_FACE_SIZE
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.anonymize", __doc__)
-    parser.add_argument("--save-latents", action="store_true", help="also write NAME.latents.npz (private!)")
+    parser.add_argument("--save-latents", action="store_true", help="with --aligned: also write NAME.latents.npz (private!)")
     args = parser.parse_args(argv)
+    commands.photo_options(parser, args)
+    if args.save_latents and not args.aligned:
+        parser.error("--save-latents needs --aligned")
     password = read_password(args.password_file)
-    report = anonymize_folder(
-        FaceAnonymizer(args.model),
-        password,
-        args.in_dir,
-        args.out_dir,
-        args.batch_size,
-        args.overwrite,
-        args.save_latents,
-    )
+    record = keys.read_key_file(args.key_file) if args.key_file else None
+    anonymizer = FaceAnonymizer(args.model)
+    if args.aligned:
+        report = anonymize_folder(
+            anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.save_latents
+        )
+    else:
+        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        report = anonymize_photo_folder(
+            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops
+        )
     report.print()
     return report
 

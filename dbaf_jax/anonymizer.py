@@ -41,7 +41,9 @@ import numpy as np
 from tqdm import tqdm
 
 from dbaf_jax import __version__, images, keys, model_directory
-from dbaf_jax.errors import InputError, OutputExistsError, PasswordFileError
+from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
+from dbaf_jax.faces import paste, photos
+from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.models import dbaf
 
 LATENTS_SUFFIX = ".latents.npz"
@@ -74,11 +76,17 @@ class Report:
     written: list[Path] = dataclasses.field(default_factory=list)
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # per photo: no face found, small faces left alone
+    faces: int = 0  # faces processed in photos
 
     def print(self, out=None) -> None:
         out = out or sys.stderr
         for warning in self.warnings:
             print(f"warning: {warning}", file=out)
+        for note in self.notes:
+            print(f"note: {note}", file=out)
+        if self.faces:
+            print(f"processed {self.faces} face(s)", file=out)
         print(f"wrote {len(self.written)} image(s)", file=out)
         if self.skipped:
             print(f"skipped {len(self.skipped)} file(s):", file=out)
@@ -86,33 +94,50 @@ class Report:
                 print(f"  {item.reason}", file=out)
 
 
+def _key_axes(key: jax.Array) -> jax.Array:
+    """One key (L, D) for the whole batch, or one per image (B, L, D) -> the model's (K=1, B or 1, L, D)."""
+    return key[None] if key.ndim == 3 else key[None, None]
+
+
 # Jitted with the model static: instances of one architecture share their compiled code.
-# One key (L, D) for the whole batch: the model's key axis K and batch axis are both 1.
 @functools.partial(jax.jit, static_argnums=0)
 def _anonymize(model: dbaf.DBAF, variables, images, key):
     encoding, _ = model.encode(variables, images)
-    anonymized = model.anonymize(variables, encoding, key[None, None])
+    anonymized = model.anonymize(variables, encoding, _key_axes(key))
     return anonymized.images[0], (anonymized.identity_code[0], encoding.attribute_code, encoding.attribute_maps)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _recover_image(model: dbaf.DBAF, variables, anonymized, key):
-    return model.recover_image(variables, anonymized, key[None, None])[0][0]
+    return model.recover_image(variables, anonymized, _key_axes(key))[0][0]
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _recover_latent(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
     encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, key[None, None])[0][0]
+    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][0]
+
+
+@dataclasses.dataclass
+class PhotoResult:
+    """A processed photo (H, W, 3) uint8, its faces, the processed crops (N, s, s, 3) in
+    [-1, 1] (s the generator's size) and the quad sides of faces left alone as too small."""
+
+    photo: np.ndarray
+    faces: list[photos.AlignedFace]
+    crops: np.ndarray
+    too_small: list[float]
 
 
 class FaceAnonymizer:
     """A loaded DBAF model with jitted anonymize and recover functions (the Python API).
 
-    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with images
+    ``FaceAnonymizer(model_dir).anonymize(images, key)`` with aligned images
     (B, input_size, input_size, 3) in [-1, 1] (256 x 256 for the public checkpoints) and
-    a key (L, D) from `key_for`; ``recover`` likewise. Each image is processed as if
-    alone (`DBAF.for_inference`), so results do not depend on the batch.
+    a key (L, D) from `key_for`, or one key per image (B, L, D) from `face_keys`;
+    ``recover`` likewise. Each image is processed as if alone (`DBAF.for_inference`),
+    so results do not depend on the batch. Whole photos: `anonymize_photo` and
+    `recover_photo` with a `photos.PhotoFaces` (detector, masks, paste-back).
     """
 
     def __init__(self, model_dir: str | Path):
@@ -126,6 +151,55 @@ class FaceAnonymizer:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
         model = self.model
         return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
+
+    def face_keys(self, seed: bytes, indices: Iterable[int]) -> jax.Array:
+        """The keys (N, L, D) of the faces ``indices`` of a photo, from the seed
+        `keys.derive_seed(password, record)` (derived once per record: scrypt is slow)."""
+        model = self.model
+        z = np.stack([keys.key_latents(keys.face_seed(seed, i), len(model.kria.groups), model.key_generator.style_dim) for i in indices])
+        return model.key_from_z(self.variables, jnp.asarray(z))
+
+    def _batched(self, step, crops: np.ndarray, face_keys: jax.Array, batch_size: int) -> np.ndarray:
+        """``step(batch, keys)`` over crops in zero-padded batches of ``batch_size`` (one compiled shape)."""
+        outputs = []
+        for start in range(0, len(crops), batch_size):
+            chunk = slice(start, start + batch_size)
+            count = len(crops[chunk])
+            outputs.append(step(pad_batch(crops[chunk], batch_size), pad_batch(np.asarray(face_keys[chunk]), batch_size))[:count])
+        return np.concatenate(outputs)
+
+    def anonymize_photo(
+        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = 8
+    ) -> PhotoResult:
+        """Anonymizes every large enough face of ``photo`` (H, W, 3) uint8, each with its
+        own key (``seed`` is `keys.derive_seed(password, record)`), pasted back."""
+        found = faces.find(photo)
+        if not found.faces:
+            return PhotoResult(photo.copy(), [], np.zeros((0, 0, 0, 3), np.float32), found.too_small)
+        crops = faces.crops(photo, found.faces)
+        face_keys = self.face_keys(seed, [face.index for face in found.faces])
+        anonymized = self._batched(lambda b, k: self.anonymize(b, k)[0], crops, face_keys, batch_size)
+        out = faces.paste(photo, found.faces, anonymized, faces.masks(crops, anonymized))
+        return PhotoResult(out, found.faces, anonymized, found.too_small)
+
+    def recover_photo(
+        self,
+        photo: np.ndarray,
+        seed: bytes,
+        faces: photos.PhotoFaces,
+        recorded: list[photos.AlignedFace] | None = None,
+        batch_size: int = 8,
+    ) -> PhotoResult:
+        """Recovers the faces of an anonymized photo: at their ``recorded`` places (from
+        its metadata), or where detection finds them again when None."""
+        found = photos.FoundFaces(recorded, []) if recorded is not None else faces.find(photo)
+        if not found.faces:
+            return PhotoResult(photo.copy(), [], np.zeros((0, 0, 0, 3), np.float32), found.too_small)
+        crops = faces.crops(photo, found.faces)
+        face_keys = self.face_keys(seed, [face.index for face in found.faces])
+        recovered = self._batched(self.recover, crops, face_keys, batch_size)
+        out = faces.paste(photo, found.faces, recovered, faces.masks(crops, recovered))
+        return PhotoResult(out, found.faces, recovered, found.too_small)
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
@@ -151,6 +225,32 @@ class FaceAnonymizer:
         return np.asarray(
             _recover_latent(self.model, self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
         )
+
+
+def _other_models_warning(fingerprints: set[str], own: str) -> list[str]:
+    if not fingerprints:
+        return []
+    return [
+        f"some inputs were anonymized by another model (fingerprint {', '.join(sorted(fingerprints))}, "
+        f"this one is {own}): their recovery will not give the original faces"
+    ]
+
+
+def load_photo_faces(
+    anonymizer: FaceAnonymizer,
+    detector_dir: str | Path | None = None,
+    parser_dir: str | Path | None = None,
+    min_face_size: float = photos.MIN_FACE_SIZE,
+) -> photos.PhotoFaces:
+    """The photo path's `PhotoFaces` for ``anonymizer``: MTCNN from ``detector_dir``
+    (default MODEL/mtcnn, `convert.mtcnn`), BiSeNet masks from ``parser_dir`` if given."""
+    detector_dir = Path(detector_dir) if detector_dir is not None else anonymizer.model_dir / "mtcnn"
+    if not detector_dir.is_dir():
+        raise ModelDirectoryError(
+            f"{detector_dir}: no MTCNN face detector (python -m convert.mtcnn --out {detector_dir.parent}, or --aligned for aligned crops)"
+        )
+    parser = paste.FaceParser.load(parser_dir) if parser_dir is not None else None
+    return photos.PhotoFaces(FaceDetector.load(detector_dir), anonymizer.input_size, parser, min_face_size)
 
 
 def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
@@ -274,11 +374,7 @@ def recover_folder(
         made_by = meta.get("model", {}).get("fingerprint")
         if made_by != anonymizer.fingerprint:
             other_models.add(str(made_by))
-    if other_models:
-        report.warnings.append(
-            f"some inputs were anonymized by another model (fingerprint {', '.join(sorted(other_models))}, "
-            f"this one is {anonymizer.fingerprint}): their recovery will not give the original faces"
-        )
+    report.warnings += _other_models_warning(other_models, anonymizer.fingerprint)
     def load(source: Path):
         """The input of one recovery: the anonymized image, or its saved latents."""
         if mode == "image":
@@ -318,4 +414,138 @@ def recover_folder(
                     images.write_png(target, recovered[i], {**meta, "operation": "recover", "mode": mode})
                     report.written.append(target)
             bar.update(len(chunk))
+    return report
+
+
+def crop_path(target: Path, index: int) -> Path:
+    """Where ``save_crops`` puts face ``index`` of output ``target``."""
+    return target.with_name(f"{target.stem}.face{index}.png")
+
+
+def _photo_notes(source: Path, result: PhotoResult) -> list[str]:
+    notes = []
+    if not result.faces:
+        notes.append(f"{source}: no face found, copied unchanged")
+    if result.too_small:
+        sides = ", ".join(f"{side:.0f}" for side in result.too_small)
+        notes.append(f"{source}: {len(result.too_small)} face(s) below the minimum size left alone (sides {sides} px)")
+    return notes
+
+
+def _write_photo(target: Path, result: PhotoResult, metadata: dict, save_crops: bool, report: Report) -> None:
+    images.write_png(target, result.photo, {**metadata, **photos.photo_metadata(result.photo.shape, result.faces)})
+    if save_crops:
+        for face, face_crop in zip(result.faces, result.crops):
+            images.write_png(crop_path(target, face.index), face_crop, {"operation": "crop", "of": target.name, "face": face.index})
+    report.written.append(target)
+    report.faces += len(result.faces)
+
+
+def _check_crop_outputs(targets: Iterable[Path], overwrite: bool) -> None:
+    check_outputs([p for t in targets for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
+
+
+def anonymize_photo_folder(
+    anonymizer: FaceAnonymizer,
+    faces: photos.PhotoFaces,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int = 8,
+    overwrite: bool = False,
+    record: keys.KeyRecord | None = None,
+    save_crops: bool = False,
+) -> Report:
+    """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
+    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run."""
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    sources, targets, collisions = plan_outputs(in_dir, out_dir, input_images(in_dir))
+    check_outputs(targets.values(), overwrite)
+    if save_crops:
+        _check_crop_outputs(targets.values(), overwrite)
+    record = record or keys.new_key_record()
+    seed = keys.derive_seed(password, record)
+    metadata = {
+        "dbaf_jax": __version__,
+        "operation": "anonymize",
+        "key": record.to_dict(),
+        "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
+    }
+    report = Report(skipped=collisions)
+    for source in tqdm(sources, unit="photo", desc="anonymize"):
+        try:
+            photo = images.read_photo(source)
+        except ValueError as err:
+            report.skipped.append(images.Skipped(source, str(err)))
+            continue
+        result = anonymizer.anonymize_photo(photo, seed, faces, batch_size)
+        report.notes += _photo_notes(source, result)
+        _write_photo(targets[source], result, metadata, save_crops, report)
+    return report
+
+
+def _recorded_faces(source: Path, photo: np.ndarray, size: int) -> tuple[dict | None, keys.KeyRecord | None, list | None]:
+    """(metadata, its key record, its faces) of an anonymized photo; (None, None, None)
+    when it has no metadata; ValueError or InputError when the metadata is unusable."""
+    try:
+        meta = images.read_metadata(source)
+    except ValueError:
+        return None, None, None
+    if meta.get("operation") != "anonymize" or "key" not in meta:
+        raise ValueError(f"{source}: not an anonymized photo (operation {meta.get('operation')!r})")
+    if "faces" not in meta:
+        raise ValueError(f"{source}: an anonymized aligned crop; recover it with --aligned")
+    try:
+        record = keys.KeyRecord.from_dict(meta["key"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{source}: unusable key record ({err})") from None
+    try:
+        recorded = photos.faces_from_metadata(meta, photo.shape, size)
+    except InputError as err:
+        raise ValueError(f"{source}: {err}") from None
+    return meta, record, recorded
+
+
+def recover_photo_folder(
+    anonymizer: FaceAnonymizer,
+    faces: photos.PhotoFaces,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int = 8,
+    overwrite: bool = False,
+    record: keys.KeyRecord | None = None,
+    save_crops: bool = False,
+) -> Report:
+    """Recovers the photos of an anonymize run. A photo's own metadata gives its key
+    record and face transforms; without metadata (e.g. re-encoded after sharing),
+    ``record`` (a key file's) gives the key and detection finds the faces again."""
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    sources, targets, collisions = plan_outputs(in_dir, out_dir, input_images(in_dir))
+    check_outputs(targets.values(), overwrite)
+    if save_crops:
+        _check_crop_outputs(targets.values(), overwrite)
+    report = Report(skipped=collisions)
+    seeds: dict[keys.KeyRecord, bytes] = {}
+    other_models: set[str] = set()
+    for source in tqdm(sources, unit="photo", desc="recover"):
+        try:
+            photo = images.read_photo(source)
+            meta, photo_record, recorded = _recorded_faces(source, photo, anonymizer.input_size)
+        except ValueError as err:
+            report.skipped.append(images.Skipped(source, str(err)))
+            continue
+        if meta is None:
+            if record is None:
+                report.skipped.append(images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection"))
+                continue
+            photo_record, meta = record, {"key": record.to_dict(), "detected": True}
+        elif meta.get("model", {}).get("fingerprint") != anonymizer.fingerprint:
+            other_models.add(str(meta.get("model", {}).get("fingerprint")))
+        if photo_record not in seeds:
+            seeds[photo_record] = keys.derive_seed(password, photo_record)
+        result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size)
+        report.notes += _photo_notes(source, result)
+        _write_photo(targets[source], result, {**meta, "operation": "recover", "mode": "image"}, save_crops, report)
+    report.warnings += _other_models_warning(other_models, anonymizer.fingerprint)
     return report

@@ -53,4 +53,20 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("out_dir")
     parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
+    photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")
+    photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    photos.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
+    photos.add_argument("--min-face-size", type=float, help="smaller faces (crop side in pixels) are left alone; default 64")
+    photos.add_argument("--key-file", help="key file (python -m dbaf_jax.keys new) instead of a fresh salt")
+    photos.add_argument("--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png")
     return parser
+
+
+def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses photo options together with --aligned (argparse's usage error)."""
+    if args.aligned:
+        given = [name for name in ("detector", "parser", "key_file") if getattr(args, name) is not None]
+        given += ["save_crops"] if args.save_crops else []
+        if given:
+            parser.error(f"--aligned takes no {', '.join('--' + g.replace('_', '-') for g in given)}")

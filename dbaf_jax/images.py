@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-from PIL import Image, PngImagePlugin
+from PIL import Image, ImageOps, PngImagePlugin
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 METADATA_CHUNK = "dbaf_jax"
@@ -52,6 +52,17 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
     return to_float(pixels)
+
+
+def read_photo(path: str | Path) -> np.ndarray:
+    """Decodes a photo of any size to (H, W, 3) uint8 RGB, upright: its EXIF orientation
+    applied (cameras store rotated pixels and say so there). ValueError naming the file
+    when it cannot be decoded."""
+    try:
+        with Image.open(path) as img:
+            return np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+    except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
+        raise ValueError(f"{path}: cannot read image ({err})") from None
 
 
 def to_float(pixels: np.ndarray) -> np.ndarray:
@@ -93,7 +104,8 @@ def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any]) -> 
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The ``dbaf_jax`` metadata of a PNG written by `write_png`; ValueError if absent."""
+    """The ``dbaf_jax`` metadata of a PNG written by `write_png`; ValueError if absent
+    or not a JSON object."""
     try:
         with Image.open(path) as img:
             text = img.text.get(METADATA_CHUNK) if hasattr(img, "text") else None
@@ -101,7 +113,13 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read image ({err})") from None
     if text is None:
         raise ValueError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
-    return json.loads(text)
+    try:
+        metadata = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not a JSON object")
+    return metadata
 
 
 def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tuple[list[Path], np.ndarray, list[Skipped]]]:

@@ -10,20 +10,33 @@ byte-level rules and why; the tests pin them with fixed vectors.
 
 What is stored beside an output is a `KeyRecord` (salt, KDF name and parameters,
 derivation version): never the password, which also never appears in logs or names.
+
+Faces in photos each get their own key: `face_seed` turns the seed and the face's index
+into that face's seed (SHAKE-256, docs/photos.md). A key file (``python -m dbaf_jax.keys
+new --out me.key``) holds one record, so that images stripped of their metadata can
+still be recovered with the password and the file.
+
+    python -m dbaf_jax.keys new --out me.key
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
 import math
 import secrets
+import sys
 import unicodedata
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
 import numpy as np
+
+from dbaf_jax.commands import run_main
+from dbaf_jax.errors import InputError, OutputExistsError
 
 DERIVATION_VERSION = 1
 KDF_NAME = "scrypt"
@@ -33,6 +46,11 @@ SEED_BYTES = 32
 DEFAULT_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
 # Domain separation: this stream is for key latents, version 1, and nothing else.
 DOMAIN = b"dbaf-jax key latents v1\x00"
+# ... and this one for the seeds of the faces of a photo.
+FACE_DOMAIN = b"dbaf-jax face seed v1\x00"
+FACE_INDEX_BYTES = 4
+KEY_FILE_FORMAT = "dbaf_jax key file"
+KEY_FILE_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,3 +172,66 @@ def derive_key(
     """
     z = key_latents(derive_seed(password, record), len(groups), generator.style_dim)
     return latents_to_key(generator, gen_variables, z, groups)
+
+
+def face_seed(seed: bytes, index: int) -> bytes:
+    """The 32-byte seed of face ``index`` of a photo: SHAKE-256(FACE_DOMAIN || seed ||
+    index as 4 big-endian bytes). Face seeds of one password and salt are unrelated to
+    each other and to ``seed`` itself (which aligned crops use)."""
+    if len(seed) != SEED_BYTES:
+        raise ValueError(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
+    if not 0 <= index < 2 ** (8 * FACE_INDEX_BYTES):
+        raise ValueError(f"face index must lie in [0, 2**{8 * FACE_INDEX_BYTES}), got {index}")
+    return hashlib.shake_256(FACE_DOMAIN + seed + index.to_bytes(FACE_INDEX_BYTES, "big")).digest(SEED_BYTES)
+
+
+def write_key_file(path: str | Path, record: KeyRecord, overwrite: bool = False) -> Path:
+    """Writes ``record`` (salt and KDF parameters, no password) as a key file.
+
+    Raises OutputExistsError if ``path`` exists and ``overwrite`` is not set.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise OutputExistsError(f"{path} exists already; pass --overwrite to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    content = {"format": KEY_FILE_FORMAT, "version": KEY_FILE_VERSION, "key": record.to_dict()}
+    path.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_key_file(path: str | Path) -> KeyRecord:
+    """The record of a key file written by `write_key_file`; InputError naming the file
+    when it is missing, not a key file, or its record is invalid."""
+    path = Path(path)
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"cannot read the key file {path}: {err.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{path} is not a key file (not JSON)") from None
+    if not isinstance(content, dict) or content.get("format") != KEY_FILE_FORMAT:
+        raise InputError(f"{path} is not a key file (no format {KEY_FILE_FORMAT!r})")
+    if content.get("version") != KEY_FILE_VERSION:
+        raise InputError(f"{path}: key file version {content.get('version')!r} is not supported (this is {KEY_FILE_VERSION})")
+    try:
+        return KeyRecord.from_dict(content["key"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InputError(f"{path}: invalid key record ({err})") from None
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """``python -m dbaf_jax.keys new --out FILE``: a key file with a fresh salt."""
+    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.keys", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    new = subcommands.add_parser("new", help="write a key file with a fresh random salt")
+    new.add_argument("--out", required=True, help="the key file to write (keep it with the password)")
+    new.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    args = parser.parse_args(argv)
+    path = write_key_file(args.out, new_key_record(), args.overwrite)
+    print(f"wrote {path}", file=sys.stderr)
+    return path
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,36 +1,52 @@
-"""Recover faces anonymized by ``python -m dbaf_jax.anonymize`` with the same password.
+"""Recover photos (or aligned crops) anonymized by ``python -m dbaf_jax.anonymize``.
 
-    python -m dbaf_jax.recover --model DIR --password-file F IN_DIR OUT_DIR [--mode image|latent]
+    python -m dbaf_jax.recover --model DIR --password-file F IN_DIR OUT_DIR
 
-Reads each anonymized PNG's salt from its metadata, so only the password is needed. A
-wrong password is not an error: it gives another face. --mode image (the default)
-needs nothing but the PNGs (the paper's recovery); --mode latent is the reference's
-and needs the ``NAME.latents.npz`` files of ``anonymize --save-latents``. Existing
-outputs are never replaced without --overwrite. The Python API is `dbaf_jax.anonymizer`.
+Photos (the default): each output's metadata gives its salt and every face's place,
+so only the password is needed; each face is re-cropped there, recovered with its own
+key and pasted back. A photo that lost its metadata (re-encoded, shared online) is
+recovered with --key-file (the one anonymize used): its faces are then found again by
+detection. --aligned recovers aligned crops, with --mode image (the default, the
+paper's recovery from the image alone) or --mode latent (the reference's; needs
+``anonymize --aligned --save-latents``). A wrong password is not an error: it gives
+other faces. Existing outputs are never replaced without --overwrite. The Python API
+is `dbaf_jax.anonymizer`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands
-from dbaf_jax.anonymizer import RECOVERY_MODES, FaceAnonymizer, Report, recover_folder, read_password
+from dbaf_jax import commands, keys
+from dbaf_jax.anonymizer import (
+    RECOVERY_MODES,
+    FaceAnonymizer,
+    Report,
+    load_photo_faces,
+    read_password,
+    recover_folder,
+    recover_photo_folder,
+)
+from dbaf_jax.faces.photos import MIN_FACE_SIZE
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.recover", __doc__)
-    parser.add_argument("--mode", choices=RECOVERY_MODES, default="image")
+    parser.add_argument("--mode", choices=RECOVERY_MODES, default="image", help="with --aligned: image or latent recovery")
     args = parser.parse_args(argv)
+    commands.photo_options(parser, args)
+    if args.mode != "image" and not args.aligned:
+        parser.error("--mode latent needs --aligned")
     password = read_password(args.password_file)
-    report = recover_folder(
-        FaceAnonymizer(args.model),
-        password,
-        args.in_dir,
-        args.out_dir,
-        args.batch_size,
-        args.overwrite,
-        args.mode,
-    )
+    record = keys.read_key_file(args.key_file) if args.key_file else None
+    anonymizer = FaceAnonymizer(args.model)
+    if args.aligned:
+        report = recover_folder(anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode)
+    else:
+        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        report = recover_photo_folder(
+            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops
+        )
     report.print()
     return report
 

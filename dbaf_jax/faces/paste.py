@@ -1,0 +1,121 @@
+"""Soft masks over aligned crops, and pasting crops back into their photo.
+
+A mask is (S, S) float32 in [0, 1] over an aligned crop: 1 where the crop replaces the
+photo, 0 where the photo stays. Every mask is exactly 0 on a border of the crop (it is
+feathered inside the crop only), so a pasted face never shows the crop's square edge
+and no photo pixel outside the crop's footprint is touched.
+
+- `box_mask`: the crop eroded by ``margin`` and blurred (no parser needed);
+- `FaceParser`: BiSeNet's face classes (skin to lips, ears and glasses included),
+  feathered the same way.
+
+`paste` warps a crop back with the inverse of its alignment transform and blends it;
+photo pixels where the warped mask is 0 keep their exact values.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import ndimage
+
+from dbaf_jax import model_directory
+from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.faces import align
+from dbaf_jax.models.parsers import bisenet_inputs
+
+BOX_MARGIN = 0.1  # of the crop's side: the box mask's erosion ...
+FEATHER = 0.03  # ... and the Gaussian's sigma; 3 sigma < margin keeps the border at 0
+# CelebAMask-HQ labels 1-13: skin, brows, eyes, glasses, ears, earrings, nose, mouth, lips.
+FACE_LABELS = tuple(range(1, 14))
+BISENET_KIND = "parsers:BiSeNet"
+PARSE_SIZE = 512  # BiSeNet's training resolution
+
+
+def feather(mask: np.ndarray, margin: float = BOX_MARGIN, sigma: float = FEATHER) -> np.ndarray:
+    """A binary (S, S) mask -> soft: cleared within ``margin * S`` of the border, then
+    blurred with a Gaussian of ``sigma * S`` truncated at the margin (so the border stays 0)."""
+    size = mask.shape[0]
+    border = max(1, int(round(margin * size)))
+    cleared = np.zeros(mask.shape, np.float32)
+    cleared[border:-border, border:-border] = mask[border:-border, border:-border]
+    sigma_px = sigma * size
+    return ndimage.gaussian_filter(cleared, sigma_px, mode="constant", truncate=(border - 1) / sigma_px).astype(np.float32)
+
+
+def box_mask(size: int, margin: float = BOX_MARGIN, sigma: float = FEATHER) -> np.ndarray:
+    """The eroded, blurred box (S, S) used when no parser is given."""
+    return feather(np.ones((size, size), np.float32), margin, sigma)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _face_probability(module, variables, crops: jax.Array, parse_size: int) -> jax.Array:
+    """Crops (B, S, S, 3) in [-1, 1] -> (B, S, S) 1 where the argmax label is a face class."""
+    size = crops.shape[1]
+    inputs = jax.image.resize(crops, (crops.shape[0], parse_size, parse_size, 3), "bilinear")
+    labels = jnp.argmax(module.apply(variables, bisenet_inputs(inputs)), axis=-1)
+    face = jnp.isin(labels, jnp.asarray(FACE_LABELS)).astype(jnp.float32)
+    return jax.image.resize(face, (crops.shape[0], size, size), "linear")
+
+
+class FaceParser:
+    """Soft face masks from BiSeNet (``python -m convert.parser --kind bisenet``:
+    ``FaceParser.load(DIR / 'parser_bisenet')``)."""
+
+    def __init__(self, network: model_directory.Network, parse_size: int = PARSE_SIZE):
+        self.module = network.module
+        self.variables = jax.device_put(network.variables)
+        self.parse_size = parse_size
+
+    @classmethod
+    def load(cls, path: str | Path, parse_size: int = PARSE_SIZE) -> FaceParser:
+        network = model_directory.load_network(path)
+        if network.info["kind"] != BISENET_KIND:
+            raise ModelDirectoryError(f"{path} holds a {network.info['kind']}, not a {BISENET_KIND} face parser")
+        return cls(network, parse_size)
+
+    def masks(self, crops: np.ndarray) -> np.ndarray:
+        """Crops (B, S, S, 3) in [-1, 1] -> feathered face masks (B, S, S)."""
+        face = np.asarray(_face_probability(self.module, self.variables, jnp.asarray(crops), self.parse_size))
+        return np.stack([feather(m > 0.5) for m in face])
+
+
+def footprint(transform: np.ndarray, size: int, photo_shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+    """(top, left, bottom, right) of the photo pixels a ``size`` crop of ``transform``
+    covers, clipped to the photo; None when it lies wholly outside."""
+    corners = np.array([[-0.5, -0.5], [size - 0.5, -0.5], [-0.5, size - 0.5], [size - 0.5, size - 0.5]])
+    points = align.apply(align.invert(transform), corners)
+    left, top = np.floor(points.min(axis=0)).astype(int)
+    right, bottom = np.ceil(points.max(axis=0)).astype(int) + 1
+    top, left = max(top, 0), max(left, 0)
+    bottom, right = min(bottom, photo_shape[0]), min(right, photo_shape[1])
+    return (top, left, bottom, right) if top < bottom and left < right else None
+
+
+def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
+    """Blends a crop back into its photo; returns a new uint8 photo.
+
+    Args:
+      photo: (H, W, 3) uint8.
+      face: (s, s, 3) float in [-1, 1], a crop of any size s (the generator's).
+      mask: (s, s) in [0, 1], 0 on the crop's border.
+      transform: (2, 3) photo-to-crop transform for a crop of size s (`align.scaled`
+        turns the input size's into it).
+    """
+    size = face.shape[0]
+    region = footprint(transform, size, photo.shape)
+    result = photo.copy()
+    if region is None:
+        return result
+    top, left, bottom, right = region
+    shape = (bottom - top, right - left)
+    alpha = align.warp(mask[..., None], transform, shape, origin=(top, left), fill=0.0)
+    pixels = align.warp((np.asarray(face, np.float32) + 1) * 127.5, transform, shape, origin=(top, left))
+    original = photo[top:bottom, left:right].astype(np.float32)
+    blended = np.clip(np.rint(original * (1 - alpha) + pixels * alpha), 0, 255).astype(np.uint8)
+    result[top:bottom, left:right] = np.where(alpha > 0, blended, photo[top:bottom, left:right])
+    return result
