@@ -16,10 +16,9 @@ converter command that writes it. The library function is
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any, Sequence
-
-import argparse
 
 from dbaf_jax import commands
 from dbaf_jax.anonymizer import input_images

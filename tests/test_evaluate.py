@@ -2,8 +2,8 @@
 
 A tiny DBAF model (the reduced reference of tests/torch_reference/dbaf_pipeline.py,
 converted by ``python -m convert.dbaf``), metric networks with random weights
-(ArcFace at 1/4 width; FaceNet, the FID Inception and LPIPS at their only size) and
-MTCNN's real weights; the faces are crops of the real photos in tests/data. Random
+(ArcFace at 1/4 width; FaceNet, the FID Inception and LPIPS at their only size; see
+`build_metrics_models`) and MTCNN's real weights; the faces are crops of the real photos in tests/data. Random
 weights make the numbers meaningless, so the tests check the report's structure and
 ranges, and exact values where the inputs fix them (identical images).
 """
@@ -18,10 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
+from convert.facenet import main as convert_facenet
+from convert.inception import main as convert_inception
 from dbaf_jax import commands, evaluate, model_directory
 from dbaf_jax.evaluation import fid
 from dbaf_jax.evaluation.networks import CONVERTER_COMMANDS, MetricNetworks
@@ -31,11 +34,11 @@ from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.facenet import InceptionResnetV1
-from dbaf_jax.models.inception import FEATURES, FIDInceptionV3
+from dbaf_jax.models.inception import FEATURES
 from dbaf_jax.models.lpips import LPIPS
 from tests.test_anonymize_cli import temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -47,18 +50,23 @@ DIVERSITY_FACES = 2
 
 
 def random_network(path: Path, module, *inputs) -> None:
-    variables = module.init(jax.random.key(len(str(path))), *inputs)
+    # Jitted: op-by-op initialisation of the full-size Inception networks is far slower on CPU.
+    variables = jax.jit(module.init)(jax.random.key(len(str(path))), *inputs)
     model_directory.save_network(path, module, variables, source="random (test)")
 
 
 def build_metrics_models(folder: Path) -> Path:
-    """arcface, facenet_vggface2, inception_fid, lpips_alex (random) and mtcnn (real) in
-    ``folder``; no facenet_casia_webface, which a report must then name as not measured."""
+    """``folder`` with arcface and lpips_alex (random Flax initialisation), facenet_vggface2
+    and inception_fid (facenet-pytorch's and pytorch-fid's models with random calibrated
+    weights, saved and converted by the converter commands) and mtcnn (real weights); no
+    facenet_casia_webface, which a report must then name as not measured."""
     image = jnp.zeros((1, 64, 64, 3))
     random_network(folder / "arcface", ArcFace(width_scale=1 / 4), image)
-    random_network(folder / "facenet_vggface2", InceptionResnetV1(), image)
-    random_network(folder / "inception_fid", FIDInceptionV3(), image)
     random_network(folder / "lpips_alex", LPIPS("alex"), image, image)
+    torch.save(random_facenet(FACENET_IDENTITIES["vggface2"]).state_dict(), folder / "vggface2.pt")
+    run(convert_facenet, ["--ckpt", str(folder / "vggface2.pt"), "--out", str(folder)])
+    torch.save(random_fid_inception_state_dict(), folder / "inception.pth")
+    run(convert_inception, ["--ckpt", str(folder / "inception.pth"), "--out", str(folder)])
     # In a fresh interpreter, as tests/test_mtcnn.py does: the converter reads the
     # facenet-pytorch wheel's files and must not depend on this process's imports.
     done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
@@ -170,7 +178,8 @@ def test_report_structure_and_ranges(report, workspace):
         assert grid.size == ((KEYS + 1) * 66 + 2, DIVERSITY_FACES * 66 + 2)
     with Image.open(report / "samples.png") as samples:  # first batch: original + the five sets
         assert samples.size == ((1 + len(IDENTITY_SETS)) * 66 + 2, BATCH * 66 + 2)
-    for name in ("tsne_arcface.png", "tsne_facenet_vggface2.png"):
+    assert diversity["plots"] == ["key_grid.png", "tsne_facenet_vggface2.png", "tsne_arcface.png"]
+    for name in diversity["plots"]:
         assert (report / name).is_file()
 
 

@@ -14,7 +14,8 @@ anonymization returned) with the right and a wrong password, and measures:
   the originals and each set;
 - utility (Table III): MTCNN detection rate and box and landmark distances (`utility`);
 - diversity: the first few faces under N keys: pairwise cosine and angle (KFFA for
-  ArcFace) per recogniser, a key grid and a t-SNE plot per recogniser.
+  ArcFace) per recogniser, a key grid and a t-SNE plot per recogniser (given at
+  least `TSNE_MIN_POINTS` faces x keys).
 
 Quality and utility compare images at the generator's output size: originals are
 read from their files at that size (resized bilinearly when it differs).
@@ -50,6 +51,8 @@ IDENTITY_SETS = QUALITY_SETS + ("wrong_key_image", "wrong_key_latent")
 PIXEL_METRICS = ("mse", "psnr", "ssim", "lpips")
 SAMPLES_FILE = "samples.png"
 KEY_GRID_FILE = "key_grid.png"
+# Fewer points than this make no t-SNE map worth drawing (its perplexity must stay below the count).
+TSNE_MIN_POINTS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,12 +213,16 @@ def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> di
     passwords = diversity.key_passwords(options.keys, options.seed)
     anonymized = []
     for password in passwords:
-        batch = anonymizer.anonymize(pad_batch(faces, options.batch_size), anonymizer.key_for(password, record))[0]
-        anonymized.append(as_stored(batch[:count], output_size))
+        key = anonymizer.key_for(password, record)
+        chunks = [
+            anonymizer.anonymize(pad_batch(faces[i : i + options.batch_size], options.batch_size), key)[0]
+            for i in range(0, count, options.batch_size)
+        ]
+        anonymized.append(as_stored(np.concatenate(chunks)[:count], output_size))
     anonymized = np.stack(anonymized, axis=1)  # (F, K, size, size, 3)
     originals = as_stored(faces, output_size)
     images.write_png(out_dir / KEY_GRID_FILE, diversity.key_grid(originals, anonymized), {"keys": options.keys})
-    report = {"faces": count, "keys": options.keys}
+    report = {"faces": count, "keys": options.keys, "plots": [KEY_GRID_FILE]}
     if options.keys < 2:
         return report
     flat = anonymized.reshape(-1, *anonymized.shape[2:])
@@ -224,5 +231,7 @@ def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> di
             [recogniser(flat[i : i + options.batch_size]) for i in range(0, len(flat), options.batch_size)]
         ).reshape(count, options.keys, -1)
         report[name] = diversity.pairwise_identity_diversity(embeddings)
-        diversity.write_tsne_plot(out_dir / tsne_file(name), embeddings, options.seed)
+        if count * options.keys >= TSNE_MIN_POINTS:
+            diversity.write_tsne_plot(out_dir / tsne_file(name), embeddings, options.seed)
+            report["plots"].append(tsne_file(name))
     return report

@@ -16,7 +16,7 @@ from typing import Any
 
 from dbaf_jax.evaluation import paper
 from dbaf_jax.evaluation.networks import RECOGNISERS
-from dbaf_jax.evaluation.protocol import KEY_GRID_FILE, SAMPLES_FILE, tsne_file
+from dbaf_jax.evaluation.protocol import SAMPLES_FILE
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 
 JSON_FILE = "report.json"
@@ -156,9 +156,9 @@ def markdown(results: dict[str, Any]) -> str:
         ["recogniser", "mean pairwise cosine ↓", "mean pairwise angle (°) ↑"],
         [[RECOGNISER_TITLES[r], div[r]["mean_cosine"], div[r]["mean_angle_degrees"]] for r in RECOGNISERS if r in div],
     )
-    lines += ["", f"{div['faces']} faces x {div['keys']} keys: `{KEY_GRID_FILE}`, "
-              + ", ".join(f"`{tsne_file(r)}`" for r in RECOGNISERS if r in div)
-              + f". Samples (original, then each set of Table I): `{SAMPLES_FILE}`.", ""]
+    plots = ", ".join(f"`{name}`" for name in div["plots"])
+    lines += ["", f"{div['faces']} faces x {div['keys']} keys: {plots}. "
+              f"Samples (original, then each set of Table I): `{SAMPLES_FILE}`.", ""]
     return "\n".join(lines)
 
 
