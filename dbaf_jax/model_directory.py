@@ -18,11 +18,13 @@ Directories written before kinds had versions have no ``kind_version`` and are r
 as version 1 of their kind. Their kind names are the ``module:Class`` strings that
 `KINDS` still uses, so they load unchanged (and keep their `model_fingerprint`).
 
-Damage is refused too: ``network.json`` records ``content_sha256``, the `content_hash`
-of the network's kind, fields and variables, which `load_network` recomputes; it
-also refuses NaN or infinite weights (naming the leaf) and a ``NAME.partial``
-directory, which only an interrupted save leaves behind. Networks saved before the
-hash was recorded have none and load unverified.
+Damage is refused too: ``network.json`` records ``variables_sha256``, the sha256 of
+every file of the Orbax checkpoint (checked before Orbax reads them, so a truncated or
+altered file is one clean error), and ``content_sha256``, the `content_hash` of the
+network's kind, fields and variables, which `load_network` recomputes after reading.
+It also refuses NaN or infinite weights (naming the leaf) and a ``NAME.partial``
+directory, which only an interrupted save leaves behind. Networks saved before these
+were recorded have neither and load unverified.
 
 A whole model (several networks that run together, e.g. DBAF's) is written with
 `save_model`, which first writes ``DIR/model.json``: its family and the content hash
@@ -67,6 +69,7 @@ NETWORK_FILE = "network.json"
 VARIABLES_DIR = "variables"
 MODEL_FILE = "model.json"
 HASH_FIELD = "content_sha256"
+FILES_FIELD = "variables_sha256"  # sha256 of every file Orbax wrote, by path in VARIABLES_DIR
 # What a save writes before renaming into place; finding one means a save was interrupted.
 PARTIAL_SUFFIX = ".partial"
 # kind_version of directories written before kinds had versions.
@@ -177,9 +180,14 @@ def save_network(
     tmp = path.with_name(path.name + PARTIAL_SUFFIX)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    (tmp / NETWORK_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(tmp / VARIABLES_DIR, host_tree)
+    info[FILES_FIELD] = {
+        f.relative_to(tmp / VARIABLES_DIR).as_posix(): file_sha256(f)
+        for f in sorted((tmp / VARIABLES_DIR).rglob("*"))
+        if f.is_file()
+    }
+    (tmp / NETWORK_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
@@ -216,6 +224,7 @@ def load_network(path: str | Path) -> Network:
         raise ModelDirectoryError(f"{path}: left by an interrupted save, not a network; remove it and write the network again")
     info = read_info(path)
     module = build_module(info, path / NETWORK_FILE)
+    verify_files(path, info)
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             variables = checkpointer.restore(path / VARIABLES_DIR)
@@ -224,6 +233,33 @@ def load_network(path: str | Path) -> Network:
         raise ModelDirectoryError(f"{path / VARIABLES_DIR}: cannot read the variables ({reason})") from None
     verify_content(path, info, module, variables)
     return Network(module, variables, info)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_files(path: Path, info: Mapping[str, Any]) -> None:
+    """Refuses a variables file that is missing or differs from the sha256 `save_network`
+    recorded, before Orbax reads any (its failures on damaged files are not all clean)."""
+    recorded = info.get(FILES_FIELD)
+    if recorded is None:
+        return
+    if not isinstance(recorded, Mapping) or not all(isinstance(d, str) for d in recorded.values()):
+        raise ModelDirectoryError(f"{path / NETWORK_FILE}: damaged, {FILES_FIELD} is not an object of file -> sha256")
+    for name, digest in sorted(recorded.items()):
+        file = path / VARIABLES_DIR / name
+        if not file.is_file():
+            raise ModelDirectoryError(f"{file}: missing, the variables are incomplete; re-run the converter or the training export")
+        if file_sha256(file) != digest:
+            raise ModelDirectoryError(
+                f"{file}: damaged, not the file that was written (its sha256 differs from {NETWORK_FILE}'s); "
+                "re-run the converter or the training export"
+            )
 
 
 def verify_content(path: Path, info: Mapping[str, Any], module: nn.Module, variables: Mapping[str, Any]) -> None:
@@ -311,7 +347,7 @@ def load_model(
         listed = manifest["networks"]
         unlisted = [name for name in required if name not in listed]
         if unlisted:
-            raise ModelDirectoryError(f"{directory / MODEL_FILE}: not a complete {family} model, it lists no {unlisted}")
+            raise NetworkNotFoundError(f"{directory / MODEL_FILE}: not a complete {family} model, it lists no {unlisted}")
     missing = [name for name in listed if not (directory / name).exists()]
     if missing:
         interrupted = [name for name in missing if (directory / (name + PARTIAL_SUFFIX)).exists()]

@@ -7,7 +7,9 @@ import shutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
+from flax import traverse_util
 
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
@@ -49,6 +51,10 @@ def test_round_trip(saved):
     path, module, variables = saved
     info = json.loads((path / NETWORK_FILE).read_text())
     assert (info["kind"], info["kind_version"]) == ("kria:KRIA", KINDS["kria:KRIA"].version)
+    assert info["content_sha256"] == model_directory.content_hash(module, variables)
+    assert set(info["variables_sha256"]) == {
+        f.relative_to(path / "variables").as_posix() for f in (path / "variables").rglob("*") if f.is_file()
+    }
     network = load_network(path)
     assert network.module == module
     jax.tree.map(np.testing.assert_array_equal, network.variables, variables)
@@ -112,7 +118,7 @@ def test_missing_or_damaged_files(saved, tmp_path):
     with pytest.raises(NetworkNotFoundError, match=f"{tmp_path / 'nowhere'}: no such network directory"):
         load_network(tmp_path / "nowhere")
     shutil.rmtree(path / "variables")
-    with pytest.raises(ModelDirectoryError, match=f"{path / 'variables'}: cannot read the variables"):
+    with pytest.raises(ModelDirectoryError, match=f"{path / 'variables'}/.*: missing, the variables are incomplete"):
         load_network(path)
     (path / NETWORK_FILE).write_bytes(b"\x89PNG not json")
     with pytest.raises(ModelDirectoryError, match=f"{path / NETWORK_FILE}: damaged"):
@@ -151,3 +157,267 @@ def test_load_pretrained_missing_directory_or_network(saved, tmp_path):
         networks_lib.load_pretrained(nets, {}, path.parent, {"decoder": "generator"})
     with pytest.raises(ModelDirectoryError, match="architecture differs"):  # a KRIA of another width
         networks_lib.load_pretrained(nets, {}, path.parent, {"kria": "kria"})
+
+
+# ----------------------------------------------------------------------------------
+# Damage: a tampered-directory corpus. Each case damages a copy of one small DBAF model
+# directory and expects one line naming the path at fault, and the directory unchanged.
+
+
+@pytest.fixture(scope="module")
+def dbaf_modules():
+    """The tiny stage-2 config's DBAF networks, name -> module."""
+    built = networks_lib.modules(networks_lib.build(stage2.get_config("tiny")))
+    return {name: built[name] for name in dbaf.NETWORKS}
+
+
+@pytest.fixture(scope="module")
+def dbaf_variables(dbaf_modules):
+    """Random variables of the shapes `init` gives (shapes only: traced, never compiled)."""
+    rng = np.random.default_rng(0)
+    nets = networks_lib.build(stage2.get_config("tiny"))
+    shapes = jax.eval_shape(lambda key: networks_lib.init_variables(nets, key, 64, dbaf.NETWORKS), jax.random.key(0))
+    return jax.tree.map(lambda s: (0.1 * rng.standard_normal(s.shape)).astype(s.dtype), shapes)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory, dbaf_modules, dbaf_variables):
+    """A DBAF model directory written by `save_model`, as convert.dbaf and the export write it."""
+    directory = tmp_path_factory.mktemp("pristine") / "model"
+    networks = {name: (dbaf_modules[name], dbaf_variables[name]) for name in dbaf.NETWORKS}
+    model_directory.save_model(directory, dbaf.FAMILY, networks, dict.fromkeys(networks, "test"))
+    return directory
+
+
+@pytest.fixture
+def model(pristine, tmp_path):
+    """A fresh copy of the pristine model directory to damage."""
+    return shutil.copytree(pristine, tmp_path / "model")
+
+
+def snapshot(root):
+    """Every file and directory below ``root`` with its bytes (None for directories)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def refusal(directory, error=ModelDirectoryError):
+    """dbaf.load's refusal of ``directory``: one line, nothing in the directory changed."""
+    before = snapshot(directory) if directory.is_dir() else None
+    with pytest.raises(error) as err:
+        dbaf.load(directory)
+    message = str(err.value)
+    assert "\n" not in message, message
+    assert (snapshot(directory) if directory.is_dir() else None) == before
+    return message
+
+
+def largest_data_file(network_dir):
+    return max((p for p in (network_dir / "variables").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def first_leaf(tree):
+    """The first leaf of ``tree`` in sorted path order (a mutable numpy array)."""
+    flat = traverse_util.flatten_dict(tree)
+    return flat[min(flat)]
+
+
+def resave_variables(network_dir, variables):
+    """Replaces a network's Orbax variables as a careless edit would, leaving network.json."""
+    shutil.rmtree(network_dir / "variables")
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(network_dir / "variables", variables)
+
+
+def test_pristine_model_loads_with_every_network(pristine, dbaf_variables):
+    model, variables = dbaf.load(pristine)
+    assert model.maar is not None and set(variables) == set(dbaf.NETWORKS)
+    jax.tree.map(np.testing.assert_array_equal, variables, dbaf_variables)
+    manifest = json.loads((pristine / model_directory.MODEL_FILE).read_text())
+    assert manifest["family"] == "dbaf" and set(manifest["networks"]) == set(dbaf.NETWORKS)
+
+
+def test_flipped_bytes_in_the_variables(model):
+    data = largest_data_file(model / "kria")
+    raw = bytearray(data.read_bytes())
+    for offset in range(len(raw) // 2, len(raw) // 2 + 64, 8):
+        raw[offset] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    assert refusal(model).startswith(f"{data}: damaged, not the file that was written")
+
+
+@pytest.mark.parametrize("new_value", ["nan", "nudged"])
+def test_weights_written_over_fail_the_file_hashes(model, dbaf_variables, new_value):
+    """NaN (or another value) written into the weights by re-saving the Orbax checkpoint."""
+    changed = jax.tree.map(np.array, dbaf_variables["cid"])
+    leaf = first_leaf(changed)
+    leaf.flat[3] = np.nan if new_value == "nan" else leaf.flat[3] + 1e-3
+    resave_variables(model / "cid", changed)
+    assert refusal(model).startswith(f"{model / 'cid' / 'variables'}/")  # a file missing or not the one written
+
+
+def test_weights_written_over_fail_the_content_hash_without_file_hashes(model, dbaf_variables):
+    """The arrays' own hash catches what the file hashes would, where those are absent."""
+    changed = jax.tree.map(np.array, dbaf_variables["kria"])
+    first_leaf(changed).flat[0] += 1e-3
+    resave_variables(model / "kria", changed)
+    edit_info(model / "kria", **{model_directory.FILES_FIELD: None})
+    message = refusal(model)
+    assert message.startswith(f"{model / 'kria'}: damaged") and "content_sha256 does not match" in message
+
+
+def test_non_finite_weights_are_refused_even_when_hashed(tmp_path, dbaf_modules, dbaf_variables):
+    """Weights saved with NaN or inf (a diverged run) are refused at load, naming the leaf."""
+    for bad in (np.nan, np.inf):
+        changed = jax.tree.map(np.array, dbaf_variables["kria"])
+        first_leaf(changed).flat[0] = bad
+        path = save_network(tmp_path / f"kria_{bad}", dbaf_modules["kria"], changed, overwrite=True)
+        with pytest.raises(ModelDirectoryError, match=f"^{path}: weight params/.* holds NaN or infinite values$"):
+            load_network(path)
+
+
+def test_truncated_variables(model):
+    data = largest_data_file(model / "e4e")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    assert refusal(model).startswith(f"{data}: damaged, not the file that was written")
+
+
+def test_deleted_variables(model):
+    shutil.rmtree(model / "decoder" / "variables")
+    assert refusal(model).startswith(f"{model / 'decoder' / 'variables'}/")
+    assert "missing, the variables are incomplete" in refusal(model)
+    edit_info(model / "decoder", **{model_directory.FILES_FIELD: None})  # a network saved before file hashes
+    assert refusal(model).startswith(f"{model / 'decoder' / 'variables'}: cannot read the variables")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"\x89PNG not json", "damaged, not readable JSON"), (b"[1, 2]", "damaged, not a JSON object"), (b"", "damaged")],
+)
+def test_corrupt_network_json(model, content, message):
+    (model / "maar" / NETWORK_FILE).write_bytes(content)
+    assert refusal(model).startswith(f"{model / 'maar' / NETWORK_FILE}: {message}")
+
+
+def test_missing_network_json(model):
+    (model / "maar" / NETWORK_FILE).unlink()
+    assert refusal(model, NetworkNotFoundError) == f"{model / 'maar'}: not a dbaf_jax network directory (no network.json)"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"kind_version": 2}, "kria:KRIA version 2, this dbaf_jax reads version 1"),
+        ({"kind": "stylegan2:Generator"}, "the config does not fit stylegan2:Generator"),
+        ({"format_version": 7}, "format_version 7"),
+        ({"config": {"style_dim": 32, "groups": [3, 3, 4], "extra_layers": 1}}, "content_sha256 does not match"),
+    ],
+)
+def test_wrong_version_kind_or_config(model, changes, message):
+    edit_info(model / "kria", **changes)
+    found = refusal(model)
+    assert found.startswith(str(model / "kria")) and message in found, found
+
+
+def test_swapped_architecture(model):
+    """The decoder's and the key generator's directories exchanged: each network is intact,
+    but not the one model.json lists under its name."""
+    (model / "decoder").rename(model / "swap")
+    (model / "key_generator").rename(model / "decoder")
+    (model / "swap").rename(model / "key_generator")
+    assert refusal(model) == (
+        f"{model / 'decoder'}: not the network model.json lists "
+        "(another model's, or an interrupted write); write the whole model again"
+    )
+
+
+def test_file_where_a_directory_is_expected(model, tmp_path):
+    shutil.rmtree(model / "cid")
+    (model / "cid").write_text("not a network")
+    assert refusal(model) == f"{model / 'cid'}: a file where a network directory is expected"
+    (tmp_path / "model_file").write_text("not a model")
+    assert refusal(tmp_path / "model_file") == f"{tmp_path / 'model_file'}: a file where a model directory is expected"
+
+
+def test_leftover_partial_directory(model):
+    """A save interrupted between removing the old network and renaming the new one leaves
+    only NAME.partial: never read as the network, and named in the refusal."""
+    (model / "kria").rename(model / "kria.partial")
+    assert refusal(model, NetworkNotFoundError) == (
+        f"{model}: not a complete dbaf model directory, missing ['kria'] (an interrupted save left ['kria.partial'])"
+    )
+    with pytest.raises(ModelDirectoryError, match="left by an interrupted save, not a network"):
+        load_network(model / "kria.partial")
+
+
+def test_leftover_partial_beside_a_complete_network_is_ignored(model):
+    shutil.copytree(model / "kria", model / "kria.partial")
+    shutil.rmtree(model / "kria.partial" / "variables")
+    assert set(dbaf.load(model)[1]) == set(dbaf.NETWORKS)
+
+
+def test_deleted_maar_is_refused_when_the_model_lists_it(model):
+    shutil.rmtree(model / "maar")
+    assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['maar']"
+
+
+def test_no_maar_model_is_what_its_manifest_says(tmp_path, dbaf_modules, dbaf_variables):
+    """An ablation written without MAAR loads as one; a maar left in its directory is not taken."""
+    names = [n for n in dbaf.NETWORKS if n != "maar"]
+    networks = {n: (dbaf_modules[n], dbaf_variables[n]) for n in names}
+    directory = model_directory.save_model(tmp_path / "ablation", dbaf.FAMILY, networks, {})
+    model, variables = dbaf.load(directory)
+    assert model.maar is None and "maar" not in variables
+    save_network(directory / "maar", dbaf_modules["maar"], dbaf_variables["maar"])
+    assert dbaf.load(directory)[0].maar is None
+
+
+def test_directory_without_manifest_is_read_as_before(model):
+    """Directories written before model.json: the networks present decide (documented)."""
+    (model / model_directory.MODEL_FILE).unlink()
+    assert dbaf.load(model)[0].maar is not None
+    shutil.rmtree(model / "maar")
+    assert dbaf.load(model)[0].maar is None
+    shutil.rmtree(model / "kria")
+    assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['kria']"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "damaged, not readable JSON"),
+        ('{"format_version": 1, "family": "dbaf"}', "damaged, no networks object"),
+        ('{"format_version": 2, "family": "dbaf", "networks": {}}', "format_version 2, this dbaf_jax reads 1"),
+        ('{"format_version": 1, "family": "stylegan2", "networks": {}}', "a 'stylegan2' model, not a 'dbaf' one"),
+    ],
+)
+def test_damaged_manifest(model, content, message):
+    (model / model_directory.MODEL_FILE).write_text(content)
+    assert refusal(model).startswith(f"{model / model_directory.MODEL_FILE}: {message}")
+
+
+def test_manifest_that_lacks_a_required_network(model):
+    manifest = json.loads((model / model_directory.MODEL_FILE).read_text())
+    del manifest["networks"]["kria"]
+    (model / model_directory.MODEL_FILE).write_text(json.dumps(manifest))
+    assert refusal(model, NetworkNotFoundError) == (
+        f"{model / model_directory.MODEL_FILE}: not a complete dbaf model, it lists no ['kria']"
+    )
+
+
+def test_interrupted_rewrite_is_refused(model, dbaf_modules, dbaf_variables):
+    """save_model writes model.json first: stopped after it (here: before any network), the
+    directory's old networks do not match it and are refused."""
+    changed = jax.tree.map(lambda x: x + 1, dbaf_variables["kria"])
+    networks = {n: (dbaf_modules[n], changed if n == "kria" else dbaf_variables[n]) for n in dbaf.NETWORKS}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model_directory, "save_network", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            model_directory.save_model(model, dbaf.FAMILY, networks, {}, overwrite=True)
+    assert refusal(model).startswith(f"{model / 'kria'}: not the network model.json lists")
+
+
+def test_save_model_refuses_existing_without_overwrite(model, dbaf_modules, dbaf_variables):
+    before = snapshot(model)
+    with pytest.raises(OutputExistsError, match="overwrite=True"):
+        model_directory.save_model(model, dbaf.FAMILY, {"kria": (dbaf_modules["kria"], dbaf_variables["kria"])}, {})
+    assert snapshot(model) == before
