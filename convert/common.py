@@ -83,11 +83,19 @@ def load_torch_checkpoint(path: str | Path) -> Any:
                     return torch.load(path, map_location="cpu", weights_only=True)
             except Exception as second:  # noqa: BLE001
                 first = second
-        if _WEIGHTS_ONLY_REFUSAL in str(first):
-            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(first))
-            what = f"pickled {found.group(1)}" if found else "e.g. pickled classes"
-            raise ConversionError(f"{path}: holds objects other than tensors ({what}) and is refused for safety") from None
-        reason = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
+        text = str(first).strip()
+        if _WEIGHTS_ONLY_REFUSAL in text:
+            # torch's message is several lines of advice to load unsafely; keep only the facts.
+            pickled = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+            if pickled:
+                raise ConversionError(
+                    f"{path}: holds objects other than tensors (pickled {pickled.group(1)}) and is refused for safety"
+                ) from None
+            detail = re.search(r"WeightsUnpickler error:(.*?)(?:Check the documentation|$)", text, re.S)
+            reason = " ".join(detail.group(1).split()) if detail else ""
+            reason = f"unpickling stopped: {reason}" if reason else "not a pickle of tensors"
+        else:
+            reason = text.splitlines()[0] if text else type(first).__name__
         raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({reason})") from None
 
 

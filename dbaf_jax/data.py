@@ -184,7 +184,7 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
 
     image_dir, out_dir = Path(image_dir), Path(out_dir).absolute()
     if size < 1:
-        raise ConfigError(f"image size must be at least 1, got {size}")
+        raise ConfigError(f"{out_dir}: image size (--size) must be at least 1, got {size}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise OutputExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
     if not image_dir.is_dir():

@@ -81,6 +81,37 @@ def test_cli_writes_dataset(image_folder, tmp_path, capsys):
     assert data.PreparedImages(tmp_path / "d").size == 8
 
 
+def test_prepare_with_only_unreadable_files_writes_nothing(tmp_path, capsys):
+    """tfds refuses to finish a split without examples; the user sees one line, no staging."""
+    images = tmp_path / "bad"
+    images.mkdir()
+    (images / "a.png").write_bytes(b"not a png" * 10)
+    (images / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    (images / "notes.txt").write_text("not an image")
+    assert data.main(["--images", str(images), "--out", str(tmp_path / "out"), "--size", "8"]) == 1
+    err = capsys.readouterr().err  # after tfds's progress bars
+    assert err.endswith(f"error: {images}: no readable images (2 unreadable, 1 other files)\n"), err
+    assert err.count("error") == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+def test_prepare_without_image_files(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an image")
+    assert data.main(["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'empty'}: no image files (1 other files)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+@pytest.mark.parametrize("size", ["0", "-3"])
+def test_prepare_refuses_a_size_below_1(image_folder, tmp_path, capsys, size):
+    root, _ = image_folder
+    out = tmp_path / "out"
+    assert data.main(["--images", str(root), "--out", str(out), "--size", size]) == 1
+    assert capsys.readouterr().err == f"error: {out}: image size (--size) must be at least 1, got {size}\n"
+    assert not any(tmp_path.iterdir())
+
+
 def take(iterator, n):
     return np.stack([next(iterator) for _ in range(n)])
 
