@@ -10,11 +10,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from flax import traverse_util
+from PIL import Image
 
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import model_directory
+from dbaf_jax import anonymize, commands, model_directory
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
@@ -421,3 +422,25 @@ def test_save_model_refuses_existing_without_overwrite(model, dbaf_modules, dbaf
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         model_directory.save_model(model, dbaf.FAMILY, {"kria": (dbaf_modules["kria"], dbaf_variables["kria"])}, {})
     assert snapshot(model) == before
+
+
+@pytest.mark.parametrize("damage", ["maar deleted", "kria truncated"])
+def test_anonymize_command_refuses_a_damaged_model_in_one_line(model, tmp_path, capsys, damage):
+    """Through the user command: exit status 1, one ``error:`` line naming the path, no output."""
+    if damage == "maar deleted":
+        shutil.rmtree(model / "maar")
+        at_fault = f"{model}: not a complete dbaf model directory, missing ['maar']"
+    else:
+        data = largest_data_file(model / "kria")
+        data.write_bytes(data.read_bytes()[:-1])
+        at_fault = f"{data}: damaged"
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
+    (tmp_path / "password.txt").write_text("a password\n")
+    before = snapshot(model)
+    argv = ["--model", str(model), "--password-file", str(tmp_path / "password.txt"), "--aligned"]
+    assert commands.exit_status(anonymize.main, [*argv, str(faces), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {at_fault}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists() and snapshot(model) == before
