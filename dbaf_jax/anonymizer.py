@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -422,6 +423,16 @@ def crop_path(target: Path, index: int) -> Path:
     return target.with_name(f"{target.stem}.face{index}.png")
 
 
+def is_saved_crop(path: Path) -> bool:
+    """Whether ``path`` is a crop written by ``save_crops`` (recover passes over them)."""
+    if not re.fullmatch(r".+\.face\d+", path.stem) or path.suffix != ".png":
+        return False
+    try:
+        return images.read_metadata(path).get("operation") == "crop"
+    except ValueError:
+        return False
+
+
 def _photo_notes(source: Path, result: PhotoResult) -> list[str]:
     notes = []
     if not result.faces:
@@ -521,7 +532,8 @@ def recover_photo_folder(
     record and face transforms; without metadata (e.g. re-encoded after sharing),
     ``record`` (a key file's) gives the key and detection finds the faces again."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, input_images(in_dir))
+    inputs = [p for p in input_images(in_dir) if not is_saved_crop(p)]
+    sources, targets, collisions = plan_outputs(in_dir, out_dir, inputs)
     check_outputs(targets.values(), overwrite)
     if save_crops:
         _check_crop_outputs(targets.values(), overwrite)

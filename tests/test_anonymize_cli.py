@@ -78,14 +78,14 @@ def temper_(ref, rng):
 def run_anonymize(ws, out, *extra):
     return anonymize.main(
         ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(ws / "faces"), str(out),
-         "--batch-size", str(BATCH), *extra],
+         "--batch-size", str(BATCH), "--aligned", *extra],
     )
 
 
 def run_recover(ws, in_dir, out, password_file="password.txt", *extra):
     return recover.main(
         ["--model", str(ws / "model"), "--password-file", str(ws / password_file), str(in_dir), str(out),
-         "--batch-size", str(BATCH), *extra],
+         "--batch-size", str(BATCH), "--aligned", *extra],
     )
 
 
@@ -218,7 +218,7 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
     out = workspace / "anonymized"
     before = snapshot(out)
     args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-            str(workspace / "faces"), str(out)]
+            str(workspace / "faces"), str(out), "--aligned"]
     result = subprocess.run(
         [sys.executable, "-m", "dbaf_jax.anonymize", *args],
         capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},

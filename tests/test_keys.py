@@ -21,6 +21,8 @@ from dbaf_jax.keys import (
     latents_to_key,
     new_key_record,
 )
+from dbaf_jax import keys as keys_module
+from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.models.stylegan2 import Generator
 
 # Derivation version 1, computed once and frozen: (password, salt, seed, indices, z values).
@@ -156,3 +158,42 @@ def test_full_size_key_shape():
     variables = jax.eval_shape(generator.init, jax.random.key(0), jax.ShapeDtypeStruct((1, 14, 512), jnp.float32))
     key = jax.eval_shape(lambda v, z: latents_to_key(generator, v, z), variables, z)
     assert key.shape == (14, 512)
+
+
+# Face seeds, version 1, computed once and frozen: SHAKE-256(domain || seed || index).
+FACE_SEED_VECTORS = [
+    (0, "8466dbbbbcb4c9e65a11d84b1ce74fc0f10ee0edd12be4892557f57f7d2c0ec4"),
+    (1, "57899a952e9b298e073ec83c580120d1d0f92d1ed77e6c94249bd471e0bb2ce1"),
+    (65536, "d348d7d1844d7d65a08473f4156b15d9f92e728d046e1f4f94351c935a79e190"),
+]
+
+
+@pytest.mark.parametrize("index, expected", FACE_SEED_VECTORS)
+def test_face_seed_fixed_vectors(index, expected):
+    seed = bytes(range(32))
+    assert keys_module.face_seed(seed, index).hex() == expected
+    written_out = hashlib.shake_256(b"dbaf-jax face seed v1\x00" + seed + index.to_bytes(4, "big")).digest(32)
+    assert written_out.hex() == expected
+
+
+def test_face_seed_refusals():
+    with pytest.raises(ValueError, match="32 bytes"):
+        keys_module.face_seed(b"short", 0)
+    with pytest.raises(ValueError, match="face index"):
+        keys_module.face_seed(bytes(32), -1)
+
+
+def test_key_file_round_trip_and_refusals(tmp_path, capsys):
+    path = keys_module.main(["new", "--out", str(tmp_path / "me.key")])
+    record = keys_module.read_key_file(path)
+    assert len(bytes.fromhex(record.salt)) == keys_module.SALT_BYTES and record.n == DEFAULT_SCRYPT["n"]
+    assert "salt" in path.read_text() and "password" not in path.read_text()
+    with pytest.raises(OutputExistsError):
+        keys_module.main(["new", "--out", str(path)])
+    assert keys_module.read_key_file(keys_module.main(["new", "--out", str(path), "--overwrite"])) != record
+    (tmp_path / "text.key").write_text("not json")
+    (tmp_path / "other.key").write_text(json.dumps({"format": "something else"}))
+    (tmp_path / "bad.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": 1, "key": {"salt": "00"}}))
+    for name, reason in (("missing.key", "cannot read"), ("text.key", "not JSON"), ("other.key", "not a key file"), ("bad.key", "invalid key record")):
+        with pytest.raises(InputError, match=reason):
+            keys_module.read_key_file(tmp_path / name)

@@ -1,0 +1,249 @@
+"""The photo path end to end: ``python -m dbaf_jax.anonymize`` and ``recover`` on real
+photos (tests/data) with the real MTCNN weights (converted from facenet-pytorch's) and
+a DBAF model converted from random reduced-width reference weights. Its faces look
+like nothing, so the tests assert the mechanics: every face found is changed, pixels
+outside the masks are not, each face's recovery in the photo matches the aligned-crop
+recovery of the same face with the right password and not with a wrong one, metadata
+and key files, EXIF orientation, a photo without faces."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from convert.common import run
+from convert.dbaf import main as convert_main
+from convert.mtcnn import main as convert_mtcnn
+from dbaf_jax import anonymize, images, keys, recover
+from dbaf_jax.anonymizer import FaceAnonymizer, crop_path, load_photo_faces, recover_photo_folder
+from dbaf_jax.faces import align, paste, photos
+from dbaf_jax.faces.detect import Detections
+from tests.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, pixels, temper_
+from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
+
+DATA = Path(__file__).parent / "data"
+MIN_FACE = "50"  # office3.jpg's four faces have FFHQ quads of 53 to 67 pixels
+BATCH = 2
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A converted model with the real MTCNN in model/mtcnn; photos: office3.jpg (four
+    faces), jf.jpg at half size stored rotated with its EXIF orientation, a flat photo
+    without faces; password files and a key file."""
+    tmp = tmp_path_factory.mktemp("photos")
+    ref = reduced_reference(seed=30)
+    temper_(ref, np.random.default_rng(4))
+    run(convert_main, convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"))
+    run(convert_mtcnn, ["--out", str(tmp / "model")])
+    folder = tmp / "photos"
+    folder.mkdir()
+    (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    with Image.open(DATA / "jf.jpg") as img:
+        upright = img.convert("RGB").reduce(2)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+    upright.transpose(Image.Transpose.ROTATE_90).save(folder / "rotated.jpg", quality=95, exif=exif)
+    Image.fromarray(np.full((120, 160, 3), 90, np.uint8)).save(folder / "empty.png")
+    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
+    (tmp / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
+    keys.main(["new", "--out", str(tmp / "me.key")])
+    # A fixed salt: the faces' keys, and so the measured PSNRs, are the same at every run.
+    keys.write_key_file(tmp / "fixed.key", keys.KeyRecord(salt="5a" * keys.SALT_BYTES))
+    return tmp
+
+
+def cli(command, ws, in_dir, out, password="password.txt", *extra):
+    return command.main(["--model", str(ws / "model"), "--password-file", str(ws / password), str(in_dir), str(out),
+                         "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, *extra])
+
+
+@pytest.fixture(scope="module")
+def anonymizer(workspace):
+    return FaceAnonymizer(workspace / "model")
+
+
+@pytest.fixture(scope="module")
+def faces(workspace, anonymizer):
+    return load_photo_faces(anonymizer, min_face_size=float(MIN_FACE))
+
+
+@pytest.fixture(scope="module")
+def anonymized(workspace):
+    return cli(anonymize, workspace, workspace / "photos", workspace / "anonymized", "password.txt", "--save-crops",
+               "--key-file", str(workspace / "fixed.key"))
+
+
+@pytest.fixture(scope="module")
+def recovered(workspace, anonymized):
+    ws = workspace
+    return {
+        "right": cli(recover, ws, ws / "anonymized", ws / "recovered_right"),
+        "wrong": cli(recover, ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
+    }
+
+
+def recorded(path, size):
+    meta = images.read_metadata(path)
+    return meta, photos.faces_from_metadata(meta, pixels(path).shape, size)
+
+
+def mask_in_photo(faces, shape):
+    """Where any face's box mask reaches in the photo (the mask at the generator's size)."""
+    mask = paste.box_mask(SIZE)[..., None]
+    alpha = [align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0] for f in faces]
+    return np.max(alpha, axis=0)
+
+
+def test_every_face_anonymized_and_nothing_else(workspace, anonymized, anonymizer):
+    out = workspace / "anonymized"
+    assert sorted(p.name for p in anonymized.written) == ["empty.png", "office3.png", "rotated.png"]
+    assert not anonymized.skipped
+    original = np.asarray(Image.open(workspace / "photos" / "office3.jpg").convert("RGB")).astype(np.int16)
+    result = pixels(out / "office3.png")
+    assert result.shape == original.shape  # the photo keeps its size
+    meta, faces = recorded(out / "office3.png", anonymizer.input_size)
+    assert meta["operation"] == "anonymize" and meta["model"]["fingerprint"] == anonymizer.fingerprint
+    assert sorted(f.index for f in faces) == [0, 1, 2, 3]
+    # Faces numbered left to right.
+    centres = [align.apply(align.invert(f.transform), [[127.5, 127.5]])[0, 0] for f in sorted(faces, key=lambda f: f.index)]
+    assert centres == sorted(centres)
+    alpha = mask_in_photo(faces, original.shape)
+    np.testing.assert_array_equal(result[alpha == 0], original[alpha == 0])
+    for face in faces:
+        own = mask_in_photo([face], original.shape) > 0.999
+        assert own.sum() > 500 and np.abs(result[own] - original[own]).mean() > 10, face.index
+    # --save-crops: each face's anonymized crop at the generator's size.
+    for face in faces:
+        assert pixels(crop_path(out / "office3.png", face.index)).shape == (SIZE, SIZE, 3)
+    assert anonymized.faces == 5  # four in office3, one in the rotated photo
+
+
+def test_exif_rotated_photo_comes_out_upright(workspace, anonymized, anonymizer):
+    upright = images.read_photo(workspace / "photos" / "rotated.jpg")
+    result = pixels(workspace / "anonymized" / "rotated.png")
+    assert result.shape == upright.shape and upright.shape[0] > upright.shape[1]  # portrait, as jf.jpg
+    _, (face,) = recorded(workspace / "anonymized" / "rotated.png", anonymizer.input_size)
+    # The face was found in the upright photo: its eyes lie level (the transform barely rotates).
+    assert abs(np.arctan2(face.transform[1, 0], face.transform[0, 0])) < 0.2
+    outside = mask_in_photo([face], result.shape) == 0
+    np.testing.assert_array_equal(result[outside], upright[outside])
+
+
+def test_photo_without_faces_is_copied_and_reported(workspace, anonymized):
+    np.testing.assert_array_equal(pixels(workspace / "anonymized" / "empty.png"), pixels(workspace / "photos" / "empty.png"))
+    assert images.read_metadata(workspace / "anonymized" / "empty.png")["faces"] == []
+    assert any("empty.png: no face found, copied unchanged" in note for note in anonymized.notes)
+
+
+def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    report = anonymize.main(["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
+                             str(folder), str(tmp_path / "out"), "--min-face-size", "60"])
+    assert report.faces == 2
+    assert [n for n in report.notes if "2 face(s) below the minimum size left alone" in n]
+    _, faces = recorded(tmp_path / "out" / "office3.png", anonymizer.input_size)
+    assert len(faces) == 2
+
+
+def face_psnr(a, b, region):
+    """PSNR (dB, 0..255 pixels) between two crops over a boolean region."""
+    mse = np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64))[region] ** 2)
+    return 10 * np.log10(255.0**2 / mse)
+
+
+def aligned_round_trip(anonymizer, workspace, face, seed, tmp_path):
+    """The face's aligned crop of the original photo through the aligned commands' path
+    (anonymize, a PNG at the generator's size, read back resized to the input size,
+    recover), at the generator's size in 0..255."""
+    original = images.read_photo(workspace / "photos" / "office3.jpg")
+    crop = align.crop(original, face.transform, face.size)[None] / np.float32(127.5) - 1
+    key = np.repeat(anonymizer.face_keys(seed, [face.index]), BATCH, 0)
+    anonymized, _ = anonymizer.anonymize(np.repeat(crop, BATCH, 0), key)
+    images.write_png(tmp_path / "crop.png", anonymized[0], {})
+    read_back = images.read_image(tmp_path / "crop.png", anonymizer.input_size)[None]
+    return (anonymizer.recover(np.repeat(read_back, BATCH, 0), key)[0] + 1) * 127.5
+
+
+def test_recovery_matches_the_aligned_round_trip(workspace, anonymized, recovered, anonymizer, tmp_path):
+    """Each face of the recovered photo, cropped at the generator's size, against the same
+    face's aligned-crop round trip: closer with the right password than with a wrong one.
+
+    Not equal: in the photo, a face's re-crop keeps the original photo (and neighbouring
+    faces) where its mask is below 1, which the aligned path never sees, and this random
+    model amplifies any change of its input, so only the means over office3.jpg's four
+    faces are compared (with a fixed salt)."""
+    for name in ("right", "wrong"):
+        assert len(recovered[name].written) == 3 and not recovered[name].skipped
+    meta, faces = recorded(workspace / "anonymized" / "office3.png", anonymizer.input_size)
+    seed = keys.derive_seed(PASSWORD, keys.KeyRecord.from_dict(meta["key"]))
+    interior = paste.box_mask(SIZE) > 0.999
+    scores = {}
+    for name in ("right", "wrong"):
+        photo = pixels(workspace / f"recovered_{name}" / "office3.png").astype(np.uint8)
+        scores[name] = [
+            face_psnr(align.crop(photo, align.scaled(f.transform, SIZE / f.size), SIZE), aligned_round_trip(anonymizer, workspace, f, seed, tmp_path), interior)
+            for f in faces
+        ]
+    print("face PSNR photo vs aligned round trip, right:", np.round(scores["right"], 2), "wrong:", np.round(scores["wrong"], 2))
+    assert np.mean(scores["right"]) > np.mean(scores["wrong"]) + 2
+    assert pixels(workspace / "recovered_right" / "empty.png").shape == (120, 160, 3)
+
+
+class RecordedDetector:
+    """A detector that finds, in any photo, the faces MTCNN found in the original: what
+    re-detection on a trained model's anonymized photo does at best (a random-weight
+    model's faces look like noise, which MTCNN does not detect)."""
+
+    def __init__(self, detections: Detections):
+        self.detections = detections
+
+    def detect(self, photo):
+        return self.detections
+
+
+def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_path):
+    """anonymize --key-file; the output loses its metadata (pixels re-saved); recover
+    --key-file finds the faces by detection and derives the same per-face keys."""
+    key_file = workspace / "me.key"
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    cli(anonymize, workspace, folder, tmp_path / "anonymized", "password.txt", "--key-file", str(key_file))
+    meta = images.read_metadata(tmp_path / "anonymized" / "office3.png")
+    assert keys.KeyRecord.from_dict(meta["key"]) == keys.read_key_file(key_file)
+    stripped = tmp_path / "stripped"
+    stripped.mkdir()
+    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(stripped / "office3.png")
+    with pytest.raises(ValueError, match="no dbaf_jax metadata"):
+        images.read_metadata(stripped / "office3.png")
+
+    # Without the key file the stripped copy cannot be recovered, and says so.
+    report = cli(recover, workspace, stripped, tmp_path / "none")
+    assert not report.written and "pass a key file" in report.skipped[0].reason
+
+    with_metadata = recover_photo_folder(anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", BATCH)
+    original = images.read_photo(folder / "office3.jpg")
+    redetecting = photos.PhotoFaces(RecordedDetector(faces.detector.detect(original)), faces.size, None, faces.min_face_size)
+    record = keys.read_key_file(key_file)
+    without = recover_photo_folder(anonymizer, redetecting, PASSWORD, stripped, tmp_path / "rec_key", BATCH, record=record)
+    assert without.faces == with_metadata.faces == 4
+    np.testing.assert_array_equal(pixels(tmp_path / "rec_key" / "office3.png"), pixels(tmp_path / "rec_meta" / "office3.png"))
+    assert images.read_metadata(tmp_path / "rec_key" / "office3.png")["detected"] is True
+
+    # The command with the real detector runs the same path on the stripped copy.
+    report = cli(recover, workspace, stripped, tmp_path / "rec_cli", "password.txt", "--key-file", str(key_file))
+    assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
+
+
+def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    meta = images.read_metadata(workspace / "anonymized" / "office3.png")
+    meta["faces"][0]["transform"] = [1, 2, 0, 2, 4, 0]
+    images.write_png(folder / "bad.png", pixels(workspace / "anonymized" / "office3.png").astype(np.uint8), meta)
+    report = cli(recover, workspace, folder, tmp_path / "out")
+    assert not report.written and "invertible" in report.skipped[0].reason
