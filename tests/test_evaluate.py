@@ -29,7 +29,7 @@ from dbaf_jax import commands, evaluate, model_directory
 from dbaf_jax.evaluation import fid
 from dbaf_jax.evaluation.networks import CONVERTER_COMMANDS, MetricNetworks
 from dbaf_jax.evaluation.paper import ABLATION, QUALITY
-from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, _pixel_metrics
+from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, pixel_metrics
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detect import FaceDetector
@@ -163,7 +163,7 @@ def test_report_structure_and_ranges(report, workspace):
         assert set(quality) == {"mse", "psnr", "ssim", "lpips", "fid"}
         assert 0 < quality["mse"] <= 4 and quality["psnr"] >= 0 and -1 <= quality["ssim"] <= 1
         assert quality["lpips"] > 0 and quality["fid"] > 0
-        # PSNR is the mean of per-image PSNRs, never above the PSNR of the mean MSE (Jensen) ... below:
+        # The mean of per-image PSNRs is at least the PSNR of the mean MSE (Jensen: -log is convex).
         assert quality["psnr"] >= 10 * math.log10(4 / quality["mse"]) - 1e-4
     mtcnn = results["utility"]["mtcnn"]
     assert mtcnn["detection_rate_original"] == 1.0 and 0 <= mtcnn["detection_rate"] <= 1
@@ -212,7 +212,7 @@ def test_identical_images_give_known_values(metrics_models):
     same detection on both sides: rate 1, distances 0."""
     networks = MetricNetworks.load(metrics_models, BATCH)
     faces = np.stack(face_crops(networks.detector, 4)).astype(np.float32) / 127.5 - 1.0
-    mse, psnr, ssim = (np.asarray(v) for v in _pixel_metrics(faces, faces))
+    mse, psnr, ssim = (np.asarray(v) for v in pixel_metrics(faces, faces))
     assert np.all(mse == 0) and np.all(np.isinf(psnr)) and np.all(psnr > 0)
     np.testing.assert_allclose(ssim, 1.0, rtol=1e-6)
     np.testing.assert_allclose(networks.lpips(faces[:BATCH], faces[:BATCH]), 0.0, atol=1e-7)

@@ -67,7 +67,8 @@ class EvaluationOptions:
 
 
 @jax.jit
-def _pixel_metrics(originals, others):
+def pixel_metrics(originals, others):
+    """(MSE, PSNR, SSIM) per image, each (B,), of images (B, H, W, 3) x2 in [-1, 1]."""
     return image_metrics.mse(originals, others), image_metrics.psnr(originals, others), image_metrics.ssim(originals, others)
 
 
@@ -180,7 +181,7 @@ def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, output
     totals.fid["original"].update(networks.inception(originals))
     padded = pad_batch(originals, batch_size)
     for s in QUALITY_SETS:
-        mse, psnr, ssim = (np.asarray(v)[: len(originals)] for v in _pixel_metrics(padded, pad_batch(outputs[s], batch_size)))
+        mse, psnr, ssim = (np.asarray(v)[: len(originals)] for v in pixel_metrics(padded, pad_batch(outputs[s], batch_size)))
         for metric, values in zip(PIXEL_METRICS, (mse, psnr, ssim, networks.lpips(originals, outputs[s]))):
             totals.pixels[s][metric].append(values)
         totals.fid[s].update(networks.inception(outputs[s]))
