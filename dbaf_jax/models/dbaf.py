@@ -18,7 +18,6 @@ CID's attribute code, ``I = C - A`` the identity code, ``M`` MAAR's maps:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import flax.linen as nn
