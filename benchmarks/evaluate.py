@@ -27,6 +27,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -69,23 +70,23 @@ def time_network(name, torch_forward, jax_forward, variables, inputs, repeats) -
     return name, len(inputs[0]) / t_jax, len(inputs[0]) / t_torch
 
 
-def metric_network_rows(batch: int, repeats: int, work: Path) -> list[tuple[str, float, float]]:
+def metric_network_rows(batch: int, repeats: int, work: Path) -> Iterator[tuple[str, float, float]]:
+    """Yields (name, JAX images/s, PyTorch images/s) per network as each is timed."""
+    work.mkdir(parents=True)
     arcface_name, arcface_torch, arcface_jax, arcface_variables = build_arcface()
-    rows = []
     for name, size, torch_forward, jax_forward, variables in [
         (arcface_name, SIZE, lambda x: arcface_torch(nchw(x)), arcface_jax, arcface_variables),
         build_facenet(SIZE),
         build_inception(SIZE),
     ]:
         inputs = [random_images(size, batch=batch, seed=batch)]
-        rows.append(time_network(name, torch_forward, jax_forward, variables, inputs, repeats))
+        yield time_network(name, torch_forward, jax_forward, variables, inputs, repeats)
     images = random_images(SIZE, batch=batch, seed=batch)
     name, reference, network = build_lpips(work)
     others = np.clip(images + np.float32(0.1), -1, 1)
-    rows.append(time_network(
+    yield time_network(
         name, lambda a, b: reference(nchw(a), nchw(b)), network.module.apply, network.variables, [images, others], repeats,
-    ))
-    return rows
+    )
 
 
 def mtcnn_row(repeats: int, work: Path) -> tuple[str, float, float]:
