@@ -132,8 +132,8 @@ def evaluate(
     with tqdm(total=len(image_paths), unit="img", desc="evaluate") as bar:
         for paths, batch, bad in images.iter_batches(image_paths, anonymizer.input_size, batch_size):
             skipped += bad
-            bar.update(len(paths) + len(bad))
             if not paths:
+                bar.update(len(bad))
                 continue
             n = len(paths)
             originals = np.stack([images.read_image(p, output_size) for p in paths])
@@ -154,6 +154,7 @@ def evaluate(
                 grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
                 images.write_png(out_dir / SAMPLES_FILE, grid, {"columns": ["original", *IDENTITY_SETS]})
             diversity_faces += list(batch[: options.diversity_faces - len(diversity_faces)])
+            bar.update(len(paths) + len(bad))
     if not diversity_faces:
         raise DatasetError(f"no readable image among the {len(image_paths)} given")
 
