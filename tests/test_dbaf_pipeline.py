@@ -141,7 +141,7 @@ def test_stage1_result_without_kria(converted, tmp_path):
     _, files, _ = converted
     run(main, convert_args(files, tmp_path / "stage1", kria=None, discriminator=None))
     written = sorted(p.name for p in (tmp_path / "stage1").iterdir())
-    assert written == ["cid", "decoder", "e4e", "key_generator", "maar"]
+    assert written == ["cid", "decoder", "e4e", "key_generator", "maar", "model.json"]
     with pytest.raises(FileNotFoundError, match="kria"):
         dbaf.load(tmp_path / "stage1")
 
