@@ -24,6 +24,7 @@ read from their files at that size (resized bilinearly when it differs).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.evaluation import diversity, fid, image_metrics, recognition
 from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks
 from dbaf_jax.evaluation.utility import DetectionUtility
+from dbaf_jax.faces.dlib_detect import DlibDetector
 from dbaf_jax.models.inception import FEATURES
 
 # Fixed test credentials: results must not depend on a random salt.
@@ -123,7 +125,12 @@ def evaluate(
     record = keys.KeyRecord(salt=TEST_SALT)
     key, wrong_key = anonymizer.key_for(TEST_PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
     totals = Accumulator(list(networks.recognisers))
-    utility = DetectionUtility(networks.detector)
+    utility = {"mtcnn": DetectionUtility(networks.detector)}
+    dlib_missing = DlibDetector.unavailable()
+    if dlib_missing is None:
+        utility["dlib"] = DetectionUtility(DlibDetector())
+    else:
+        print(f"Dlib utility skipped: {dlib_missing}", file=sys.stderr)
     skipped: list[images.Skipped] = []
     diversity_faces: list[np.ndarray] = []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +155,8 @@ def evaluate(
             }
             outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
             _accumulate(totals, networks, originals, outputs, batch_size)
-            utility.update(originals, outputs["anonymization"])
+            for measure in utility.values():
+                measure.update(originals, outputs["anonymization"])
             if not diversity_faces:
                 rows = np.stack([originals] + [outputs[s] for s in IDENTITY_SETS], axis=1)
                 grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
@@ -161,14 +169,17 @@ def evaluate(
     results = {
         "options": dataclasses.asdict(options),
         "versions": {"dbaf_jax": __version__, "jax": jax.__version__, "flax": flax.__version__, "numpy": np.__version__},
-        "images": utility.images,
+        "images": utility["mtcnn"].images,
         "skipped": [s.reason for s in skipped],
         "model": {"path": str(model_dir), "fingerprint": anonymizer.fingerprint, "output_size": output_size},
         "key": record.to_dict(),
         "identity": _identity(totals),
         "missing_recognisers": networks.missing_recognisers,
         "quality": _quality(totals),
-        "utility": {"mtcnn": utility.result()},
+        "utility": {
+            **{name: measure.result() for name, measure in utility.items()},
+            **({"dlib": {"skipped": dlib_missing}} if dlib_missing else {}),
+        },
         "diversity": _diversity(anonymizer, networks, np.stack(diversity_faces), output_size, out_dir, options),
     }
     return results

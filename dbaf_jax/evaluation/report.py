@@ -3,8 +3,8 @@
 report.json is strict JSON: a non-finite number (PSNR of identical images is +inf)
 is written as the string "inf" (or "-inf", "nan"). report.md lays out Tables I-IV as
 the paper does, each value of ours beside the paper's DBAF value; what this project
-does not measure (Dlib, the ablation configurations other than the model evaluated)
-is shown as "—".
+does not measure (Dlib when it is not installed, the ablation configurations other
+than the model evaluated) is shown as "—".
 """
 
 from __future__ import annotations
@@ -89,15 +89,15 @@ def quality_table(results: dict[str, Any]) -> list[str]:
 
 
 def utility_table(results: dict[str, Any]) -> list[str]:
-    """Table III: MTCNN (ours and the paper's) and Dlib (the paper's only)."""
-    mtcnn = results["utility"]["mtcnn"]
+    """Table III: MTCNN and Dlib, ours beside the paper's (Dlib's cells empty when it was skipped)."""
+    mtcnn, dlib = results["utility"]["mtcnn"], results["utility"].get("dlib", {})
     header = ["measure", "MtCNN ours", "MtCNN paper", "Dlib ours", "Dlib paper"]
     rows = [
-        [title, mtcnn[key], paper.UTILITY["mtcnn"][key], None, paper.UTILITY["dlib"][key]]
+        [title, mtcnn[key], paper.UTILITY["mtcnn"][key], dlib.get(key), paper.UTILITY["dlib"][key]]
         for key, title in (
             ("detection_rate", "Face detection ↑"),
             ("box_distance", "Bounding box distance ↓"),
-            ("landmark_distance", "Landmark distance ↓ (ours: 5 points, paper: 68)"),
+            ("landmark_distance", "Landmark distance ↓ (MtCNN ours: 5 points; Dlib: 68)"),
         )
     ]
     return table(header, rows)
@@ -146,6 +146,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", "## Table III: utility", ""] + utility_table(results)
     lines += ["", f"MtCNN found a face in {cell(results['utility']['mtcnn']['detection_rate_original'])} of the "
               f"originals; distances over {results['utility']['mtcnn']['pairs']} image pairs with a face in both."]
+    dlib = results["utility"].get("dlib", {})
+    lines += [f"Dlib (68 landmarks): skipped, {dlib['skipped']}." if "skipped" in dlib else
+              f"Dlib (68 landmarks): distances over {dlib.get('pairs')} image pairs with a face in both."]
     lines += ["", "## Table IV: ablation", "",
               "This model (recovery in latent mode) beside the paper's configurations; evaluate each "
               "ablation's model to fill its column. Recognition: FaceNet VGGFace2, l2.", ""]
