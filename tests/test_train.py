@@ -159,13 +159,24 @@ def relative_errors(actual, expected) -> dict[str, float]:
     return errors
 
 
-def assert_states_close(actual, expected, rtol: float = 2e-4) -> None:
-    """Every float leaf: max |actual - expected| / max |expected| below ``rtol``; integer leaves equal."""
+def assert_states_close(actual, expected, rtol: float = 1e-3, scalar_rtol: float = 5e-2) -> None:
+    """Every float leaf: max |actual - expected| / max |expected| below ``rtol``; integer
+    leaves equal.
+
+    Sharded, the float32 sums over the batch run in another order. Measured on 8 devices
+    against 1: up to 3e-4 for arrays (a D bias). A scalar leaf (a StyleGAN2 noise weight)
+    gets its gradient from one sum over every activation of its layer, which nearly
+    cancels and keeps few exact digits: measured up to 2e-2 for it and its optimizer
+    moments, hence ``scalar_rtol`` for scalars only (a miswired leaf is off by O(1)).
+    """
     errors = relative_errors(actual, expected)
+    sizes = {name: leaf.size for name, leaf in leaves_by_path(expected).items()}
     worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
     print("largest relative errors:", [(name, f"{error:.2e}") for name, error in worst])
-    failing = {name: f"{error:.3g}" for name, error in errors.items() if error >= rtol}
-    assert not failing, f"relative error >= {rtol:g}: {failing}"
+    failing = {
+        name: f"{error:.3g}" for name, error in errors.items() if error >= (scalar_rtol if sizes[name] == 1 else rtol)
+    }
+    assert not failing, f"relative error >= {rtol:g} (scalars {scalar_rtol:g}): {failing}"
 
 
 def assert_metrics_close(actual: list[dict], expected: list[dict], rtol: float = 1e-5) -> None:
