@@ -452,8 +452,16 @@ def _write_photo(target: Path, result: PhotoResult, metadata: dict, save_crops: 
     report.faces += len(result.faces)
 
 
-def _check_crop_outputs(targets: Iterable[Path], overwrite: bool) -> None:
-    check_outputs([p for t in targets for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
+def _plan_photo_outputs(
+    in_dir: Path, out_dir: Path, inputs: list[Path], overwrite: bool, save_crops: bool
+) -> tuple[list[Path], dict[Path, Path], list[images.Skipped]]:
+    """`plan_outputs`, refusing (before anything is written) existing outputs and, with
+    ``save_crops``, existing crops of them, unless ``overwrite``."""
+    sources, targets, collisions = plan_outputs(in_dir, out_dir, inputs)
+    check_outputs(targets.values(), overwrite)
+    if save_crops:
+        check_outputs([p for t in targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
+    return sources, targets, collisions
 
 
 def anonymize_photo_folder(
@@ -470,10 +478,7 @@ def anonymize_photo_folder(
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
     ``out_dir``; ``record`` (a key file's) or one fresh salt for the run."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, input_images(in_dir))
-    check_outputs(targets.values(), overwrite)
-    if save_crops:
-        _check_crop_outputs(targets.values(), overwrite)
+    sources, targets, collisions = _plan_photo_outputs(in_dir, out_dir, input_images(in_dir), overwrite, save_crops)
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
     metadata = {
@@ -533,10 +538,7 @@ def recover_photo_folder(
     ``record`` (a key file's) gives the key and detection finds the faces again."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     inputs = [p for p in input_images(in_dir) if not is_saved_crop(p)]
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, inputs)
-    check_outputs(targets.values(), overwrite)
-    if save_crops:
-        _check_crop_outputs(targets.values(), overwrite)
+    sources, targets, collisions = _plan_photo_outputs(in_dir, out_dir, inputs, overwrite, save_crops)
     report = Report(skipped=collisions)
     seeds: dict[keys.KeyRecord, bytes] = {}
     other_models: set[str] = set()
