@@ -14,3 +14,49 @@ def median_seconds(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def steady_state_seconds(step, carry, steps: int, sync):
+    """Seconds per call of ``carry = step(carry)`` over ``steps`` calls dispatched back
+    to back with one ``sync(carry)`` at the end (so asynchronous dispatch overlaps the
+    host's work with the device's, as in a training loop), and the final carry.
+
+    The caller runs and syncs warm-up calls first: this times the steady state only.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    start = time.perf_counter()
+    for _ in range(steps):
+        carry = step(carry)
+    sync(carry)
+    return (time.perf_counter() - start) / steps, carry
+
+
+def compile_seconds(jitted, *args, **kwargs):
+    """(the compiled executable of a jitted function for these arguments, seconds its
+    lowering and compilation took)."""
+    start = time.perf_counter()
+    compiled = jitted.lower(*args, **kwargs).compile()
+    return compiled, time.perf_counter() - start
+
+
+def xla_flops(compiled) -> float:
+    """XLA's FLOP count of one call of a compiled executable's per-device program (NaN
+    when the backend gives none); ``cost_analysis()`` is a dict or, in some JAX
+    versions, a list with one dict per program."""
+    costs = compiled.cost_analysis()
+    if isinstance(costs, (list, tuple)):
+        costs = costs[0] if costs else {}
+    return float((costs or {}).get("flops", float("nan")))
+
+
+def throughput(batch: int, seconds: float, flops: float, peaks: dict[str, float], devices: int = 1) -> dict:
+    """Figures of a step that processes ``batch`` images in ``seconds`` and computes
+    ``flops`` over ``devices`` devices: images/s, achieved FLOP/s, and MFU (achieved
+    FLOP/s over ``devices`` x the peak) for each named peak of one device."""
+    achieved = flops / seconds
+    return {
+        "images_per_s": batch / seconds,
+        "flops_per_s": achieved,
+        "mfu": {label: achieved / (devices * peak) for label, peak in peaks.items()},
+    }

@@ -1,53 +1,81 @@
-"""Train-step timings of both stages: step time, images/s and achieved FLOP/s.
+"""Train-step figures of both stages: compile time, step time, images/s, FLOPs, MFU,
+peak memory and (optionally) the largest batch that fits.
 
     python -m benchmarks.train_step [--stages 1 2] [--size 256] [--batch 8] [--dtype float32|bfloat16]
-        [--width-scale 1.0] [--encoder-width-scale 1.0] [--steps 5] [--fsdp 1]
+        [--width-scale 1.0] [--encoder-width-scale 1.0] [--steps 20] [--fsdp 1]
+        [--two-pass] [--peak-tflops T] [--find-max-batch [--max-batch 1024]]
 
 The step is the training loop's own (`loop.make_step`: the jitted stage-1 or stage-2
 step with explicit shardings and a donated state) on a mesh over every device, for
 the ``reference`` config of each stage (the full 256 px model with the public
 checkpoints' widths unless the flags reduce them) with random weights, so no files
-are needed. Each stage's step is compiled first (timed separately), then run once
-to warm up and ``--steps`` times; the table gives the median step time.
+are needed. Per iteration it does what the reference's D step + G step do (the frozen
+critics' passes, the discriminator update with R1 on every step, the generator side's
+forward and backward pass, both Ranger updates), with one generator-side forward
+pass serving both updates (README, "One forward pass per step"); ``--two-pass`` runs
+the generator side twice per step as the reference does (the config's ``two_pass``).
 
-FLOPs are XLA's count for the compiled step (``cost_analysis()['flops']`` of the
-per-device program, times the devices): everything a step computes, i.e. the frozen critics' passes, the
-discriminator update with R1, the generator side's forward and backward pass and
-both optimizer updates. Achieved FLOP/s = FLOPs per step / median step time.
+Columns:
+- compile s: ``step.lower(...).compile()``, timed alone;
+- step s: after one warm-up step, ``--steps`` steps dispatched back to back with one
+  ``block_until_ready`` at the end, wall time / steps;
+- images/s: global batch / step s;
+- GFLOP/step: XLA's count for the compiled step (``cost_analysis()['flops']`` of the
+  per-device program, times the devices): everything the step computes;
+- TFLOP/s: GFLOP/step / step s;
+- MFU: TFLOP/s / (devices x a named peak of one device; `device_info`): for a known GPU
+  against its dense bf16 and its dense TF32 peak, else against ``--peak-tflops``;
+- peak GiB: ``memory_stats()['peak_bytes_in_use']`` of the first device, the peak
+  since the process started (so a later row includes earlier rows' peaks); n/a on
+  the CPU;
+- max batch (``--find-max-batch``): the largest global batch whose step compiles and
+  runs, found by doubling from ``--batch`` then bisecting (steps of the mesh's data
+  axis), up to ``--max-batch``; slow, since every trial compiles.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import device_info, timing
 from configs import stage1, stage2
 from dbaf_jax import sharding
 from dbaf_jax.train import loop, networks as networks_lib, stages, state as state_lib
 
 
-def stage_config(stage: int, args: argparse.Namespace):
+def stage_config(
+    stage: int,
+    size: int,
+    width_scale: float,
+    encoder_width_scale: float,
+    dtype: str,
+    batch: int = 1,
+    fsdp: int = 1,
+    two_pass: bool = False,
+):
+    """The ``reference`` config of a stage at another size, widths, dtype and batch."""
     config = (stage1 if stage == 1 else stage2).get_config("reference")
-    config.model.size = args.size
-    n_latent = 2 * int(np.log2(args.size)) - 2
+    config.model.size = size
+    n_latent = 2 * int(np.log2(size)) - 2
     if n_latent <= 8:
-        raise SystemExit(f"--size {args.size}: the coarse/medium/fine split 4/4/rest needs at least 64 px")
+        raise SystemExit(f"--size {size}: the coarse/medium/fine split 4/4/rest needs at least 64 px")
     config.model.latent_groups = (4, 4, n_latent - 8)
-    config.model.width_scale = args.width_scale
-    config.model.encoder_width_scale = args.encoder_width_scale
-    config.compute_dtype = args.dtype
-    config.batch_size = args.batch
-    config.mesh.fsdp = args.fsdp
+    config.model.width_scale = width_scale
+    config.model.encoder_width_scale = encoder_width_scale
+    config.compute_dtype = dtype
+    config.batch_size = batch
+    config.mesh.fsdp = fsdp
+    config.two_pass = two_pass
     return config
 
 
-def benchmark_stage(stage: int, args: argparse.Namespace) -> dict:
-    config = stage_config(stage, args)
+def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> dict:
+    """Builds a stage's state and step for ``batch`` and measures it (see the module doc)."""
+    config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch, args.fsdp, args.two_pass)
     networks = networks_lib.build(config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     variables = networks_lib.init_variables(networks, init_rng, config.model.size)
@@ -56,37 +84,33 @@ def benchmark_stage(stage: int, args: argparse.Namespace) -> dict:
     mesh = sharding.make_mesh(None, config.mesh.fsdp)
     state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
     frozen = jax.device_put(frozen, sharding.replicated(mesh))
-    images = np.random.default_rng(0).uniform(-1, 1, (args.batch, args.size, args.size, 3)).astype(np.float32)
+    images = np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
     images = sharding.put_batch(mesh, images)
     index_in_epoch = jnp.asarray(1, jnp.int32)
     trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
 
     step_fn = loop.make_step(stages.build(config, networks, optimizers), mesh, state, frozen)
-    start = time.perf_counter()
-    compiled = step_fn.lower(state, frozen, images, index_in_epoch).compile()
-    compile_seconds = time.perf_counter() - start
-    costs = compiled.cost_analysis()
-    costs = costs[0] if isinstance(costs, (list, tuple)) else costs
-    flops = float(costs.get("flops", float("nan"))) * mesh.size  # the count is the per-device program's
+    compiled, compile_s = timing.compile_seconds(step_fn, state, frozen, images, index_in_epoch)
+    flops = timing.xla_flops(compiled) * mesh.size  # the count is the per-device program's
 
-    state, metrics = compiled(state, frozen, images, index_in_epoch)  # warm-up
-    jax.block_until_ready(metrics)
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        state, metrics = compiled(state, frozen, images, index_in_epoch)
-        jax.block_until_ready((state, metrics))
-        times.append(time.perf_counter() - start)
-    assert np.isfinite(float(metrics["g_total"])), "the step diverged"
-    seconds = statistics.median(times)
+    def step(carry):
+        return compiled(carry[0], frozen, images, index_in_epoch)
+
+    carry = step((state, None))  # warm-up
+    jax.block_until_ready(carry)
+    seconds, (_, metrics) = timing.steady_state_seconds(step, carry, steps, jax.block_until_ready)
+    if not np.isfinite(float(metrics["g_total"])):
+        raise FloatingPointError(f"stage {stage}: the step diverged (g_total {float(metrics['g_total'])})")
     return {
         "stage": stage,
+        "batch": batch,
         "trained_params": trained,
-        "compile_s": compile_seconds,
+        "compile_s": compile_s,
         "step_s": seconds,
-        "images_per_s": args.batch / seconds,
-        "gflop": flops / 1e9,
-        "gflops_per_s": flops / seconds / 1e9,
+        "flops": flops,
+        "devices": mesh.size,
+        "data_axis": mesh.shape["data"],
+        "peak_bytes": device_info.jax_peak_memory_bytes(jax.devices()[0]),
     }
 
 
@@ -98,25 +122,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--width-scale", type=float, default=1.0, help="generator and discriminator widths")
     parser.add_argument("--encoder-width-scale", type=float, default=1.0, help="e4e and ArcFace widths (>= 0.25)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up step")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps after the warm-up step")
     parser.add_argument("--fsdp", type=int, default=1, help="fsdp axis of the mesh (the rest is data)")
+    parser.add_argument("--two-pass", action="store_true", help="the generator side twice per step, as the reference")
+    parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s of one device for MFU (default: the table's)")
+    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
+    parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
     args = parser.parse_args(argv)
 
     devices = jax.devices()
+    peaks = device_info.named_peaks(devices[0].device_kind, args.peak_tflops)
     print(
         f"DBAF train step, {args.size}px, widths {args.width_scale:g} (G, D) / {args.encoder_width_scale:g} "
-        f"(e4e, ArcFace), global batch {args.batch}, {args.dtype}; JAX {jax.__version__} on "
-        f"{len(devices)} x {devices[0].device_kind}; median of {args.steps} steps\n"
+        f"(e4e, ArcFace), global batch {args.batch}, {args.dtype}{', two passes' if args.two_pass else ''}; JAX {jax.__version__} on "
+        f"{len(devices)} x {devices[0].device_kind}; {args.steps} steps, one sync; {device_info.describe_peaks(peaks)}\n"
     )
-    print("| stage | trained params (M) | compile s | step s | images/s | GFLOP/step | achieved GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    mfu_columns = "".join(f" MFU {label} |" for label in peaks)
+    max_column = " max batch |" if args.find_max_batch else ""
+    print(
+        f"| stage | trained params (M) | compile s | step s | images/s | GFLOP/step | TFLOP/s |{mfu_columns} peak GiB |{max_column}"
+    )
+    print("|---" * (8 + len(peaks) + bool(args.find_max_batch)) + "|")
     for stage in args.stages:
-        r = benchmark_stage(stage, args)
-        print(
-            f"| {r['stage']} | {r['trained_params'] / 1e6:.1f} | {r['compile_s']:.0f} | {r['step_s']:.3g} | "
-            f"{r['images_per_s']:.3g} | {r['gflop']:.4g} | {r['gflops_per_s']:.3g} |",
-            flush=True,
+        r = run_stage(stage, args, args.batch, args.steps)
+        figures = timing.throughput(r["batch"], r["step_s"], r["flops"], peaks, r["devices"])
+        mfu = "".join(f" {value:.1%} |" for value in figures["mfu"].values())
+        row = (
+            f"| {stage} | {r['trained_params'] / 1e6:.1f} | {r['compile_s']:.1f} | {r['step_s']:.4g} | "
+            f"{figures['images_per_s']:.4g} | {r['flops'] / 1e9:.4g} | {figures['flops_per_s'] / 1e12:.4g} |{mfu} "
+            f"{device_info.format_bytes(r['peak_bytes'])} |"
         )
+        if args.find_max_batch:
+            fits = lambda batch: run_stage(stage, args, batch, steps=1)  # noqa: E731
+            largest = device_info.largest_batch(fits, args.batch, args.max_batch, multiple=r["data_axis"])
+            row += f" {largest if largest is not None else 'none'} |"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.loss.contrastive = 0.0  # stage 1 only
     c.loss.adv = 0.0
     c.loss.id_margin = 0.0  # clamp of the identity terms' cosines
+    c.loss.identity_reduction = "sum"  # stage 2 identity terms over outputs: "sum" (DBAF) or "mean" (HFORD)
+    c.loss.parse_classes = (2, 4, 5, 10, 11, 12)  # ref ParseLoss.select_list (CelebAMask-HQ labels)
+    c.loss.adversarial_reduction = ""  # "" the form's; "sum"/"mean" of G's and D's terms over the outputs
     c.loss.same_threshold = 0.0  # stage 1 contrastive: ref --same_thres
     c.loss.different_threshold = 0.5  # stage 1 contrastive: ref --not_same_thres
 
@@ -124,18 +127,15 @@ def apply_variants(config: ml_collections.ConfigDict, variants: str, table: dict
     return config
 
 
-def tiny(c: ml_collections.ConfigDict) -> None:
-    """Reduced widths at 64 px so both stages train on a CPU in minutes."""
+def tiny_base(c: ml_collections.ConfigDict) -> None:
+    """What every family's ``tiny`` variant shares: 64 px, reduced generator and encoder
+    widths, synthetic data and a 30-step schedule that logs, samples, evaluates and
+    checkpoints on a CPU in minutes."""
     c.model.size = 64
     c.model.style_dim = 32
     c.model.n_mlp = 2
     c.model.width_scale = 1 / 16
     c.model.encoder_width_scale = 1 / 4
-    c.model.latent_groups = (3, 3, 4)
-    c.model.cid.depth = 1
-    c.model.cid.heads = 2
-    c.model.cid.head_dim = 8
-    c.model.cid.mlp_dim = 32
     c.data.synthetic = True
     c.data.synthetic_size = 32
     c.batch_size = 4
@@ -145,6 +145,16 @@ def tiny(c: ml_collections.ConfigDict) -> None:
     c.checkpoint_every = 15
     c.eval_every = 15
     c.eval_images = 4
+
+
+def tiny(c: ml_collections.ConfigDict) -> None:
+    """Reduced widths at 64 px so both stages train on a CPU in minutes."""
+    tiny_base(c)
+    c.model.latent_groups = (3, 3, 4)
+    c.model.cid.depth = 1
+    c.model.cid.heads = 2
+    c.model.cid.head_dim = 8
+    c.model.cid.mlp_dim = 32
 
 
 def tokens(c: ml_collections.ConfigDict) -> None:
@@ -161,6 +171,29 @@ def no_cid(c: ml_collections.ConfigDict) -> None:
 def no_maar(c: ml_collections.ConfigDict) -> None:
     """Paper ablation: no MAAR; the generator reads its stored noise."""
     c.model.maar.enabled = False
+
+
+def no_adv(c: ml_collections.ConfigDict) -> None:
+    """Ablation of both methods (DBAF Table IV, HFORD w/o L_adv): no adversarial term,
+    and so no discriminator to train."""
+    c.loss.adv = 0.0
+    c.trainable = tuple(t for t in c.trainable if t != "discriminator")
+
+
+# HFORD (the conference predecessor): the same networks under other names (IDM = CID,
+# ARM = MAAR, cMLP = KRIA, pre-training = stage 1). It names no parser classes, only
+# "identity-related parts" (sec. III-E, eq. 14): the inner face, both brows, both eyes,
+# nose, mouth and both lips (CelebAMask-HQ labels). The reference's list for DBAF has
+# one brow and one lip of each pair.
+HFORD_PARSE_CLASSES = (2, 3, 4, 5, 10, 11, 12, 13)
+
+
+def hford_losses(c: ml_collections.ConfigDict) -> None:
+    """What both HFORD stages share and DBAF's paper form does not."""
+    c.loss.form = "paper"  # HFORD eq. 9: L1 reconstruction; eq. 15: sum_i ||Delta_i||_2, as DBAF's paper
+    c.loss.parse_classes = HFORD_PARSE_CLASSES  # HFORD eq. 14: identity-related parts only
+    c.loss.adversarial_reduction = "mean"  # HFORD eqs. 16-17: expectations over all generated faces
+    c.loss.id_margin = 0.0  # HFORD eqs. 10-11: max(0, cos)
 
 
 def paper_model(c: ml_collections.ConfigDict) -> None:

@@ -8,6 +8,8 @@ Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
   tokens       CID attention among each image's tokens instead of across the batch
   no_cid       ablation: a 4-layer MLP instead of CID
   no_maar      ablation: no MAAR
+  no_adv       ablation: no adversarial term (and no discriminator)
+  hford        HFORD's pre-training (its sec. III-F): the same stage, HFORD's losses
 """
 
 import ml_collections
@@ -44,6 +46,21 @@ def paper(c: ml_collections.ConfigDict) -> None:
     common.paper_model(c)
 
 
+def hford(c: ml_collections.ConfigDict) -> None:
+    """HFORD's pre-training, sec. III-F: eq. (18) with lambda_c = 1.0, lambda_id = 0,
+    lambda_lips = 1.0, lambda_rec = 3.5, lambda_parse = 0.1, lambda_reg = 0.1."""
+    common.hford_losses(c)
+    c.loss.contrastive = 1.0  # HFORD lambda_c, eq. (6)
+    c.loss.id = 0.0  # HFORD lambda_id = 0 in pre-training
+    c.loss.lpips = 1.0  # HFORD lambda_lips
+    c.loss.rec = 3.5  # HFORD lambda_rec
+    c.loss.parse = 0.1  # HFORD lambda_parse
+    c.loss.reg = 0.1  # HFORD lambda_reg
+    c.loss.adv = 1.0  # HFORD eq. (18): L_adv unweighted
+    c.loss.same_threshold = 0.0  # HFORD tau+ (value not given; the reference's)
+    c.loss.different_threshold = 0.5  # HFORD tau- (value not given; the reference's)
+
+
 VARIANTS = {
     "reference": reference,
     "paper": paper,
@@ -51,6 +68,8 @@ VARIANTS = {
     "tokens": common.tokens,
     "no_cid": common.no_cid,
     "no_maar": common.no_maar,
+    "no_adv": common.no_adv,
+    "hford": hford,
 }
 
 

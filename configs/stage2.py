@@ -9,7 +9,8 @@ model directory). Variants as ``--config configs/stage2.py:paper`` or ``:referen
   tiny          reduced widths at 64 px on synthetic data
   single_stage  ablation: train everything from the base checkpoints in one stage
   frozen_generator  keep the fine-tuned generator fixed
-  tokens, no_cid, no_maar  as in stage 1
+  tokens, no_cid, no_maar, no_adv  as in stage 1
+  hford         HFORD's anonymization training (its sec. IV-A), latent-space recovery
 """
 
 import ml_collections
@@ -42,6 +43,21 @@ def paper(c: ml_collections.ConfigDict) -> None:
     common.paper_model(c)
 
 
+def hford(c: ml_collections.ConfigDict) -> None:
+    """HFORD's anonymization training, sec. IV-A: eq. (18) with lambda_c = 0,
+    lambda_id = 2.0, lambda_lips = 1.0, lambda_rec = 0.05, lambda_parse = 0.1,
+    lambda_reg = 0.1; 2 anonymizing and 2 wrong passwords (n = 4), one recovery (m = 1)."""
+    common.hford_losses(c)
+    c.loss.identity_reduction = "mean"  # HFORD eqs. (10)-(12): 1/(n(n-1)) over pairs, 1/n, 1/m
+    c.loss.id = 2.0  # HFORD lambda_id
+    c.loss.lpips = 1.0  # HFORD lambda_lips
+    c.loss.rec = 0.05  # HFORD lambda_rec
+    c.loss.parse = 0.1  # HFORD lambda_parse
+    c.loss.reg = 0.1  # HFORD lambda_reg
+    c.loss.adv = 1.0  # HFORD eq. (18): L_adv unweighted
+    c.recovery = "latent"  # HFORD: the cMLP applied again to the anonymized identity code
+
+
 def single_stage(c: ml_collections.ConfigDict) -> None:
     """Ablation: no disentanglement stage; CID and MAAR start untrained."""
     c.init_from = ""
@@ -60,6 +76,8 @@ VARIANTS = {
     "tokens": common.tokens,
     "no_cid": common.no_cid,
     "no_maar": common.no_maar,
+    "no_adv": common.no_adv,
+    "hford": hford,
 }
 
 

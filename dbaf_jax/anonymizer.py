@@ -1,21 +1,29 @@
-"""Anonymize aligned faces with a password and recover them with it: the Python API.
+"""Anonymize faces with a password and recover them with it: the Python API.
 
-``FaceAnonymizer(model_dir)`` runs a DBAF model directory on arrays;
-`anonymize_folder` and `recover_folder` run it over folders of images and are what
-the commands ``python -m dbaf_jax.anonymize`` and ``python -m dbaf_jax.recover`` call.
+``FaceAnonymizer(model_dir)`` runs a DBAF model directory on arrays of aligned faces
+(`anonymize`, `recover`, `recover_from_latents`) and on whole photos
+(`anonymize_photo`, `recover_photo`); `anonymize_folder`, `recover_folder` and their
+photo counterparts run it over folders of images and are what the commands
+``python -m dbaf_jax.anonymize`` and ``python -m dbaf_jax.recover`` call.
 
-Each folder run draws a fresh random salt; password + salt give the key
-(`dbaf_jax.keys`). Every output PNG carries, in its ``dbaf_jax`` text chunk, the salt
+Each folder run draws a fresh random salt (or takes a key file's); password + salt
+give the key (`dbaf_jax.keys`). Every output PNG carries `dbaf_jax.metadata`: the salt
 and KDF parameters and which model made it (`model_directory.model_fingerprint` of
-its weights), never the password. Recovery reads them back, so only the password is
-needed. A wrong password is not an error: it yields another face, which is what keeps
-the original private. Recovering with another model than the one that anonymized is
-reported as a warning.
+its weights), never the password. Recovery reads them back, checked as untrusted
+input, so only the password is needed. A wrong password is not an error: it yields
+another face, which is what keeps the original private. Images anonymized by another
+model are refused (`ModelMismatchError`) unless ``ignore_model_mismatch`` is set.
 
-Inputs are read at the encoder's input size (256 for the public checkpoints; other
-sizes are resized); outputs are PNGs at the generator's size, named after their
-inputs (``face.jpg`` -> ``face.png``, sub-folders kept). Unreadable files are skipped
-and reported; an existing output is never replaced unless ``overwrite`` is set.
+Aligned inputs are read at the encoder's input size (256 for the public checkpoints;
+other sizes are resized); outputs are PNGs named after their inputs (``face.jpg`` ->
+``face.png``, sub-folders kept). Unreadable files are skipped and reported. Outputs are
+created atomically and, unless ``overwrite`` is set, exclusively: an existing file is
+never replaced, even one another run wrote meanwhile (`images.write_file`).
+
+The weights are placed on the devices once; a batch is split over all local devices.
+Inputs decode on worker threads ahead of the model and outputs encode behind it
+(`dbaf_jax.pipeline`), so the device is kept busy. ``dtype='bfloat16'`` computes every
+network in bfloat16 (`docs/decisions.md` gives the measured difference from float32).
 
 Recovery from the anonymized image alone re-encodes it and applies KRIA with the key
 (the paper's path). ``save_latents`` additionally writes ``NAME.latents.npz`` beside
@@ -24,7 +32,8 @@ identity code, the attribute code and MAAR's maps of the original); recover with
 ``mode='latent'`` to use it. Those files describe the original face: keep them private.
 
 Errors the user can cause raise `dbaf_jax.errors` types (OutputExistsError,
-PasswordFileError, InputError, ModelDirectoryError), never exit the interpreter.
+PasswordFileError, InputError, ModelMismatchError, ModelDirectoryError), never exit
+the interpreter.
 """
 
 from __future__ import annotations
@@ -34,21 +43,38 @@ import functools
 import re
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import __version__, images, keys, model_directory
-from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
+from dbaf_jax import images, keys, metadata, model_directory, pipeline, precision, sharding
+from dbaf_jax.errors import InputError, ModelDirectoryError, ModelMismatchError, OutputExistsError, PasswordFileError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detect import FaceDetector
-from dbaf_jax.models import dbaf
+from dbaf_jax.models import dbaf, families
 
 LATENTS_SUFFIX = ".latents.npz"
 RECOVERY_MODES = ("image", "latent")
+# Per device: on an accelerator 32 faces (~5 GB of activations at 256 px) keep it busy;
+# on a CPU larger batches are not faster and only delay the first outputs.
+ACCELERATOR_BATCH = 32
+CPU_BATCH = 8
+
+
+def default_devices() -> list:
+    """Every local accelerator; on a CPU host, its first device only: forced host
+    devices split one CPU's threads, so a batch split over them gains nothing."""
+    devices = jax.local_devices()
+    return devices[:1] if devices[0].platform == "cpu" else devices
+
+
+def default_batch_size(devices: list | None = None) -> int:
+    """The batch the commands use unless told: 32 per local accelerator, 8 on CPUs."""
+    devices = devices or jax.local_devices()
+    return CPU_BATCH if devices[0].platform == "cpu" else ACCELERATOR_BATCH * len(devices)
 
 
 def read_password(path: str | Path) -> str:
@@ -101,22 +127,38 @@ def _key_axes(key: jax.Array) -> jax.Array:
 
 
 # Jitted with the model static: instances of one architecture share their compiled code.
-@functools.partial(jax.jit, static_argnums=0)
-def _anonymize(model: dbaf.DBAF, variables, images, key):
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _anonymize(model, variables, images, key, with_latents: bool):
+    if not with_latents:
+        return model.anonymize_images(variables, images, _key_axes(key))[0].astype(jnp.float32), None
+    # DBAF's latent-space recovery also needs the codes of this anonymization.
     encoding, _ = model.encode(variables, images)
     anonymized = model.anonymize(variables, encoding, _key_axes(key))
-    return anonymized.images[0], (anonymized.identity_code[0], encoding.attribute_code, encoding.attribute_maps)
+    latents = (anonymized.identity_code[0], encoding.attribute_code, encoding.attribute_maps)
+    return anonymized.images[0].astype(jnp.float32), latents
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _recover_image(model: dbaf.DBAF, variables, anonymized, key):
-    return model.recover_image(variables, anonymized, _key_axes(key))[0][0]
+def _recover_image(model, variables, anonymized, key):
+    return model.recover_images(variables, anonymized, _key_axes(key))[0].astype(jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _recover_latent(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
     encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][0]
+    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][0].astype(jnp.float32)
+
+
+def _latents_dict(latents) -> dict[str, Any]:
+    identity, attribute, maps = latents
+    named = {"anonymized_identity": identity, "attribute_code": attribute}
+    named.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
+    return named
+
+
+def _unpadded(outputs, count: int):
+    """``outputs`` (a pytree of batch-first arrays) cut back to ``count`` rows; as is when unpadded."""
+    return jax.tree.map(lambda x: x if len(x) == count else x[:count], outputs)
 
 
 @dataclasses.dataclass
@@ -131,7 +173,8 @@ class PhotoResult:
 
 
 class FaceAnonymizer:
-    """A loaded DBAF model with jitted anonymize and recover functions (the Python API).
+    """A loaded model of any family (`models.families`: DBAF, iFADIT) with jitted
+    anonymize and recover functions (the Python API).
 
     ``FaceAnonymizer(model_dir).anonymize(images, key)`` with aligned images
     (B, input_size, input_size, 3) in [-1, 1] (256 x 256 for the public checkpoints) and
@@ -139,49 +182,70 @@ class FaceAnonymizer:
     ``recover`` likewise. Each image is processed as if alone (`DBAF.for_inference`),
     so results do not depend on the batch. Whole photos: `anonymize_photo` and
     `recover_photo` with a `photos.PhotoFaces` (detector, masks, paste-back).
+
+    The variables are placed once on a mesh over ``devices`` (default:
+    `default_devices`), replicated; batches are split over it, zero-padded to a multiple of
+    `batch_multiple` (a batch of that multiple needs no padding). ``dtype`` is the
+    compute dtype of every network ("float32", or "bfloat16" for about twice the speed on accelerators). The
+    ``*_async`` methods return device arrays without waiting for them.
     """
 
-    def __init__(self, model_dir: str | Path):
+    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None):
+        precision.check_compute_dtype(dtype)
         self.model_dir = Path(model_dir)
-        model, self.variables = dbaf.load(self.model_dir)
-        self.fingerprint = model_directory.model_fingerprint(model.networks(), self.variables)
-        self.model = model.for_inference()
-        self.input_size = self.model.e4e.input_size
+        model, variables = families.load(self.model_dir)
+        self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
+        self.dtype = dtype
+        self.model = model.for_inference().with_compute_dtype(dtype)
+        variables = self.model.compute_variables(variables)  # cast once, not per batch
+        devices = list(devices or default_devices())
+        mesh = sharding.make_mesh(devices=devices)
+        self.batch_multiple = len(devices)
+        self._batch_sharding = sharding.batch_sharding(mesh)
+        self._replicated = sharding.replicated(mesh)
+        self.variables = jax.device_put(variables, self._replicated)
+        self.input_size = self.model.input_size
+        self.output_size = self.model.output_size
 
     def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
-        model = self.model
-        return keys.derive_key(password, record, model.key_generator, self.variables[dbaf.KEY_GENERATOR], model.kria.groups)
+        return self.model.key_from_z(self.variables, jnp.asarray(keys.key_latents(keys.derive_seed(password, record), *self.model.key_shape)))
 
     def face_keys(self, seed: bytes, indices: Iterable[int]) -> jax.Array:
         """The keys (N, L, D) of the faces ``indices`` of a photo, from the seed
         `keys.derive_seed(password, record)` (derived once per record: scrypt is slow)."""
-        model = self.model
-        z = np.stack([keys.key_latents(keys.face_seed(seed, i), len(model.kria.groups), model.key_generator.style_dim) for i in indices])
-        return model.key_from_z(self.variables, jnp.asarray(z))
+        z = np.stack([keys.key_latents(keys.face_seed(seed, i), *self.model.key_shape) for i in indices])
+        return self.model.key_from_z(self.variables, jnp.asarray(z))
+
+    def padded_size(self, batch_size: int) -> int:
+        """``batch_size`` rounded up to a multiple of the devices the batch is split over."""
+        return -(-batch_size // self.batch_multiple) * self.batch_multiple
+
+    def _place(self, batch: np.ndarray) -> jax.Array:
+        """``batch`` on the devices, zero-padded to split evenly (`padded_size`)."""
+        self._check_size(batch)
+        return jax.device_put(pad_batch(np.asarray(batch), self.padded_size(len(batch))), self._batch_sharding)
+
+    def _place_key(self, key: jax.Array, count: int) -> jax.Array:
+        if key.ndim == 2:
+            return jax.device_put(key, self._replicated)
+        return jax.device_put(pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding)
 
     def _batched(self, step, crops: np.ndarray, face_keys: jax.Array, batch_size: int) -> np.ndarray:
         """``step(batch, keys)`` over crops in zero-padded batches of ``batch_size`` (one compiled shape)."""
-        outputs = []
-        for start in range(0, len(crops), batch_size):
-            chunk = slice(start, start + batch_size)
-            count = len(crops[chunk])
-            outputs.append(step(pad_batch(crops[chunk], batch_size), pad_batch(np.asarray(face_keys[chunk]), batch_size))[:count])
-        return np.concatenate(outputs)
+        size = self.padded_size(batch_size)
+        outputs = [
+            step(pad_batch(crops[start : start + size], size), pad_batch(np.asarray(face_keys[start : start + size]), size))
+            for start in range(0, len(crops), size)
+        ]
+        return np.concatenate([np.asarray(out) for out in outputs])[: len(crops)]
 
     def anonymize_photo(
-        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = 8
+        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = CPU_BATCH
     ) -> PhotoResult:
         """Anonymizes every large enough face of ``photo`` (H, W, 3) uint8, each with its
         own key (``seed`` is `keys.derive_seed(password, record)`), pasted back."""
-        found = faces.find(photo)
-        if not found.faces:
-            return PhotoResult(photo.copy(), [], np.zeros((0, 0, 0, 3), np.float32), found.too_small)
-        crops = faces.crops(photo, found.faces)
-        face_keys = self.face_keys(seed, [face.index for face in found.faces])
-        anonymized = self._batched(lambda b, k: self.anonymize(b, k)[0], crops, face_keys, batch_size)
-        out = faces.paste(photo, found.faces, anonymized, faces.masks(crops, anonymized))
-        return PhotoResult(out, found.faces, anonymized, found.too_small)
+        return self._process_photo(photo, seed, faces, faces.find(photo), lambda b, k: self.anonymize_async(b, k)[0], batch_size)
 
     def recover_photo(
         self,
@@ -189,52 +253,74 @@ class FaceAnonymizer:
         seed: bytes,
         faces: photos.PhotoFaces,
         recorded: list[photos.AlignedFace] | None = None,
-        batch_size: int = 8,
+        batch_size: int = CPU_BATCH,
     ) -> PhotoResult:
         """Recovers the faces of an anonymized photo: at their ``recorded`` places (from
         its metadata), or where detection finds them again when None."""
         found = photos.FoundFaces(recorded, []) if recorded is not None else faces.find(photo)
+        return self._process_photo(photo, seed, faces, found, self.recover_async, batch_size)
+
+    def _process_photo(self, photo, seed, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size) -> PhotoResult:
         if not found.faces:
             return PhotoResult(photo.copy(), [], np.zeros((0, 0, 0, 3), np.float32), found.too_small)
         crops = faces.crops(photo, found.faces)
         face_keys = self.face_keys(seed, [face.index for face in found.faces])
-        recovered = self._batched(self.recover, crops, face_keys, batch_size)
-        out = faces.paste(photo, found.faces, recovered, faces.masks(crops, recovered))
-        return PhotoResult(out, found.faces, recovered, found.too_small)
+        results = self._batched(step, crops, face_keys, batch_size)
+        out = faces.paste(photo, found.faces, results, faces.masks(crops, results))
+        return PhotoResult(out, found.faces, results, found.too_small)
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
             raise ValueError(f"expected images (B, {self.input_size}, {self.input_size}, 3), got {batch.shape}")
 
-    def anonymize(self, batch: np.ndarray, key: jax.Array) -> tuple[np.ndarray, dict]:
-        """Images (B, input_size, input_size, 3) -> (anonymized images at the generator's
-        size, latents for `recover_from_latents`)."""
-        self._check_size(batch)
-        anonymized, (identity, attribute, maps) = _anonymize(self.model, self.variables, jnp.asarray(batch), key)
-        latents = {"anonymized_identity": identity, "attribute_code": attribute}
-        latents.update({f"attribute_map_{i}": m for i, m in enumerate(maps)})
-        return np.asarray(anonymized), jax.device_get(latents)
+    def anonymize_async(self, batch: np.ndarray, key: jax.Array, with_latents: bool = False) -> tuple[jax.Array, Any]:
+        """`anonymize` without waiting: device arrays, the latents a dict or None."""
+        if with_latents:
+            self._check_latent_recovery()
+        count = len(batch)
+        outputs = _anonymize(self.model, self.variables, self._place(batch), self._place_key(key, count), with_latents)
+        anonymized, latents = _unpadded(outputs, count)
+        return anonymized, (_latents_dict(latents) if with_latents else None)
+
+    def anonymize(self, batch: np.ndarray, key: jax.Array, with_latents: bool = False) -> tuple[np.ndarray, dict | None]:
+        """Images (B, input_size, input_size, 3) -> (anonymized images (B, s, s, 3) at the
+        generator's size s, float32, and with ``with_latents`` the latents for
+        `recover_from_latents` (else None: they are not fetched))."""
+        return jax.device_get(self.anonymize_async(batch, key, with_latents))
+
+    def recover_async(self, anonymized: np.ndarray, key: jax.Array) -> jax.Array:
+        count = len(anonymized)
+        return _unpadded(_recover_image(self.model, self.variables, self._place(anonymized), self._place_key(key, count)), count)
 
     def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
         """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
-        self._check_size(anonymized)
-        return np.asarray(_recover_image(self.model, self.variables, jnp.asarray(anonymized), key))
+        return np.asarray(self.recover_async(anonymized, key))
+
+    @property
+    def latent_recovery(self) -> bool:
+        """Whether the model has the reference's latent-space recovery (DBAF's)."""
+        return self.model.FAMILY == dbaf.FAMILY
+
+    def _check_latent_recovery(self) -> None:
+        if not self.latent_recovery:
+            raise InputError(
+                f"{self.model_dir}: latent-space recovery (--save-latents, --mode latent) is DBAF's; "
+                f"this {self.model.FAMILY} model recovers from the image alone"
+            )
+
+    def recover_from_latents_async(self, latents: dict, key: jax.Array) -> jax.Array:
+        self._check_latent_recovery()
+        count = len(latents["attribute_code"])
+        placed = {name: jax.device_put(pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding) for name, value in latents.items()}
+        maps = [value for name, value in sorted(placed.items()) if name.startswith("attribute_map_")]
+        recovered = _recover_latent(
+            self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self._place_key(key, count)
+        )
+        return _unpadded(recovered, count)
 
     def recover_from_latents(self, latents: dict, key: jax.Array) -> np.ndarray:
         """The reference's latent-space recovery from what `anonymize` returned."""
-        maps = [value for name, value in sorted(latents.items()) if name.startswith("attribute_map_")]
-        return np.asarray(
-            _recover_latent(self.model, self.variables, latents["anonymized_identity"], latents["attribute_code"], maps, key)
-        )
-
-
-def _other_models_warning(fingerprints: set[str], own: str) -> list[str]:
-    if not fingerprints:
-        return []
-    return [
-        f"some inputs were anonymized by another model (fingerprint {', '.join(sorted(fingerprints))}, "
-        f"this one is {own}): their recovery will not give the original faces"
-    ]
+        return np.asarray(self.recover_from_latents_async(latents, key))
 
 
 def load_photo_faces(
@@ -263,22 +349,9 @@ def latents_path(target: Path) -> Path:
     return target.with_name(target.stem + LATENTS_SUFFIX)
 
 
-def plan_outputs(
-    in_dir: Path, out_dir: Path, sources: list[Path]
-) -> tuple[list[Path], dict[Path, Path], list[images.Skipped]]:
-    """(sources to process, their output paths, sources skipped because another input
-    has the same output name, e.g. ``a.jpg`` beside ``a.png``)."""
-    kept, targets, skipped = [], {}, []
-    first: dict[Path, Path] = {}
-    for source in sources:
-        target = output_path(in_dir, out_dir, source)
-        if target in first:
-            skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
-            continue
-        first[target] = source
-        kept.append(source)
-        targets[source] = target
-    return kept, targets, skipped
+def crop_path(target: Path, index: int) -> Path:
+    """Where ``save_crops`` puts face ``index`` of output ``target``."""
+    return target.with_name(f"{target.stem}.face{index}.png")
 
 
 def pad_batch(batch: np.ndarray, size: int) -> np.ndarray:
@@ -299,10 +372,65 @@ def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
 
 
 def input_images(in_dir: Path) -> list[Path]:
-    """The images below ``in_dir`` (`images.list_images`); InputError if it is no folder."""
-    if not in_dir.is_dir():
+    """The images below ``in_dir`` (`images.list_images`); InputError naming it when it
+    is missing or a file."""
+    if not in_dir.exists():
         raise InputError(f"{in_dir}: no such input folder")
+    if not in_dir.is_dir():
+        raise InputError(f"{in_dir}: the input is a file, not a folder of images")
     return images.list_images(in_dir)
+
+
+def _check_output_folder(out_dir: Path) -> None:
+    """InputError naming the path when ``out_dir`` or the nearest existing folder above
+    it is a file."""
+    for parent in (out_dir, *out_dir.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{out_dir}: cannot be the output folder, {parent} is a file")
+            return
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A folder run's inputs and where each goes; ``skipped``: inputs whose output name
+    another input already has (``a.jpg`` beside ``a.png``)."""
+
+    in_dir: Path
+    out_dir: Path
+    sources: list[Path]
+    targets: dict[Path, Path]
+    skipped: list[images.Skipped]
+
+
+def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path], bool] = lambda path: True) -> Plan:
+    """The images below ``in_dir`` that ``keep`` accepts, each with its output path."""
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    inputs = input_images(in_dir)
+    _check_output_folder(out_dir)
+    sources, targets, skipped = [], {}, []
+    first: dict[Path, Path] = {}
+    for source in filter(keep, inputs):
+        target = output_path(in_dir, out_dir, source)
+        if target in first:
+            skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
+            continue
+        first[target] = source
+        sources.append(source)
+        targets[source] = target
+    return Plan(in_dir, out_dir, sources, targets, skipped)
+
+
+def _anonymization_metadata(anonymizer: FaceAnonymizer, record: keys.KeyRecord) -> dict:
+    return metadata.anonymization(record, anonymizer.model_dir, anonymizer.fingerprint)
+
+
+def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as file:
+            np.savez_compressed(file, **latents)
+
+    images.write_file(path, write, overwrite)
 
 
 def anonymize_folder(
@@ -310,37 +438,73 @@ def anonymize_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     overwrite: bool = False,
     save_latents: bool = False,
 ) -> Report:
-    """Anonymizes every image below ``in_dir`` into ``out_dir`` with one fresh salt."""
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, input_images(in_dir))
-    outputs = list(targets.values())
+    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one fresh salt."""
+    plan = plan_outputs(in_dir, out_dir)
+    outputs = list(plan.targets.values())
     check_outputs(outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite)
+    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
-    metadata = {
-        "dbaf_jax": __version__,
-        "operation": "anonymize",
-        "key": record.to_dict(),
-        "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
-    }
-    report = Report(skipped=collisions)
-    with tqdm(total=len(sources), unit="img", desc="anonymize") as bar:
-        for paths, batch, skipped in images.iter_batches(sources, anonymizer.input_size, batch_size):
+    meta = _anonymization_metadata(anonymizer, record)
+    report = Report(skipped=plan.skipped)
+
+    def dispatched() -> Iterator:
+        for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
             report.skipped += skipped
-            if paths:
-                anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key)
-                for i, source in enumerate(paths):
-                    target = targets[source]
-                    images.write_png(target, anonymized[i], metadata)
-                    if save_latents:
-                        np.savez_compressed(latents_path(target), **{k: v[i] for k, v in latents.items()})
-                    report.written.append(target)
-            bar.update(len(paths) + len(skipped))
+            outputs = anonymizer.anonymize_async(pad_batch(batch, batch_size), key, save_latents) if paths else None
+            yield paths, len(skipped), outputs
+
+    def write(target: Path, image: np.ndarray, latents: dict | None) -> None:
+        images.write_png(target, image, meta, overwrite)
+        if latents is not None:
+            _write_latents(latents_path(target), latents, overwrite)
+
+    with tqdm(total=len(plan.sources), unit="img", desc="anonymize") as bar, pipeline.Writer(2 * batch_size) as writer:
+        for paths, skipped, outputs in pipeline.one_behind(dispatched()):
+            anonymized, latents = jax.device_get(outputs) if paths else (None, None)
+            for i, source in enumerate(paths):
+                row = {name: value[i] for name, value in latents.items()} if latents is not None else None
+                writer.submit(functools.partial(write, plan.targets[source], anonymized[i], row))
+                report.written.append(plan.targets[source])
+            bar.update(len(paths) + skipped)
     return report
+
+
+def _checked_anonymizations(
+    anonymizer: FaceAnonymizer, plan: Plan, report: Report, ignore_model_mismatch: bool
+) -> dict[Path, metadata.Anonymization | None]:
+    """Each input's checked metadata (None: it has none), read before anything is
+    written. Inputs with unusable metadata are skipped into ``report``. Images made by
+    another model raise ModelMismatchError naming both fingerprints, or with
+    ``ignore_model_mismatch`` become a warning."""
+    found: dict[Path, metadata.Anonymization | None] = {}
+    for source in plan.sources:
+        try:
+            found[source] = metadata.read_anonymization(source)
+        except InputError as err:
+            report.skipped.append(images.Skipped(source, str(err)))
+    others: dict[str, Path] = {}
+    for source, made in found.items():
+        if made is not None and made.fingerprint != anonymizer.fingerprint:
+            others.setdefault(made.fingerprint, source)
+    if others:
+        named = ", ".join(f"{fingerprint} (e.g. {source})" for fingerprint, source in sorted(others.items()))
+        message = (
+            f"images below {plan.in_dir} were anonymized by another model ({named}) than {anonymizer.model_dir} "
+            f"(fingerprint {anonymizer.fingerprint}): their recovery would not give the original faces"
+        )
+        if not ignore_model_mismatch:
+            raise ModelMismatchError(f"{message}; pass --ignore-model-mismatch to recover them anyway")
+        report.warnings.append(message)
+    return found
+
+
+def _recovered_metadata(made: metadata.Anonymization, mode: str) -> dict:
+    return {**made.fields, "operation": "recover", "mode": mode}
 
 
 def recover_folder(
@@ -348,36 +512,30 @@ def recover_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     overwrite: bool = False,
     mode: str = "image",
+    ignore_model_mismatch: bool = False,
 ) -> Report:
-    """Recovers the PNGs of an anonymize run; each file's own salt gives its key."""
+    """Recovers the aligned PNGs of an anonymize run; each file's own salt gives its key."""
     if mode not in RECOVERY_MODES:
         raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources = [p for p in input_images(in_dir) if p.suffix.lower() == ".png"]
-    check_outputs((output_path(in_dir, out_dir, s) for s in sources), overwrite)
-    report = Report()
-    other_models: set[str] = set()
-    key_cache: dict[keys.KeyRecord, jax.Array] = {}
-    readable: list[tuple[Path, dict, keys.KeyRecord]] = []
-    for source in sources:
-        try:
-            meta = images.read_metadata(source)
-            if meta.get("operation") != "anonymize" or "key" not in meta:
-                raise ValueError(f"{source}: not an anonymized image (operation {meta.get('operation')!r})")
-            record = keys.KeyRecord.from_dict(meta["key"])
-            readable.append((source, meta, record))
-        except (ValueError, KeyError, TypeError) as err:
-            report.skipped.append(images.Skipped(source, f"{source}: unusable metadata ({err})"))
-            continue
-        made_by = meta.get("model", {}).get("fingerprint")
-        if made_by != anonymizer.fingerprint:
-            other_models.add(str(made_by))
-    report.warnings += _other_models_warning(other_models, anonymizer.fingerprint)
-    def load(source: Path):
+    plan = plan_outputs(in_dir, out_dir, keep=lambda path: path.suffix.lower() == ".png")
+    check_outputs(plan.targets.values(), overwrite)
+    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
+    report = Report(skipped=plan.skipped)
+    readable: list[tuple[Path, metadata.Anonymization]] = []
+    for source, made in _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
+        if made is None:
+            report.skipped.append(images.Skipped(source, f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)"))
+        elif made.is_photo:
+            report.skipped.append(images.Skipped(source, f"{source}: an anonymized whole photo; recover it without --aligned"))
+        else:
+            readable.append((source, made))
+
+    def load(item: tuple[Path, metadata.Anonymization]):
         """The input of one recovery: the anonymized image, or its saved latents."""
+        source = item[0]
         if mode == "image":
             return images.read_image(source, anonymizer.input_size)
         side = latents_path(source)
@@ -389,38 +547,55 @@ def recover_folder(
         except Exception as err:  # noqa: BLE001 - any reader failure means "not usable"
             raise ValueError(f"{side}: cannot read latents ({err})") from None
 
-    with tqdm(total=len(readable), unit="img", desc="recover") as bar:
-        for start in range(0, len(readable), batch_size):
-            chunk = readable[start : start + batch_size]
-            for record in {r for _, _, r in chunk} - key_cache.keys():
-                key_cache[record] = anonymizer.key_for(password, record)
-            # One batch per key (an anonymize run uses one salt, so usually one per chunk).
-            for record in dict.fromkeys(r for _, _, r in chunk):
-                loaded, kept = [], []
-                for source, meta, _ in (item for item in chunk if item[2] == record):
-                    try:
-                        loaded.append(load(source))
-                        kept.append((source, meta))
-                    except ValueError as err:
-                        report.skipped.append(images.Skipped(source, str(err)))
+    key_cache: dict[keys.KeyRecord, jax.Array] = {}
+
+    def dispatched() -> Iterator:
+        """(items, recovered on the device) per batch of inputs recorded with one key
+        (an anonymize run uses one salt, so usually one batch per read batch)."""
+        loaded = pipeline.read_ahead(readable, load, depth=2 * batch_size)
+        for chunk in _chunks(loaded, batch_size):
+            for record in dict.fromkeys(made.record for (_, made), _ in chunk):
+                if record not in key_cache:
+                    key_cache[record] = anonymizer.key_for(password, record)
+                kept = []
+                for (source, made), value in chunk:
+                    if made.record != record:
+                        continue
+                    if isinstance(value, ValueError):
+                        report.skipped.append(images.Skipped(source, str(value)))
+                    else:
+                        kept.append((source, made, value))
                 if not kept:
+                    yield [], len(chunk), None
                     continue
+                values = [value for _, _, value in kept]
                 if mode == "image":
-                    recovered = anonymizer.recover(pad_batch(np.stack(loaded), batch_size), key_cache[record])
+                    recovered = anonymizer.recover_async(pad_batch(np.stack(values), batch_size), key_cache[record])
                 else:
-                    latents = {k: pad_batch(np.stack([d[k] for d in loaded]), batch_size) for k in loaded[0]}
-                    recovered = anonymizer.recover_from_latents(latents, key_cache[record])
-                for i, (source, meta) in enumerate(kept):
-                    target = output_path(in_dir, out_dir, source)
-                    images.write_png(target, recovered[i], {**meta, "operation": "recover", "mode": mode})
-                    report.written.append(target)
-            bar.update(len(chunk))
+                    latents = {k: pad_batch(np.stack([v[k] for v in values]), batch_size) for k in values[0]}
+                    recovered = anonymizer.recover_from_latents_async(latents, key_cache[record])
+                yield [(source, made) for source, made, _ in kept], len(chunk) - len(kept), recovered
+
+    with tqdm(total=len(readable), unit="img", desc="recover") as bar, pipeline.Writer(2 * batch_size) as writer:
+        for kept, dropped, recovered in pipeline.one_behind(dispatched()):
+            pixels = np.asarray(recovered) if kept else None
+            for i, (source, made) in enumerate(kept):
+                target = plan.targets[source]
+                writer.submit(functools.partial(images.write_png, target, pixels[i], _recovered_metadata(made, mode), overwrite))
+                report.written.append(target)
+            bar.update(len(kept) + dropped)
     return report
 
 
-def crop_path(target: Path, index: int) -> Path:
-    """Where ``save_crops`` puts face ``index`` of output ``target``."""
-    return target.with_name(f"{target.stem}.face{index}.png")
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def is_saved_crop(path: Path) -> bool:
@@ -443,25 +618,51 @@ def _photo_notes(source: Path, result: PhotoResult) -> list[str]:
     return notes
 
 
-def _write_photo(target: Path, result: PhotoResult, metadata: dict, save_crops: bool, report: Report) -> None:
-    images.write_png(target, result.photo, {**metadata, **photos.photo_metadata(result.photo.shape, result.faces)})
+def _write_photo(target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool) -> None:
+    images.write_png(target, result.photo, {**meta, **photos.photo_metadata(result.photo.shape, result.faces)}, overwrite)
     if save_crops:
         for face, face_crop in zip(result.faces, result.crops):
-            images.write_png(crop_path(target, face.index), face_crop, {"operation": "crop", "of": target.name, "face": face.index})
-    report.written.append(target)
-    report.faces += len(result.faces)
+            crop_meta = {"operation": "crop", "of": target.name, "face": face.index}
+            images.write_png(crop_path(target, face.index), face_crop, crop_meta, overwrite)
 
 
 def _plan_photo_outputs(
-    in_dir: Path, out_dir: Path, inputs: list[Path], overwrite: bool, save_crops: bool
-) -> tuple[list[Path], dict[Path, Path], list[images.Skipped]]:
+    in_dir: str | Path, out_dir: str | Path, overwrite: bool, save_crops: bool, keep: Callable[[Path], bool] = lambda path: True
+) -> Plan:
     """`plan_outputs`, refusing (before anything is written) existing outputs and, with
     ``save_crops``, existing crops of them, unless ``overwrite``."""
-    sources, targets, collisions = plan_outputs(in_dir, out_dir, inputs)
-    check_outputs(targets.values(), overwrite)
+    plan = plan_outputs(in_dir, out_dir, keep)
+    check_outputs(plan.targets.values(), overwrite)
     if save_crops:
-        check_outputs([p for t in targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
-    return sources, targets, collisions
+        check_outputs([p for t in plan.targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
+    return plan
+
+
+def _photo_run(
+    plan: Plan,
+    sources: list[Path],
+    process: Callable[[Path, np.ndarray], tuple[PhotoResult, dict] | images.Skipped],
+    report: Report,
+    desc: str,
+    save_crops: bool,
+    overwrite: bool,
+) -> Report:
+    """Runs ``process(source, photo)`` over ``sources`` (of ``plan``), decoding the next
+    photos and encoding finished ones on worker threads; ``process`` returns the result
+    and its output's metadata, or a Skipped. Adds to and returns ``report``."""
+    with pipeline.Writer(max_pending=4) as writer:
+        for source, photo in tqdm(pipeline.read_ahead(sources, images.read_photo, depth=4), total=len(sources), unit="photo", desc=desc):
+            outcome = images.Skipped(source, str(photo)) if isinstance(photo, ValueError) else process(source, photo)
+            if isinstance(outcome, images.Skipped):
+                report.skipped.append(outcome)
+                continue
+            result, meta = outcome
+            report.notes += _photo_notes(source, result)
+            target = plan.targets[source]
+            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, overwrite))
+            report.written.append(target)
+            report.faces += len(result.faces)
+    return report
 
 
 def anonymize_photo_folder(
@@ -470,56 +671,23 @@ def anonymize_photo_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     overwrite: bool = False,
     record: keys.KeyRecord | None = None,
     save_crops: bool = False,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
     ``out_dir``; ``record`` (a key file's) or one fresh salt for the run."""
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    sources, targets, collisions = _plan_photo_outputs(in_dir, out_dir, input_images(in_dir), overwrite, save_crops)
+    plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+    batch_size = batch_size or default_batch_size()
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
-    metadata = {
-        "dbaf_jax": __version__,
-        "operation": "anonymize",
-        "key": record.to_dict(),
-        "model": {"path": str(anonymizer.model_dir), "fingerprint": anonymizer.fingerprint},
-    }
-    report = Report(skipped=collisions)
-    for source in tqdm(sources, unit="photo", desc="anonymize"):
-        try:
-            photo = images.read_photo(source)
-        except ValueError as err:
-            report.skipped.append(images.Skipped(source, str(err)))
-            continue
-        result = anonymizer.anonymize_photo(photo, seed, faces, batch_size)
-        report.notes += _photo_notes(source, result)
-        _write_photo(targets[source], result, metadata, save_crops, report)
-    return report
+    meta = _anonymization_metadata(anonymizer, record)
 
+    def process(source: Path, photo: np.ndarray):
+        return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
 
-def _recorded_faces(source: Path, photo: np.ndarray, size: int) -> tuple[dict | None, keys.KeyRecord | None, list | None]:
-    """(metadata, its key record, its faces) of an anonymized photo; (None, None, None)
-    when it has no metadata; ValueError or InputError when the metadata is unusable."""
-    try:
-        meta = images.read_metadata(source)
-    except ValueError:
-        return None, None, None
-    if meta.get("operation") != "anonymize" or "key" not in meta:
-        raise ValueError(f"{source}: not an anonymized photo (operation {meta.get('operation')!r})")
-    if "faces" not in meta:
-        raise ValueError(f"{source}: an anonymized aligned crop; recover it with --aligned")
-    try:
-        record = keys.KeyRecord.from_dict(meta["key"])
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ValueError(f"{source}: unusable key record ({err})") from None
-    try:
-        recorded = photos.faces_from_metadata(meta, photo.shape, size)
-    except InputError as err:
-        raise ValueError(f"{source}: {err}") from None
-    return meta, record, recorded
+    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped)), "anonymize", save_crops, overwrite)
 
 
 def recover_photo_folder(
@@ -528,38 +696,38 @@ def recover_photo_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     overwrite: bool = False,
     record: keys.KeyRecord | None = None,
     save_crops: bool = False,
+    ignore_model_mismatch: bool = False,
 ) -> Report:
     """Recovers the photos of an anonymize run. A photo's own metadata gives its key
     record and face transforms; without metadata (e.g. re-encoded after sharing),
     ``record`` (a key file's) gives the key and detection finds the faces again."""
-    in_dir, out_dir = Path(in_dir), Path(out_dir)
-    inputs = [p for p in input_images(in_dir) if not is_saved_crop(p)]
-    sources, targets, collisions = _plan_photo_outputs(in_dir, out_dir, inputs, overwrite, save_crops)
-    report = Report(skipped=collisions)
+    plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
+    batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    other_models: set[str] = set()
-    for source in tqdm(sources, unit="photo", desc="recover"):
-        try:
-            photo = images.read_photo(source)
-            meta, photo_record, recorded = _recorded_faces(source, photo, anonymizer.input_size)
-        except ValueError as err:
-            report.skipped.append(images.Skipped(source, str(err)))
-            continue
-        if meta is None:
+    report = Report(skipped=list(plan.skipped))
+    anonymizations = _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
+
+    def process(source: Path, photo: np.ndarray):
+        made = anonymizations[source]
+        if made is None:
             if record is None:
-                report.skipped.append(images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection"))
-                continue
-            photo_record, meta = record, {"key": record.to_dict(), "detected": True}
-        elif meta.get("model", {}).get("fingerprint") != anonymizer.fingerprint:
-            other_models.add(str(meta.get("model", {}).get("fingerprint")))
+                return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
+            photo_record, recorded, meta = record, None, {"key": record.to_dict(), "detected": True}
+        elif not made.is_photo:
+            return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
+        else:
+            try:
+                recorded = photos.faces_from_metadata(made.fields, photo.shape, anonymizer.input_size)
+            except InputError as err:
+                return images.Skipped(source, f"{source}: {err}")
+            photo_record, meta = made.record, made.fields
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
         result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size)
-        report.notes += _photo_notes(source, result)
-        _write_photo(targets[source], result, {**meta, "operation": "recover", "mode": "image"}, save_crops, report)
-    report.warnings += _other_models_warning(other_models, anonymizer.fingerprint)
-    return report
+        return result, {**meta, "operation": "recover", "mode": "image"}
+
+    return _photo_run(plan, list(anonymizations), process, report, "recover", save_crops, overwrite)

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
+from dbaf_jax import precision
 from dbaf_jax.errors import DbafError
 
 Main = Callable[[Sequence[str] | None], Any]
@@ -51,7 +52,9 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--password-file", required=True, help="file whose first line is the password")
     parser.add_argument("in_dir")
     parser.add_argument("out_dir")
-    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--batch-size", type=positive_int, help="faces per model call; default 32 per GPU/TPU, 8 on a CPU")
+    parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32",
+                        help="compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
     photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")

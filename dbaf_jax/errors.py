@@ -37,3 +37,7 @@ class DatasetError(DbafError):
 
 class ConfigError(DbafError, ValueError):
     """A configuration value is out of range or names something that does not exist."""
+
+
+class ModelMismatchError(InputError):
+    """Images to recover were anonymized by another model than the one given."""

@@ -10,11 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import secrets
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin
+
+from dbaf_jax import pipeline
+from dbaf_jax.errors import OutputExistsError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 METADATA_CHUNK = "dbaf_jax"
@@ -91,31 +96,64 @@ def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float 
     return to_uint8(grid)
 
 
-def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any]) -> None:
-    """Writes ``image`` (H, W, 3), uint8 or float in [-1, 1], as a PNG carrying ``metadata``; atomic rename."""
+class NoMetadataError(ValueError):
+    """The image has no ``dbaf_jax`` metadata."""
+
+
+def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
+    """Creates ``path`` atomically: ``write(tmp)`` fills a temporary file beside it,
+    which then becomes ``path`` in one step, so a reader never sees a torn file.
+
+    Without ``overwrite`` the file is created exclusively: if ``path`` exists (another
+    run made it meanwhile), OutputExistsError and nothing is replaced; a hard link
+    gives that atomically where the file system has them, else an exclusively created
+    placeholder reserves the name. The temporary file is removed on any failure.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
+    try:
+        write(tmp)
+        if overwrite:
+            os.replace(tmp, path)
+            return path
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it") from None
+        except OSError:
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                raise OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it") from None
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any], overwrite: bool = True) -> Path:
+    """Writes ``image`` (H, W, 3), uint8 or float in [-1, 1], as a PNG carrying
+    ``metadata`` (`write_file`: atomic; exclusive unless ``overwrite``)."""
     info = PngImagePlugin.PngInfo()
     info.add_text(METADATA_CHUNK, json.dumps(metadata, sort_keys=True))
-    tmp = path.with_name(path.name + ".partial")
     pixels = image if image.dtype == np.uint8 else to_uint8(image)
-    Image.fromarray(pixels).save(tmp, format="PNG", pnginfo=info)
-    tmp.replace(path)
+    return write_file(path, lambda tmp: Image.fromarray(pixels).save(tmp, format="PNG", pnginfo=info), overwrite)
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The ``dbaf_jax`` metadata of a PNG written by `write_png`; ValueError if absent
-    or not a JSON object."""
+    """The ``dbaf_jax`` metadata of a PNG written by `write_png`; NoMetadataError if
+    absent, ValueError if not a JSON object."""
     try:
         with Image.open(path) as img:
             text = img.text.get(METADATA_CHUNK) if hasattr(img, "text") else None
     except Exception as err:  # noqa: BLE001
         raise ValueError(f"{path}: cannot read image ({err})") from None
     if text is None:
-        raise ValueError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
+        raise NoMetadataError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
     try:
         metadata = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nesting deeper than Python's stack is not ours either
         raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not a JSON object")
@@ -123,14 +161,15 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tuple[list[Path], np.ndarray, list[Skipped]]]:
-    """Yields (paths, images (B, size, size, 3), skipped) batches; unreadable files are skipped."""
+    """Yields (paths, images (B, size, size, 3), skipped) batches; unreadable files are
+    skipped. The next batches decode on worker threads while the caller works on this one."""
     batch_paths, batch_images, skipped = [], [], []
-    for path in paths:
-        try:
-            batch_images.append(read_image(path, size))
+    for path, image in pipeline.read_ahead(paths, lambda p: read_image(p, size), depth=2 * batch_size):
+        if isinstance(image, ValueError):
+            skipped.append(Skipped(path, str(image)))
+        else:
+            batch_images.append(image)
             batch_paths.append(path)
-        except ValueError as err:
-            skipped.append(Skipped(path, str(err)))
         if len(batch_paths) == batch_size:
             yield batch_paths, np.stack(batch_images), skipped
             batch_paths, batch_images, skipped = [], [], []

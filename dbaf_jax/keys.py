@@ -35,8 +35,9 @@ from typing import Any, Mapping, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from dbaf_jax import images
 from dbaf_jax.commands import run_main
-from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.errors import InputError
 
 DERIVATION_VERSION = 1
 KDF_NAME = "scrypt"
@@ -44,6 +45,11 @@ SALT_BYTES = 16
 SEED_BYTES = 32
 # Go's x/crypto and most guides name N = 2**15, r = 8, p = 1 for interactive use.
 DEFAULT_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
+# A record arrives with every image, from whoever sent it: its cost is bounded so that
+# one image can cost at most 16x the default's work (~128 MiB, about a second), never
+# the minutes or gigabytes a raised parameter would ask for (docs/decisions.md).
+SCRYPT_LIMITS = {"n": (2**10, 2**17), "r": (1, 8), "p": (1, 4)}
+RECORD_FIELDS = {"version", "kdf", "kdf_params", "salt"}
 # Domain separation: this stream is for key latents, version 1, and nothing else.
 DOMAIN = b"dbaf-jax key latents v1\x00"
 # ... and this one for the seeds of the faces of a photo.
@@ -80,8 +86,12 @@ class KeyRecord:
             raise ValueError("key record salt must be a hex string") from None
         if len(salt) != SALT_BYTES:
             raise ValueError(f"key record salt must be {SALT_BYTES} bytes, got {len(salt)}")
-        if self.n < 2 or self.n & (self.n - 1) or self.r < 1 or self.p < 1:
-            raise ValueError(f"invalid scrypt parameters n={self.n}, r={self.r}, p={self.p}")
+        for name, (low, high) in SCRYPT_LIMITS.items():
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"scrypt parameter {name}={value!r} is outside the accepted range [{low}, {high}]")
+        if self.n & (self.n - 1):
+            raise ValueError(f"scrypt parameter n={self.n} is not a power of two")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,20 +105,24 @@ class KeyRecord:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "KeyRecord":
-        params = data.get("kdf_params", {})
-        return cls(
-            salt=data["salt"],
-            n=int(params["n"]),
-            r=int(params["r"]),
-            p=int(params["p"]),
-            kdf=data["kdf"],
-            version=int(data["version"]),
-        )
+    def from_dict(cls, data: Any) -> "KeyRecord":
+        """The record of ``data`` (`to_dict`'s layout exactly, JSON types as written);
+        ValueError saying what is wrong otherwise: a record is untrusted input."""
+        if not isinstance(data, Mapping) or set(data) != RECORD_FIELDS:
+            raise ValueError(f"a key record must be an object with exactly {sorted(RECORD_FIELDS)}")
+        params = data["kdf_params"]
+        if not isinstance(params, Mapping) or set(params) != set(SCRYPT_LIMITS):
+            raise ValueError(f"kdf_params must be an object with exactly {sorted(SCRYPT_LIMITS)}")
+        if type(data["version"]) is not int or not isinstance(data["kdf"], str) or not isinstance(data["salt"], str):
+            raise ValueError("a key record's version must be an integer, its kdf and salt strings")
+        return cls(salt=data["salt"], n=params["n"], r=params["r"], p=params["p"], kdf=data["kdf"], version=data["version"])
 
     @classmethod
     def from_json(cls, text: str) -> "KeyRecord":
-        return cls.from_dict(json.loads(text))
+        try:
+            return cls.from_dict(json.loads(text))
+        except (json.JSONDecodeError, RecursionError):
+            raise ValueError("a key record must be JSON") from None
 
 
 def new_key_record(
@@ -186,17 +200,13 @@ def face_seed(seed: bytes, index: int) -> bytes:
 
 
 def write_key_file(path: str | Path, record: KeyRecord, overwrite: bool = False) -> Path:
-    """Writes ``record`` (salt and KDF parameters, no password) as a key file.
+    """Writes ``record`` (salt and KDF parameters, no password) as a key file, atomically.
 
     Raises OutputExistsError if ``path`` exists and ``overwrite`` is not set.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise OutputExistsError(f"{path} exists already; pass --overwrite to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
     content = {"format": KEY_FILE_FORMAT, "version": KEY_FILE_VERSION, "key": record.to_dict()}
-    path.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return path
+    text = json.dumps(content, indent=1, sort_keys=True) + "\n"
+    return images.write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite)
 
 
 def read_key_file(path: str | Path) -> KeyRecord:
@@ -207,15 +217,15 @@ def read_key_file(path: str | Path) -> KeyRecord:
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"cannot read the key file {path}: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise InputError(f"{path} is not a key file (not JSON)") from None
     if not isinstance(content, dict) or content.get("format") != KEY_FILE_FORMAT:
         raise InputError(f"{path} is not a key file (no format {KEY_FILE_FORMAT!r})")
     if content.get("version") != KEY_FILE_VERSION:
         raise InputError(f"{path}: key file version {content.get('version')!r} is not supported (this is {KEY_FILE_VERSION})")
     try:
-        return KeyRecord.from_dict(content["key"])
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return KeyRecord.from_dict(content.get("key"))
+    except ValueError as err:
         raise InputError(f"{path}: invalid key record ({err})") from None
 
 

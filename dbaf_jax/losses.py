@@ -32,8 +32,12 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-# Parser classes whose logits the parse loss compares (reference ParseLoss.select_list).
+# Parser classes whose logits the parse loss compares (reference ParseLoss.select_list;
+# CelebAMask-HQ labels: 2 left brow, 4/5 eyes, 10 nose, 11 mouth, 12 upper lip).
 PARSE_CLASSES = (2, 4, 5, 10, 11, 12)
+# Stage 2's identity terms combined over the outputs: summed (DBAF eqs. 29-32) or
+# averaged over them and their pairs (HFORD eqs. 10-12).
+IDENTITY_REDUCTIONS = ("sum", "mean")
 
 # --------------------------------------------------------------------------------------
 # Identity terms (ArcFace embeddings (B, 512), as IDLossExtractor computes them)
@@ -86,14 +90,17 @@ def arcface_perceptual_loss(maps_a: Sequence[Array], maps_b: Sequence[Array]) ->
 
 
 def stage2_identity_reference(
-    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.1
+    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.1, reduction: str = "sum"
 ) -> Array:
     """Stage 2's identity loss as the reference computes it (unweighted; embeddings (B, 512)).
 
     mean of reverse similarities (ori, ano1), (ori, ano2), (ano1, ano2)
     + mean of reverse similarities (rec, err1), (rec, err2), (err1, err2), (ori, err1), (ori, err2)
-    + identity loss (ori, rec); every cosine clamped at ``margin``.
+    + identity loss (ori, rec); every cosine clamped at ``margin``. Its own averages
+    are fixed: ``reduction`` must be "sum" (the configs check it).
     """
+    if reduction != "sum":
+        raise ValueError(f"the reference's identity loss has fixed averages; reduction {reduction!r} is the paper form's")
     rev = lambda a, b: reverse_identity_similarity(a, b, margin)  # noqa: E731
     anonymized = (rev(ori, ano1) + rev(ori, ano2) + rev(ano1, ano2)) / 3
     wrong_key = (rev(rec, err1) + rev(rec, err2) + rev(err1, err2) + rev(ori, err1) + rev(ori, err2)) / 5
@@ -101,18 +108,27 @@ def stage2_identity_reference(
 
 
 def stage2_identity_paper(
-    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.0
+    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.0, reduction: str = "sum"
 ) -> Array:
-    """The paper's L_id = L_dif + L_rev + L_div (eqs. 29-32), each batch-averaged.
+    """The papers' identity loss on S1 = {ano1, ano2, err1, err2} (n = 4) and the
+    recovery rec (m = 1), each term batch-averaged (embeddings (B, 512)).
 
-    S1 = {ano1, ano2, err1, err2}. L_dif = sum_{x in S1} max(margin, cos(ori, x));
-    L_rev = 1 - cos(ori, rec); L_div = sum over the 6 unordered pairs x != y of S1 of
-    max(margin, cos(x, y)).
+    DBAF's L_id = L_dif + L_rev + L_div (eqs. 29-32), ``reduction="sum"``: L_dif =
+    sum_{x in S1} max(margin, cos(ori, x)); L_rev = 1 - cos(ori, rec); L_div = sum over
+    the 6 unordered pairs x != y of S1 of max(margin, cos(x, y)).
+    HFORD's L_id = L_dif + L_anony + L_rev (eqs. 10-13), ``reduction="mean"``: the
+    same terms normalised, 1/(n(n-1)) over the 12 ordered pairs (the mean over the 6
+    unordered ones, the cosine being symmetric) and 1/n over S1.
     """
+    if reduction not in IDENTITY_REDUCTIONS:
+        raise ValueError(f"identity reduction {reduction!r}: expected one of {IDENTITY_REDUCTIONS}")
     s1 = (ano1, ano2, err1, err2)
+    pairs = list(itertools.combinations(s1, 2))
     difference = sum(reverse_identity_similarity(ori, x, margin) for x in s1)
     recovery = jnp.mean(1.0 - cosine_similarity(ori, rec))
-    diversity = sum(reverse_identity_similarity(x, y, margin) for x, y in itertools.combinations(s1, 2))
+    diversity = sum(reverse_identity_similarity(x, y, margin) for x, y in pairs)
+    if reduction == "mean":
+        difference, diversity = difference / len(s1), diversity / len(pairs)
     return difference + recovery + diversity
 
 
@@ -239,6 +255,15 @@ class LossForm:
     regulariser: Callable[[Array, Array], Array]
     stage2_identity: Callable[..., Array]
     output_reductions: Mapping[str, str]
+
+    def with_adversarial_reduction(self, reduction: str) -> "LossForm":
+        """This form with the adversarial terms (G's and D's logistic) combined over the
+        outputs by ``reduction`` ("sum" or "mean"); "" keeps the form's own."""
+        if not reduction:
+            return self
+        if reduction not in ("sum", "mean"):
+            raise ValueError(f"adversarial reduction {reduction!r}: expected 'sum', 'mean' or ''")
+        return dataclasses.replace(self, output_reductions={**self.output_reductions, "adv": reduction, "d_logistic": reduction})
 
     def reduce_terms(self, per_output: Mapping[str, Array]) -> dict[str, Array]:
         """Each term's values (K,) over the outputs reduced as this form prescribes."""

@@ -56,12 +56,15 @@ from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.cid import CID, LatentMLP
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.models.facenet import InceptionResnetV1
+from dbaf_jax.models.icl import IdentityCompensation
 from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.maar import MAAR
+from dbaf_jax.models.mapper import IdentityAttributeMapper
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
+from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 FORMAT_VERSION = 1
@@ -92,15 +95,18 @@ KINDS: dict[str, Kind] = {
     "e4e:Encoder4Editing": Kind(Encoder4Editing, 1),
     "e4e:GradualStyleEncoder": Kind(GradualStyleEncoder, 1),
     "facenet:InceptionResnetV1": Kind(InceptionResnetV1, 1),
+    "icl:IdentityCompensation": Kind(IdentityCompensation, 1),
     "inception:FIDInceptionV3": Kind(FIDInceptionV3, 1),
     "kria:KRIA": Kind(KRIA, 1),
     "lpips:LPIPS": Kind(LPIPS, 1),
     "maar:MAAR": Kind(MAAR, 1),
+    "mapper:IdentityAttributeMapper": Kind(IdentityAttributeMapper, 1),
     "mtcnn:ONet": Kind(ONet, 1),
     "mtcnn:PNet": Kind(PNet, 1),
     "mtcnn:RNet": Kind(RNet, 1),
     "parsers:BiSeNet": Kind(BiSeNet, 1),
     "parsers:UNetParser": Kind(UNetParser, 1),
+    "sif:SecureIdentityFlow": Kind(SecureIdentityFlow, 1),
     "stylegan2:Discriminator": Kind(Discriminator, 1),
     "stylegan2:Generator": Kind(Generator, 1),
 }

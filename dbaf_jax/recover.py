@@ -9,7 +9,8 @@ recovered with --key-file (the one anonymize used): its faces are then found aga
 detection. --aligned recovers aligned crops, with --mode image (the default, the
 paper's recovery from the image alone) or --mode latent (the reference's; needs
 ``anonymize --aligned --save-latents``). A wrong password is not an error: it gives
-other faces. Existing outputs are never replaced without --overwrite. The Python API
+other faces. Images another model anonymized are refused (naming both models'
+fingerprints) unless --ignore-model-mismatch. Existing outputs are never replaced without --overwrite. The Python API
 is `dbaf_jax.anonymizer`.
 """
 
@@ -33,19 +34,24 @@ from dbaf_jax.faces.photos import MIN_FACE_SIZE
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.recover", __doc__)
     parser.add_argument("--mode", choices=RECOVERY_MODES, default="image", help="with --aligned: image or latent recovery")
+    parser.add_argument("--ignore-model-mismatch", action="store_true",
+                        help="recover images another model anonymized (the result will not be the original faces)")
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.mode != "image" and not args.aligned:
         parser.error("--mode latent needs --aligned")
     password = read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model)
+    anonymizer = FaceAnonymizer(args.model, args.dtype)
     if args.aligned:
-        report = recover_folder(anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode)
+        report = recover_folder(
+            anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode, args.ignore_model_mismatch
+        )
     else:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = recover_photo_folder(
-            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops
+            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
+            args.ignore_model_mismatch,
         )
     report.print()
     return report

@@ -11,12 +11,18 @@ one CPU, 8 forced host devices, one GPU or a pod:
   is divisible by the fsdp size (the later axis on a tie), and replicated over
   'data' (`param_sharding`). Smaller arrays and arrays with no divisible axis are
   replicated. XLA inserts the all-gathers in the forward pass and reduce-scatters
-  the gradients.
+  the gradients;
+- activations: inside a step traced `within` a mesh, `constrain_batch` pins the
+  batch axis of the values networks take and give to the batch sharding, so every
+  image is computed on the device that holds it. Without these pins XLA's sharding
+  propagation, which starts from the parameters' fsdp splits as much as from the
+  batch, may pick other layouts for the activations and move whole-batch
+  activations between devices to reconcile them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -84,3 +90,58 @@ def put_batch(mesh: Mesh, local_batch: Any) -> Any:
     """
     sharding = batch_sharding(mesh)
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+
+
+def within(mesh: Mesh, fn: Callable) -> Callable:
+    """``fn`` traced with ``mesh`` as the ambient mesh, so that `constrain_batch` applies."""
+
+    def traced(*args, **kwargs):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args, **kwargs)
+
+    return traced
+
+
+def replicate(tree: Any) -> Any:
+    """``tree`` with every array leaf whole on every device (for a computation that needs
+    the whole batch at once); without an ambient mesh (`within`), unchanged."""
+    if jax.sharding.get_abstract_mesh().empty:
+        return tree
+    return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf, P()), tree)
+
+
+def constrain_batch(tree: Any, axis: int = 0) -> Any:
+    """Every array leaf of ``tree`` with axis ``axis`` split as `batch_sharding` splits a
+    batch, the other axes whole.
+
+    Leaves with fewer axes, or whose ``axis`` does not divide by the number of
+    devices (a key shared by the whole batch, a batch smaller than the mesh), are left
+    to XLA. Without an ambient mesh (`within`), ``tree`` unchanged.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(AXES) <= set(mesh.axis_names):
+        return tree
+    devices = mesh.shape[DATA] * mesh.shape[FSDP]
+    spec = P(*([None] * axis), AXES)
+
+    def constrain(leaf):
+        if not isinstance(leaf, jax.Array) or leaf.ndim <= axis or leaf.shape[axis] % devices:
+            return leaf
+        return jax.lax.with_sharding_constraint(leaf, spec)
+
+    return jax.tree.map(constrain, tree)
+
+
+def merge_into_batch(x: jax.Array) -> jax.Array:
+    """(K, B, ...) -> (B * K, ...), image-major: row ``b * K + k`` is ``x[k, b]``.
+
+    With B split over the devices, each device keeps the K rows of its own images;
+    a K-major merge (``x.reshape(K * B, ...)``, or a vmap over K of a convolution)
+    interleaves the devices' rows and makes XLA move whole activations.
+    """
+    return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def split_from_batch(x: jax.Array, count: int) -> jax.Array:
+    """The inverse of `merge_into_batch`: (B * K, ...) -> (K, B, ...) for K = ``count``."""
+    return x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(0, 1)

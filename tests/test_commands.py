@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbaf_jax import commands, data
+from dbaf_jax import anonymizer, commands, data
 from dbaf_jax.errors import DatasetError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,8 @@ def test_run_main_returns_on_success_and_keeps_bugs_visible(capsys):
 def test_folder_parser_refuses_a_batch_size_below_1(capsys):
     parser = commands.folder_parser("prog", "description")
     args = parser.parse_args(["--model", "m", "--password-file", "p", "in", "out"])
-    assert (args.batch_size, args.overwrite) == (8, False)
+    assert (args.batch_size, args.overwrite, args.dtype) == (None, False, "float32")  # None: per backend
+    assert anonymizer.default_batch_size() == anonymizer.CPU_BATCH == 8
     with pytest.raises(SystemExit) as exit_info:
         parser.parse_args(["--model", "m", "--password-file", "p", "in", "out", "--batch-size", "0"])
     assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err

@@ -103,7 +103,7 @@ def test_anonymize_and_latent_recovery_match_reference(converted, images):
     assert_parity(key, key_t[0].numpy(), name="key")
 
     # JAX: the three images in one batch; the reference: one image at a time (its test.py).
-    anonymized, latents = anonymizer.anonymize(images, key)
+    anonymized, latents = anonymizer.anonymize(images, key, with_latents=True)
     recovered = anonymizer.recover_from_latents(latents, key)
     # The recovered latents themselves, from the same saved latents: with random weights
     # MAAR's maps dominate the images, so a wrong latent could hide behind a similar image.

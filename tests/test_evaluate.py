@@ -21,6 +21,7 @@ import pytest
 import torch
 from PIL import Image
 
+from configs import ifadit as ifadit_config
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.facenet import main as convert_facenet
@@ -35,7 +36,9 @@ from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.inception import FEATURES
+from dbaf_jax.models import ifadit
 from dbaf_jax.models.lpips import LPIPS
+from dbaf_jax.train import networks as networks_lib
 from tests.test_anonymize_cli import temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
@@ -257,3 +260,27 @@ def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'nowhere'} missing: run python -m convert.dbaf")
     assert err.count("\n") == 1
+
+
+@pytest.mark.slow  # the tiny iFADIT model's programs compile for minutes on a CPU
+def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, tmp_path):
+    """The evaluation takes any family: an iFADIT model directory (the tiny config,
+    random weights) is measured on the image-mode sets, with no latent-mode ones (iFADIT
+    recovers from the image alone), and its report writes every table."""
+    nets = networks_lib.build(ifadit_config.get_config("phase2,tiny"))
+    modules = nets.model.networks()
+    variables = networks_lib.init_variables(nets, jax.random.PRNGKey(1), 64, tuple(modules))
+    model_directory.save_model(tmp_path / "model", ifadit.FAMILY, {n: (m, variables[n]) for n, m in modules.items()}, {})
+    argv = ["--model", str(tmp_path / "model"), "--images", str(workspace / "faces"),
+            "--metrics-models", str(metrics_models), "--out", str(tmp_path / "report"),
+            "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES)]
+    evaluate.main(argv)
+    results = json.loads((tmp_path / "report" / "report.json").read_text())
+    image_sets, latent_sets = [s for s in IDENTITY_SETS if "latent" not in s], [s for s in IDENTITY_SETS if "latent" in s]
+    assert set(results["identity"]["arcface"]) == {"tau", *image_sets}
+    assert set(results["quality"]) == {s for s in QUALITY_SETS if s not in latent_sets}
+    for path, value in numbers(results):
+        assert math.isfinite(value), path
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Recovery (image)" in markdown and "recovery (image) ours" in markdown
+    assert "Recovery (latent)" not in markdown and "recovery (latent)" not in markdown

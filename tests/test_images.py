@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from dbaf_jax import images
+from dbaf_jax.errors import OutputExistsError
 
 
 def _write(path, size, seed):
@@ -45,3 +46,36 @@ def test_metadata_missing_is_named(tmp_path):
     _write(tmp_path / "plain.png", 4, 0)
     with pytest.raises(ValueError, match="plain.png"):
         images.read_metadata(tmp_path / "plain.png")
+
+
+def test_exclusive_write_never_replaces_a_file_made_meanwhile(tmp_path):
+    """Another run creates the output between this run's check and its write: the
+    write is refused, the other run's file is intact, no temporary file is left."""
+    target = tmp_path / "out" / "x.png"
+    image = np.full((4, 4, 3), -1.0, np.float32)
+
+    def racing(tmp):
+        target.write_bytes(b"the other run's output")
+        Image.fromarray(images.to_uint8(image)).save(tmp, format="PNG")
+
+    with pytest.raises(OutputExistsError, match="x.png"):
+        images.write_file(target, racing)
+    assert target.read_bytes() == b"the other run's output"
+    assert [p.name for p in target.parent.iterdir()] == ["x.png"]
+    # Without the race the file is created; again, it is refused; with overwrite, replaced.
+    images.write_png(tmp_path / "y.png", image, {}, overwrite=False)
+    with pytest.raises(OutputExistsError):
+        images.write_png(tmp_path / "y.png", image + 2, {}, overwrite=False)
+    assert images.read_image(tmp_path / "y.png", 4).max() == -1.0
+    images.write_png(tmp_path / "y.png", image + 2, {}, overwrite=True)
+    assert images.read_image(tmp_path / "y.png", 4).min() == 1.0
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    def failing(tmp):
+        tmp.write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        images.write_file(tmp_path / "x.png", failing)
+    assert list(tmp_path.iterdir()) == []

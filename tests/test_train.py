@@ -14,6 +14,7 @@ meshes: data=8 for stage 1, data=4 x fsdp=2 for stage 2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -373,6 +374,49 @@ def interrupting(batches_fn, after: int):
 
 
 @pytest.mark.slow
+def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
+    """Between two steps, the loop fetches nothing from the devices unless it saves a
+    checkpoint there: no implicit transfer (the transfer guard raises on one), and one
+    explicit ``jax.device_get`` (counted) per checkpoint saved between steps (Orbax
+    saves the first step; none is due after that). So step N+1 is dispatched while
+    step N may still be running; nothing syncs the host every step."""
+    config = small_config(1, num_steps=4, log_every=10_000, sample_every=0)
+    gap = {"open": False, "fetches": 0, "steps": 0}
+    guard = contextlib.ExitStack()
+    make_step, device_get = loop.make_step, jax.device_get
+
+    def watched_make_step(*args):
+        step_fn = make_step(*args)
+
+        def step(*inputs):
+            guard.close()
+            gap["open"] = False
+            outputs = step_fn(*inputs)
+            gap["steps"] += 1
+            if gap["steps"] < config.num_steps:  # until the next step: no device-to-host transfer
+                guard.enter_context(jax.transfer_guard_device_to_host("disallow"))
+                gap["open"] = True
+            return outputs
+
+        return step
+
+    def counted_device_get(tree):
+        gap["fetches"] += gap["open"]
+        return device_get(tree)
+
+    monkeypatch.setattr(loop, "make_step", watched_make_step)
+    monkeypatch.setattr(jax, "device_get", counted_device_get)
+    try:
+        loop.train_and_evaluate(config, tmp_path)
+    finally:
+        guard.close()
+    checkpointer = checkpoints.TrainingCheckpointer(tmp_path, config.checkpoint_every, config.keep_checkpoints, {})
+    saved_between_steps = [step for step in checkpointer.all_steps() if step < config.num_steps]
+    checkpointer.close()
+    assert saved_between_steps == [1]
+    assert gap == {"open": False, "fetches": len(saved_between_steps), "steps": 4}
+
+
 def test_kill_and_resume_equals_uninterrupted_training(tmp_path, monkeypatch, stage1_trajectory):
     """Stage 1 through the loop, 3 steps crossing an epoch boundary: stopped after step 1
     (num_steps=1), restarted with num_steps=3 and interrupted by Ctrl-C while reading step

@@ -87,13 +87,22 @@ def tsne_file(recogniser: str) -> str:
     return f"tsne_{recogniser}.png"
 
 
-class Accumulator:
-    """Per-image values and FID statistics, collected batch by batch."""
+def image_sets(latent_recovery: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(quality sets, identity sets) of a model: the latent ones only for a family with
+    latent-space recovery (DBAF's)."""
+    keep = lambda names: tuple(n for n in names if latent_recovery or not n.endswith("_latent"))  # noqa: E731
+    return keep(QUALITY_SETS), keep(IDENTITY_SETS)
 
-    def __init__(self, recognisers: list[str]):
-        self.embeddings = {r: {s: [] for s in ("original",) + IDENTITY_SETS} for r in recognisers}
-        self.pixels = {s: {m: [] for m in PIXEL_METRICS} for s in QUALITY_SETS}
-        self.fid = {s: fid.FeatureStatistics(FEATURES) for s in ("original",) + QUALITY_SETS}
+
+class Accumulator:
+    """Per-image values and FID statistics of the ``quality_sets`` and
+    ``identity_sets`` (`image_sets`), collected batch by batch."""
+
+    def __init__(self, recognisers: list[str], quality_sets: tuple[str, ...], identity_sets: tuple[str, ...]):
+        self.quality_sets, self.identity_sets = quality_sets, identity_sets
+        self.embeddings = {r: {s: [] for s in ("original",) + identity_sets} for r in recognisers}
+        self.pixels = {s: {m: [] for m in PIXEL_METRICS} for s in quality_sets}
+        self.fid = {s: fid.FeatureStatistics(FEATURES) for s in ("original",) + quality_sets}
 
 
 def _mean(values: list[np.ndarray]) -> float:
@@ -121,10 +130,10 @@ def evaluate(
         )
     networks = MetricNetworks.load(metrics_models, options.batch_size)
     anonymizer = FaceAnonymizer(model_dir)
-    output_size = anonymizer.model.decoder.size
+    output_size = anonymizer.output_size
     record = keys.KeyRecord(salt=TEST_SALT)
     key, wrong_key = anonymizer.key_for(TEST_PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
-    totals = Accumulator(list(networks.recognisers))
+    totals = Accumulator(list(networks.recognisers), *image_sets(anonymizer.latent_recovery))
     utility = {"mtcnn": DetectionUtility(networks.detector)}
     dlib_missing = DlibDetector.unavailable()
     if dlib_missing is None:
@@ -144,23 +153,24 @@ def evaluate(
                 continue
             n = len(paths)
             originals = np.stack([images.read_image(p, output_size) for p in paths])
-            anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key)
+            anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key, anonymizer.latent_recovery)
             stored = as_stored(anonymized, anonymizer.input_size)
             outputs = {
                 "anonymization": anonymized,
                 "recovery_image": anonymizer.recover(stored, key),
-                "recovery_latent": anonymizer.recover_from_latents(latents, key),
                 "wrong_key_image": anonymizer.recover(stored, wrong_key),
-                "wrong_key_latent": anonymizer.recover_from_latents(latents, wrong_key),
             }
+            if anonymizer.latent_recovery:
+                outputs["recovery_latent"] = anonymizer.recover_from_latents(latents, key)
+                outputs["wrong_key_latent"] = anonymizer.recover_from_latents(latents, wrong_key)
             outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
             _accumulate(totals, networks, originals, outputs, batch_size)
             for measure in utility.values():
                 measure.update(originals, outputs["anonymization"])
             if not diversity_faces:
-                rows = np.stack([originals] + [outputs[s] for s in IDENTITY_SETS], axis=1)
+                rows = np.stack([originals] + [outputs[s] for s in totals.identity_sets], axis=1)
                 grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
-                images.write_png(out_dir / SAMPLES_FILE, grid, {"columns": ["original", *IDENTITY_SETS]})
+                images.write_png(out_dir / SAMPLES_FILE, grid, {"columns": ["original", *totals.identity_sets]})
             diversity_faces += list(batch[: options.diversity_faces - len(diversity_faces)])
             bar.update(len(paths) + len(bad))
     if not diversity_faces:
@@ -188,11 +198,11 @@ def evaluate(
 def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, outputs, batch_size: int) -> None:
     for name, recogniser in networks.recognisers.items():
         totals.embeddings[name]["original"].append(recogniser(originals))
-        for s in IDENTITY_SETS:
+        for s in totals.identity_sets:
             totals.embeddings[name][s].append(recogniser(outputs[s]))
     totals.fid["original"].update(networks.inception(originals))
     padded = pad_batch(originals, batch_size)
-    for s in QUALITY_SETS:
+    for s in totals.quality_sets:
         mse, psnr, ssim = (np.asarray(v)[: len(originals)] for v in pixel_metrics(padded, pad_batch(outputs[s], batch_size)))
         for metric, values in zip(PIXEL_METRICS, (mse, psnr, ssim, networks.lpips(originals, outputs[s]))):
             totals.pixels[s][metric].append(values)
@@ -205,14 +215,14 @@ def _identity(totals: Accumulator) -> dict[str, Any]:
         tau = recognition.threshold(THRESHOLD_NAMES[name])
         originals = np.concatenate(sets["original"])
         report[name] = {"tau": tau}
-        for s in IDENTITY_SETS:
+        for s in totals.identity_sets:
             report[name][s] = recognition.recognition_report(originals, np.concatenate(sets[s]), tau)
     return report
 
 
 def _quality(totals: Accumulator) -> dict[str, Any]:
     report = {}
-    for s in QUALITY_SETS:
+    for s in totals.quality_sets:
         report[s] = {metric: _mean(values) for metric, values in totals.pixels[s].items()}
         report[s]["fid"] = fid.statistics_distance(totals.fid["original"], totals.fid[s])
     return report

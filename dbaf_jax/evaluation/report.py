@@ -64,6 +64,8 @@ def identity_table(results: dict[str, Any]) -> list[str]:
         ("wrong_key_image", "Wrong-key recovery (image) ↓", None),
         ("wrong_key_latent", "Wrong-key recovery (latent) ↓", None),
     ):
+        if not any(s in sets for sets in identity.values()):
+            continue  # a family without latent-space recovery has no latent sets
         for form in forms:
             row = [label, form]
             for r in RECOGNISERS:
@@ -76,14 +78,15 @@ def identity_table(results: dict[str, Any]) -> list[str]:
 def quality_table(results: dict[str, Any]) -> list[str]:
     """Table II: image quality of anonymization and recovery (both modes) against the originals."""
     quality = results["quality"]
-    header = ["metric", "anonymization ours", "anonymization paper", "recovery (image) ours",
-              "recovery (latent) ours", "recovery paper"]
+    recoveries = [s for s in ("recovery_image", "recovery_latent") if s in quality]  # latent: DBAF only
+    header = ["metric", "anonymization ours", "anonymization paper"]
+    header += [f"recovery ({s.split('_')[1]}) ours" for s in recoveries] + ["recovery paper"]
     rows = []
     for metric, title in (("mse", "MSE ↓"), ("psnr", "PSNR ↑"), ("ssim", "SSIM ↑"), ("lpips", "LPIPS ↓"), ("fid", "FID ↓")):
         rows.append([
             title,
             quality["anonymization"][metric], paper.QUALITY["anonymization"].get(metric),
-            quality["recovery_image"][metric], quality["recovery_latent"][metric], paper.QUALITY["recovery"].get(metric),
+            *(quality[s][metric] for s in recoveries), paper.QUALITY["recovery"].get(metric),
         ])
     return table(header, rows)
 
@@ -110,7 +113,8 @@ def ablation_table(results: dict[str, Any]) -> list[str]:
     configurations = [c.replace("_", " ") for c in paper.ABLATION_CONFIGURATIONS]
     header = ["metric", "this model"] + [f"paper {c}" for c in configurations]
     rows = []
-    for stage, ours_set in (("anonymization", "anonymization"), ("recovery", "recovery_latent")):
+    recovery_set = "recovery_latent" if "recovery_latent" in quality else "recovery_image"
+    for stage, ours_set in (("anonymization", "anonymization"), ("recovery", recovery_set)):
         for metric, values in paper.ABLATION[stage].items():
             if metric in ("de_identification", "recovery_rate"):
                 ours = recogniser[ours_set][HEADLINE_FORM]["rate"] if recogniser else None

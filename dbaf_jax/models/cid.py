@@ -38,6 +38,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from dbaf_jax import sharding
+
 ATTENTION_MODES = ("tokens", "batch", "single")
 
 # torch.nn.LayerNorm's epsilon; torch's nn.GELU is the exact (erf) form.
@@ -158,7 +160,9 @@ class CID(nn.Module):
         if self.attention == "tokens":
             return vit(x, deterministic)
         if self.attention == "batch":
-            return vit(x.swapaxes(0, 1), deterministic).swapaxes(0, 1)
+            # Every image attends to the whole (global) batch: each device runs the small
+            # ViT on all of it rather than moving its activations piecewise.
+            return vit(sharding.replicate(x).swapaxes(0, 1), deterministic).swapaxes(0, 1)
         return vit(x[:, :, None, :], deterministic)[:, :, 0, :]
 
 

@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
-from dbaf_jax import keys, model_directory
+from dbaf_jax import keys, model_directory, precision, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
@@ -75,7 +76,11 @@ class DBAF:
     Keys come with a leading axis, ``keys`` (K, B or 1, n_latent, style_dim): K
     anonymizations or recoveries of each image in one call (stage 2 trains with
     K = 2 and 3; a user command passes K = 1). The K outputs share the images'
-    encoding and MAAR maps, so they are decoded together without copying the maps.
+    encoding and MAAR maps and are decoded together, as one batch of B * K.
+
+    ``compute_dtype`` is how the networks run, not what they are: None (float32) or
+    "bfloat16" (`with_compute_dtype`; `dbaf_jax.precision`). The key generator always
+    computes in float32, so a password gives the same key however the model runs.
     """
 
     e4e: Encoder4Editing
@@ -84,8 +89,10 @@ class DBAF:
     decoder: Generator
     kria: KRIA
     key_generator: Generator
+    compute_dtype: str | None = None
 
     def __post_init__(self):
+        precision.check_compute_dtype(self.compute_dtype)
         if self.maar is None:
             return
         # MAAR's maps come from e4e's features at input/16, /8 and /4 and each replaces the
@@ -110,6 +117,30 @@ class DBAF:
         named = {name: getattr(self, name) for name in NETWORKS}
         return {name: module for name, module in named.items() if module is not None}
 
+    def with_compute_dtype(self, dtype: str | None) -> "DBAF":
+        """The same model computing in ``dtype`` ("bfloat16"; None or "float32": float32).
+
+        Give it `compute_variables` of the loaded variables, once. Outputs are float32
+        either way. A model directory's fingerprint is that of the loaded float32 model:
+        the generator's ``dtype`` field and the cast variables enter the hash, so
+        fingerprint before converting.
+        """
+        precision.check_compute_dtype(dtype)
+        return dataclasses.replace(self, compute_dtype=dtype, decoder=self.decoder.clone(dtype=dtype or "float32"))
+
+    def compute_variables(self, variables: Variables) -> Variables:
+        """``variables`` ({network: variables}) as this model computes with them: every
+        network's params in the compute dtype but the key generator's (float32). Without
+        a reduced compute dtype the same arrays, no copy."""
+        return {
+            name: v if name == KEY_GENERATOR else precision.cast_params(v, self.compute_dtype)
+            for name, v in variables.items()
+        }
+
+    def apply(self, name: str, variables: Variables, *args, **kwargs) -> Any:
+        """Network ``name`` on ``variables[name]``: `apply_network` in the compute dtype."""
+        return apply_network(self.compute_dtype, getattr(self, name), variables[name], *args, **kwargs)
+
     def for_inference(self) -> "DBAF":
         """The model as users run it: a CID trained with attention across the batch
         processes each image as if alone (the reference's test-time behaviour), so an
@@ -117,6 +148,30 @@ class DBAF:
         if getattr(self.cid, "attention", None) == "batch":
             return dataclasses.replace(self, cid=self.cid.clone(attention="single"))
         return self
+
+    FAMILY = "dbaf"  # what a DBAF model directory's model.json names
+
+    @property
+    def input_size(self) -> int:
+        return self.e4e.input_size
+
+    @property
+    def output_size(self) -> int:
+        return self.decoder.size
+
+    @property
+    def key_shape(self) -> tuple[int, int]:
+        """(n_groups, style_dim): the key z vectors, one per latent group (3, 512)."""
+        return len(self.kria.groups), self.key_generator.style_dim
+
+    def anonymize_images(self, variables: Variables, images: jax.Array, keys: jax.Array) -> jax.Array:
+        """Images (B, S, S, 3) -> anonymized (K, B, s, s, 3) for keys (K, B or 1, L, D)."""
+        encoding, _ = self.encode(variables, images)
+        return self.anonymize(variables, encoding, keys).images
+
+    def recover_images(self, variables: Variables, anonymized: jax.Array, keys: jax.Array) -> jax.Array:
+        """The paper's recovery from anonymized images (B, S, S, 3) alone -> (K, B, s, s, 3)."""
+        return self.recover_image(variables, anonymized, keys)[0]
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (B, n_groups, style_dim) -> keys (B, n_latent, style_dim)."""
@@ -130,23 +185,23 @@ class DBAF:
 
         ``train`` enables CID's dropout (from ``rng``) and MAAR's batch statistics.
         """
-        return self.disentangle(variables, self.e4e.apply(variables["e4e"], images), train, rng)
+        return self.disentangle(variables, self.apply("e4e", variables, images), train, rng)
 
     def disentangle(
         self, variables: Variables, encoded: EncoderOutput, train: bool = False, rng: jax.Array | None = None
     ) -> tuple[Encoding, Variables]:
         """e4e's output -> (Encoding, model-state updates); see `encode`."""
-        attribute_code, identity_code = self.cid.apply(
-            variables["cid"], encoded.codes, deterministic=not train, rngs={"dropout": rng} if train else {}
+        attribute_code, identity_code = self.apply(
+            "cid", variables, encoded.codes, deterministic=not train, rngs={"dropout": rng} if train else {}
         )
         maps, updates = (), {}
         if self.maar is not None:
             maar_inputs = (encoded.c3, encoded.c2, encoded.c1)
             if train:
-                maps, maar_updates = self.maar.apply(variables["maar"], *maar_inputs, train=True, mutable=["batch_stats"])
+                maps, maar_updates = self.apply("maar", variables, *maar_inputs, train=True, mutable=["batch_stats"])
                 updates = {"maar": maar_updates}
             else:
-                maps = self.maar.apply(variables["maar"], *maar_inputs)
+                maps = self.apply("maar", variables, *maar_inputs)
         return Encoding(encoded.codes, attribute_code, identity_code, tuple(maps)), updates
 
     def synthesize(self, variables: Variables, latents: jax.Array, attribute_maps: tuple[jax.Array, ...]) -> jax.Array:
@@ -155,9 +210,14 @@ class DBAF:
         Latents with a leading key axis (K, B, n_latent, style_dim) give (K, B, size,
         size, 3): every key's latents are decoded with the same maps.
         """
-        noise = self.noise_inputs(attribute_maps)
-        decode = lambda w: self.decoder.apply(variables["decoder"], w, noise=noise)  # noqa: E731
-        return jax.vmap(decode)(latents) if latents.ndim == 4 else decode(latents)
+        if latents.ndim == 3:
+            return self.apply("decoder", variables, latents, noise=self.noise_inputs(attribute_maps))
+        # One decoder batch of B * K, image-major, so that an image's K decodings stay on
+        # the device that holds the image.
+        count = latents.shape[0]
+        maps = tuple(jnp.repeat(m, count, axis=0) for m in attribute_maps)
+        images = self.synthesize(variables, sharding.merge_into_batch(latents), maps)
+        return sharding.split_from_batch(images, count)
 
     def noise_inputs(self, attribute_maps: tuple[jax.Array, ...]) -> dict[int, jax.Array]:
         """Each map replaces the generator noise inputs of its side (3-4, 5-6, 7-8 at 256 px);
@@ -171,8 +231,12 @@ class DBAF:
         return self.synthesize(variables, latents, attributes.attribute_maps), latents
 
     def transform_identity(self, variables: Variables, identity_code: jax.Array, keys: jax.Array) -> jax.Array:
-        """KRIA: identity codes (B, L, D) and keys (K, B or 1, L, D) -> (K, B, L, D)."""
-        return jax.vmap(lambda key: self.kria.apply(variables["kria"], identity_code, key))(keys)
+        """KRIA: identity codes (B, L, D) and keys (K, B or 1, L, D) -> (K, B, L, D), as one
+        KRIA batch of B * K, image-major (see `synthesize`)."""
+        count = keys.shape[0]
+        keys = sharding.merge_into_batch(jnp.broadcast_to(keys, (count, *identity_code.shape)))
+        transformed = self.apply("kria", variables, jnp.repeat(identity_code, count, axis=0), keys)
+        return sharding.split_from_batch(transformed, count)
 
     def anonymize(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> Anonymized:
         """``A + KRIA(I, key)`` for each of the K keys, decoded with the images' maps."""
@@ -206,10 +270,27 @@ class DBAF:
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
 
-# The networks of a DBAF model, by name: the fields of `DBAF`.
-NETWORKS = tuple(field.name for field in dataclasses.fields(DBAF))
+def apply_network(compute_dtype: str | None, module: nn.Module, variables: Variables, *args, **kwargs) -> Any:
+    """``module.apply(variables, *args, **kwargs)`` as a step runs a network: in
+    ``compute_dtype`` (`dbaf_jax.precision.apply`) and, under a mesh, with the batch
+    axis of its inputs and outputs split over the devices (`sharding.constrain_batch`)
+    and its variables gathered whole for the call (fsdp keeps them split between
+    calls). Left split, XLA would split activations along the parameters' split axis
+    inside the network and move them to and from the batch split. With ``mutable`` the
+    updated collections (whole-batch statistics) are not split."""
+    variables = sharding.replicate(variables)
+    args, kwargs = sharding.constrain_batch((args, kwargs))
+    outputs = precision.apply(compute_dtype, module, variables, *args, **kwargs)
+    if "mutable" in kwargs:
+        outputs, updates = outputs
+        return sharding.constrain_batch(outputs), updates
+    return sharding.constrain_batch(outputs)
+
+
+# The networks of a DBAF model, by name: the fields of `DBAF` but ``compute_dtype``.
+NETWORKS = tuple(field.name for field in dataclasses.fields(DBAF) if field.name != "compute_dtype")
 OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
-FAMILY = "dbaf"  # the family a DBAF model directory's model.json names
+FAMILY = DBAF.FAMILY
 
 
 def load(directory) -> tuple[DBAF, Variables]:

@@ -103,8 +103,8 @@ class LPIPS(nn.Module):
 
     def layer_distances(self, images0: jnp.ndarray, images1: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
         """Per-layer terms: images (B, H, W, 3) in [-1, 1] -> five (B,) arrays."""
-        shift = jnp.asarray(INPUT_SHIFT, jnp.float32)
-        scale = jnp.asarray(INPUT_SCALE, jnp.float32)
+        shift = jnp.asarray(INPUT_SHIFT, images0.dtype)
+        scale = jnp.asarray(INPUT_SCALE, images0.dtype)
         batch = images0.shape[0]
         # One trunk pass over both images: the same arithmetic, half the dispatches.
         z = (jnp.concatenate([images0, images1], axis=0) - shift) / scale

@@ -47,5 +47,6 @@ class BatchNorm(nn.Module):
                 )
                 running_var.value = self.momentum * running_var.value + (1 - self.momentum) * unbiased
         else:
-            mean, var = running_mean.value, running_var.value
+            # Running statistics stay float32 (see dbaf_jax.precision); normalise in x's dtype.
+            mean, var = running_mean.value.astype(x.dtype), running_var.value.astype(x.dtype)
         return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias

@@ -49,6 +49,8 @@ class StepSettings:
     form: losses.LossForm
     weights: tuple[tuple[str, float], ...]  # (term, weight) of the terms with a weight
     id_margin: float
+    identity_reduction: str  # stage 2's identity terms over the outputs: losses.IDENTITY_REDUCTIONS
+    parse_classes: tuple[int, ...]  # the parser classes the parse loss compares
     r1_gamma: float  # on the steps that take R1 (lazy R1 already scaled)
     r1_every: int
     train_discriminator: bool
@@ -57,10 +59,20 @@ class StepSettings:
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict, terms: tuple[str, ...]) -> "StepSettings":
+        if config.loss.form not in losses.FORMS:
+            raise ConfigError(f"loss.form {config.loss.form!r}: expected one of {sorted(losses.FORMS)}")
+        if config.loss.identity_reduction not in losses.IDENTITY_REDUCTIONS:
+            raise ConfigError(f"loss.identity_reduction {config.loss.identity_reduction!r}: expected one of {losses.IDENTITY_REDUCTIONS}")
+        if config.loss.form == "reference" and config.loss.identity_reduction != "sum":
+            raise ConfigError("loss.identity_reduction 'mean' is the paper form's (HFORD eqs. 10-12); the reference's averages are fixed")
+        if config.loss.adversarial_reduction not in ("", "sum", "mean"):
+            raise ConfigError(f"loss.adversarial_reduction {config.loss.adversarial_reduction!r}: expected '', 'sum' or 'mean'")
         return cls(
-            form=losses.FORMS[config.loss.form],
+            form=losses.FORMS[config.loss.form].with_adversarial_reduction(config.loss.adversarial_reduction),
             weights=tuple((name, float(config.loss[name])) for name in terms if config.loss[name]),
             id_margin=config.loss.id_margin,
+            identity_reduction=config.loss.identity_reduction,
+            parse_classes=tuple(config.loss.parse_classes),
             r1_gamma=config.r1_gamma * (config.r1_every if config.r1_lazy else 1),
             r1_every=config.r1_every,
             train_discriminator=DISCRIMINATOR in config.trainable,
@@ -159,12 +171,16 @@ class AdversarialStage:
     # ---- shared
 
     def critics(self, frozen: Variables) -> Critics:
-        n = self.networks
+        apply = self.networks.apply
         return Critics(
-            embed=lambda x: n.arcface.apply(frozen["arcface"], x),
-            lpips=lambda a, b: n.lpips.apply(frozen["lpips"], a, b),
-            parse=lambda x: n.parser.apply(frozen["parser"], x),
+            embed=lambda x: apply("arcface", frozen, x),
+            lpips=lambda a, b: apply("lpips", frozen, a, b),
+            parse=lambda x: apply("parser", frozen, x),
         )
+
+    def discriminator(self, d_params) -> Callable[[jax.Array], jax.Array]:
+        """D with ``d_params``: images (B, H, W, 3) -> logits (B, 1), float32."""
+        return lambda x: self.networks.apply(DISCRIMINATOR, {DISCRIMINATOR: {"params": d_params}}, x)
 
     def generator_loss(self, terms: dict[str, jax.Array]) -> tuple[jax.Array, Metrics]:
         """(total, weighted terms) over the terms that have a weight."""
@@ -193,7 +209,7 @@ class AdversarialStage:
             forward = jax.checkpoint(forward, policy=REMAT_POLICIES[self.settings.remat])
 
         def loss_of_outputs(outputs, d_params):
-            d_apply = lambda x: self.networks.discriminator.apply({"params": d_params}, x)  # noqa: E731
+            d_apply = self.discriminator(d_params)
             terms = self.generator_terms(outputs, inputs, critics, lambda x: discriminate_each(d_apply, x))
             return self.generator_loss(terms)
 
@@ -234,7 +250,7 @@ class AdversarialStage:
         fakes = jax.lax.stop_gradient(fakes)
 
         def loss_fn(d_params):
-            d_apply = lambda x: self.networks.discriminator.apply({"params": d_params}, x)  # noqa: E731
+            d_apply = self.discriminator(d_params)
             with_r1 = lambda: losses.r1_penalty(d_apply, real, settings.r1_gamma)  # noqa: E731
             if settings.r1_every == 1:
                 r1, real_logits = with_r1()

@@ -12,7 +12,9 @@ continues from the latest one, data position and RNG included), ``metrics/``
 (TensorBoard events and ``metrics.jsonl``, evaluations on held-out images included),
 ``samples/`` (PNG grids), ``best/`` (`dbaf_jax.train.evaluation`) and, at the end,
 ``model/``: a model directory (`dbaf_jax.model_directory`) that stage 2 starts from
-(``init_from``) and, after stage 2, that `dbaf_jax.anonymize` runs.
+(``init_from``) and, after stage 2, that `dbaf_jax.anonymize` runs. iFADIT's two phases
+(``configs/ifadit.py``, `dbaf_jax.train.ifadit`) run through the same loop and export
+an iFADIT model directory.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import tqdm
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.models import dbaf
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, stages
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.adversarial import AdversarialStage
@@ -50,7 +51,7 @@ def initial_variables(config: ml_collections.ConfigDict, nets: networks_lib.Netw
     built = networks_lib.modules(nets)
     sources = []  # (directory, {network: sub-directory}), later ones override earlier ones
     if config.model_dir:
-        sources.append((Path(config.model_dir), networks_lib.PRETRAINED))
+        sources.append((Path(config.model_dir), nets.pretrained))
     if config.init_from:
         source = Path(config.init_from)
         source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
@@ -87,7 +88,7 @@ def make_step(stage: AdversarialStage, mesh, state, frozen):
     frozen_sharding = jax.tree.map(lambda x: x.sharding, frozen)
     replicated = sharding.replicated(mesh)
     return jax.jit(
-        stage.step,
+        sharding.within(mesh, stage.step),
         in_shardings=(state_sharding, frozen_sharding, sharding.batch_sharding(mesh), replicated),
         out_shardings=(state_sharding, replicated),
         donate_argnums=(0,),
@@ -113,11 +114,18 @@ def make_evaluator(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.
 
 
 def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
-    """Writes the stage's trained networks as a model directory ``workdir/name``."""
-    named = networks_lib.modules(stage.networks)
+    """Writes the stage's trained networks as a model directory ``workdir/name``.
+
+    ``variables`` are float32 (the train state's and the frozen networks' as loaded).
+    The modules are written as float32 ones whatever the run computed in: the compute
+    dtype is how a network runs, not what it is, so a bfloat16 run exports the same
+    architecture (and fingerprint) as a float32 run with the same weights.
+    """
+    named = networks_lib.modules(stage.networks.with_compute_dtype(None))
     exported = {n: (named[n], variables[n]) for n in stage.exported_networks()}
     sources = dict.fromkeys(exported, f"{type(stage).__name__} training")
-    return model_directory.save_model(workdir / name, dbaf.FAMILY, exported, sources, overwrite=True)
+    family = stage.networks.model.FAMILY  # 'dbaf' or 'ifadit': what model.json names
+    return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True)
 
 
 def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:
@@ -148,10 +156,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
 
     variables = initial_variables(config, nets, init_rng)
-    state, frozen, txs = state_lib.create(config, variables, state_rng)
+    state, frozen, txs = stages.create_state(config, variables, state_rng)
     stage = stages.build(config, nets, txs)
     state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
-    frozen = jax.device_put(frozen, sharding.replicated(mesh))
+    # The exports take the frozen networks as loaded (float32, on the host); the step
+    # takes them in the compute dtype, cast once here.
+    exported_frozen = jax.device_get(frozen)
+    frozen = jax.device_put(nets.model.compute_variables(frozen), sharding.replicated(mesh))
     del variables
 
     meta = {"stage": config.stage, **architecture(config)}
@@ -172,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         evaluator = make_evaluator(stage, frozen, jax.device_put(held_out, sharding.replicated(mesh)), eval_rng)
         best = evaluation.BestModel(workdir, config.best_metric, config.best_mode) if config.best_metric else None
     progress = tqdm.tqdm(
-        total=total_steps, initial=start, unit="step", desc=f"stage {config.stage}", disable=jax.process_index() != 0
+        total=total_steps, initial=start, unit="step", desc=stages.name(config), disable=jax.process_index() != 0
     )
     writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start, print_fn=progress.write)
     step = start
@@ -190,12 +201,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                     evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state)).items()}
                     scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
                     if best is not None and best.improves(evaluated) and jax.process_index() == 0:
-                        export(workdir, stage, state_lib.exported_variables(state, frozen), evaluation.BEST_EXPORT)
+                        export(workdir, stage, state_lib.exported_variables(state, exported_frozen), evaluation.BEST_EXPORT)
                         best.record(done, evaluated)
                 if scalars:
                     append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
                 if sampling and (done % config.sample_every == 0 or done == total_steps):
-                    writer.write_images(done, {f"stage{config.stage}_samples": sample_grid(sampler(state))})
+                    writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state))})
                 checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
                 progress.update(1)
                 step = done
@@ -209,6 +220,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         writer.close()
         progress.close()
     if jax.process_index() == 0:
-        out = export(workdir, stage, state_lib.exported_variables(state, frozen))
+        out = export(workdir, stage, state_lib.exported_variables(state, exported_frozen))
         print(f"exported the trained model to {out}")
     return state

@@ -1,9 +1,12 @@
 """Every network a training run needs, built from the config and initialised.
 
-The model proper (e4e, CID, MAAR, decoder, KRIA; see `dbaf_jax.models.dbaf`) and the
-auxiliary networks: the discriminator, the key generator (the base StyleGAN2 whose
-mapping network turns key z into w) and the frozen critics of the losses (ArcFace,
-LPIPS, the U-Net face parser).
+DBAF runs: the model proper (e4e, CID, MAAR, decoder, KRIA; see
+`dbaf_jax.models.dbaf`) and the auxiliary networks: the discriminator, the key
+generator (the base StyleGAN2 whose mapping network turns key z into w) and the
+frozen critics of the losses (ArcFace, LPIPS, the U-Net face parser). iFADIT runs
+(``config.family == 'ifadit'``): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
+its ArcFace and BiSeNet serve the losses too) plus LPIPS and MTCNN's O-net, the
+landmark extractor (`IFADITNetworks`).
 
 Pretrained networks come from the converted model directory ``config.model_dir``
 (sub-directories named as in `PRETRAINED`); without one every network is initialised
@@ -23,14 +26,20 @@ import ml_collections
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
+from dbaf_jax.faces.detect import ONET_SIDE
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.cid import CID, LatentMLP
-from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables
+from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.e4e import Encoder4Editing
+from dbaf_jax.models.icl import IdentityCompensation
+from dbaf_jax.models.ifadit import IFADIT
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.maar import MAAR
-from dbaf_jax.models.parsers import UNetParser
+from dbaf_jax.models.mapper import IdentityAttributeMapper
+from dbaf_jax.models.mtcnn import ONet
+from dbaf_jax.models.parsers import BiSeNet, UNetParser
+from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 # Network name in a run -> sub-directory of the converted model directory it starts from.
@@ -42,6 +51,16 @@ PRETRAINED = {
     "arcface": "arcface",
     "lpips": "lpips_alex",
     "parser": "parser_unet",
+}
+# The same for an iFADIT run.
+IFADIT_PRETRAINED = {
+    "e4e": "e4e",
+    "arcface": "arcface",
+    "decoder": "generator",  # frozen in both phases (paper 3.2)
+    KEY_GENERATOR: "generator",
+    "parser": "parser_bisenet",
+    "lpips": "lpips_alex",
+    "landmarks": "mtcnn/onet",
 }
 
 
@@ -55,9 +74,72 @@ class Networks:
     lpips: LPIPS
     parser: UNetParser
 
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype every network of the step computes in but the key generator's."""
+        return self.model.compute_dtype
 
-def build(config: ml_collections.ConfigDict) -> Networks:
-    """The modules described by ``config.model`` (widths, variants)."""
+    def with_compute_dtype(self, dtype: str | None) -> "Networks":
+        """Every network computing in ``dtype`` (`DBAF.with_compute_dtype`); parameters stay float32."""
+        return dataclasses.replace(
+            self,
+            model=self.model.with_compute_dtype(dtype),
+            discriminator=self.discriminator.clone(dtype=dtype or "float32"),
+        )
+
+    def apply(self, name: str, variables: Variables, *args, **kwargs):
+        """Network ``name`` (`modules`) on ``variables[name]`` as the step runs it (`dbaf.apply_network`)."""
+        return apply_network(self.compute_dtype, modules(self)[name], variables[name], *args, **kwargs)
+
+    def modules(self) -> dict:
+        """Network name -> module, for every network of the run."""
+        return {
+            **self.model.networks(),
+            "discriminator": self.discriminator,
+            "arcface": self.arcface,
+            "lpips": self.lpips,
+            "parser": self.parser,
+        }
+
+    @property
+    def pretrained(self) -> dict[str, str]:
+        return PRETRAINED
+
+
+@dataclasses.dataclass(frozen=True)
+class IFADITNetworks:
+    """The modules of an iFADIT run: the composition, LPIPS and the landmark extractor."""
+
+    model: IFADIT
+    lpips: LPIPS
+    landmarks: ONet
+
+    @property
+    def compute_dtype(self) -> str | None:
+        return self.model.compute_dtype
+
+    def with_compute_dtype(self, dtype: str | None) -> "IFADITNetworks":
+        return dataclasses.replace(self, model=self.model.with_compute_dtype(dtype))
+
+    def apply(self, name: str, variables: Variables, *args, **kwargs):
+        """Network ``name`` on ``variables[name]`` as the step runs it (`IFADIT.apply` for the model's)."""
+        if name in self.model.networks():
+            return self.model.apply(name, variables, *args, **kwargs)
+        return apply_network(self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs)
+
+    def modules(self) -> dict:
+        return {**self.model.networks(), "lpips": self.lpips, "landmarks": self.landmarks}
+
+    @property
+    def pretrained(self) -> dict[str, str]:
+        return IFADIT_PRETRAINED
+
+
+def build(config: ml_collections.ConfigDict) -> Networks | IFADITNetworks:
+    """The modules described by ``config.model`` (widths, variants), computing in
+    ``config.compute_dtype``."""
+    if config.get("family") == IFADIT.FAMILY:
+        return build_ifadit(config)
     m = config.model
     decoder = Generator(
         size=m.size,
@@ -65,7 +147,6 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         n_mlp=m.n_mlp,
         channel_multiplier=m.channel_multiplier,
         width_scale=m.width_scale,
-        dtype=config.compute_dtype,
     )
     groups = tuple(m.latent_groups)
     if m.cid.kind == "vit":
@@ -92,28 +173,54 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         maar=maar,
         decoder=decoder,
         kria=KRIA(style_dim=m.style_dim, groups=groups),
-        key_generator=dataclasses.replace(decoder, dtype="float32"),
+        key_generator=decoder,
     )
-    return Networks(
+    networks = Networks(
         model=model,
-        discriminator=Discriminator(
-            size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale, dtype=config.compute_dtype
-        ),
+        discriminator=Discriminator(size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale),
         arcface=ArcFace(width_scale=m.encoder_width_scale),
         lpips=LPIPS(net="alex"),
         parser=UNetParser(),
     )
+    return networks.with_compute_dtype(config.compute_dtype)
 
 
-def modules(networks: Networks) -> dict:
+def build_ifadit(config: ml_collections.ConfigDict) -> IFADITNetworks:
+    """An iFADIT run's modules (configs/ifadit.py)."""
+    m = config.model
+    decoder = Generator(
+        size=m.size,
+        style_dim=m.style_dim,
+        n_mlp=m.n_mlp,
+        channel_multiplier=m.channel_multiplier,
+        width_scale=m.width_scale,
+    )
+    model = IFADIT(
+        e4e=Encoder4Editing(
+            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
+        ),
+        arcface=ArcFace(width_scale=m.encoder_width_scale, embedding_dim=m.identity_dim),
+        mapper=IdentityAttributeMapper(style_dim=m.style_dim, hidden=m.mapper_hidden),
+        sif=SecureIdentityFlow(
+            identity_dim=m.identity_dim,
+            key_dim=m.style_dim,
+            blocks=m.sif.blocks,
+            hidden=m.sif.hidden,
+            depth=m.sif.depth,
+            clamp=m.sif.clamp,
+        ),
+        icl=IdentityCompensation(features=m.identity_dim, hidden=m.icl.hidden, layers=m.icl.layers),
+        decoder=decoder,
+        key_generator=decoder,
+        parser=BiSeNet() if m.parser else None,
+    )
+    networks = IFADITNetworks(model=model, lpips=LPIPS(net="alex"), landmarks=ONet())
+    return networks.with_compute_dtype(config.compute_dtype)
+
+
+def modules(networks: Networks | IFADITNetworks) -> dict:
     """Network name -> module, for every network of a run."""
-    return {
-        **networks.model.networks(),
-        "discriminator": networks.discriminator,
-        "arcface": networks.arcface,
-        "lpips": networks.lpips,
-        "parser": networks.parser,
-    }
+    return networks.modules()
 
 
 def init_variables(
@@ -149,6 +256,8 @@ def _jitted_initializer(networks: Networks, size: int, names: tuple[str, ...]) -
 
 def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
     """The function that initialises the networks in ``names`` from one seed."""
+    if isinstance(networks, IFADITNetworks):
+        return _ifadit_initializer(networks, size, names)
     model = networks.model
 
     def init(rng):
@@ -176,6 +285,38 @@ def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Calla
 
 # The order in which init_variables splits its seed (fixed: it defines every network's key).
 _INIT_ORDER = ("e4e", "cid", "maar", "decoder", "kria", "discriminator", "arcface", "lpips", "parser")
+
+
+def _ifadit_initializer(
+    networks: IFADITNetworks, size: int, names: tuple[str, ...]
+) -> Callable[[jax.Array], Variables]:
+    """`_initializer` for an iFADIT run."""
+    model = networks.model
+
+    def init(rng):
+        images = jnp.zeros((2, size, size, 3))
+        identity = jnp.zeros((2, model.sif.identity_dim))
+        latents = jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim))
+        rngs = dict(zip(_IFADIT_INIT_ORDER, jax.random.split(rng, len(_IFADIT_INIT_ORDER))))
+        decoder = model.decoder.init(rngs["decoder"], latents)
+        initialisers = {
+            "e4e": lambda: model.e4e.init(rngs["e4e"], images),
+            "arcface": lambda: model.arcface.init(rngs["arcface"], images),
+            "mapper": lambda: model.mapper.init(rngs["mapper"], identity, latents),
+            "sif": lambda: model.sif.init(rngs["sif"], identity, jnp.zeros((2, model.sif.key_dim))),
+            "icl": lambda: model.icl.init(rngs["icl"], identity),
+            "decoder": lambda: decoder,
+            KEY_GENERATOR: lambda: jax.tree.map(jnp.copy, decoder),
+            "parser": lambda: model.parser.init(rngs["parser"], images),
+            "lpips": lambda: networks.lpips.init(rngs["lpips"], images, images),
+            "landmarks": lambda: networks.landmarks.init(rngs["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3))),
+        }
+        return {name: initialisers[name]() for name in names}
+
+    return init
+
+
+_IFADIT_INIT_ORDER = ("e4e", "arcface", "mapper", "sif", "icl", "decoder", "parser", "lpips", "landmarks")
 
 
 def _maar_inputs(features) -> tuple[jax.Array, jax.Array, jax.Array]:

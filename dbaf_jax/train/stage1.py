@@ -75,7 +75,7 @@ class Stage1(AdversarialStage):
             return losses.pair_attribute_images(x, index_in_epoch, self.pair_self_every)[0]
 
         critics = self.critics(frozen)
-        encoded = self.networks.model.e4e.apply(frozen["e4e"], images)
+        encoded = self.networks.model.apply("e4e", frozen, images)
         embedding = critics.embed(images)
         attribute_images = partners(images)
         return Inputs(
@@ -115,7 +115,7 @@ class Stage1(AdversarialStage):
             "contrastive": losses.contrastive_loss(distances, inputs.same, self.same_threshold, self.different_threshold),
             "rec": form.reconstruction(inputs.attribute_images, outputs.mixed),
             "lpips": losses.lpips_batch_mean(critics.lpips(inputs.attribute_images, outputs.mixed)),
-            "parse": losses.parse_loss(inputs.attribute_logits, critics.parse(outputs.mixed)),
+            "parse": losses.parse_loss(inputs.attribute_logits, critics.parse(outputs.mixed), self.settings.parse_classes),
             "reg": form.regulariser(outputs.latents, inputs.latent_avg),
             "adv": losses.generator_nonsaturating_loss(discriminate(self.fake_images(outputs))[0]),
         }

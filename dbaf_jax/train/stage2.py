@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax import losses
+from dbaf_jax import losses, sharding
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings, agreement
 from dbaf_jax.train.networks import Networks
@@ -110,22 +110,24 @@ class Stage2(AdversarialStage):
         self, outputs: Outputs, inputs: Inputs, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
     ) -> dict[str, jax.Array]:
         form = self.settings.form
-        count, batch = outputs.images.shape[:2]
-        flat = outputs.images.reshape(count * batch, *outputs.images.shape[2:])  # one critic call for all five
-        per_output = lambda x: x.reshape(count, batch, *x.shape[1:])  # noqa: E731
+        count = outputs.images.shape[0]
+        flat = sharding.merge_into_batch(outputs.images)  # one critic call for all five, image-major
+        per_output = lambda x: sharding.split_from_batch(x, count)  # noqa: E731
         embeddings = per_output(critics.embed(flat))
         logits = per_output(critics.parse(flat))
-        distances = per_output(critics.lpips(jnp.tile(inputs.images, (count, 1, 1, 1)), flat))
+        distances = per_output(critics.lpips(jnp.repeat(inputs.images, count, axis=0), flat))
         terms = form.reduce_terms(
             {
                 "rec": jax.vmap(lambda x: form.reconstruction(inputs.images, x))(outputs.images),
                 "lpips": jax.vmap(losses.lpips_batch_mean)(distances),
-                "parse": jax.vmap(lambda x: losses.parse_loss(inputs.logits, x))(logits),
+                "parse": jax.vmap(lambda x: losses.parse_loss(inputs.logits, x, self.settings.parse_classes))(logits),
                 "reg": jax.vmap(lambda w: form.regulariser(w, inputs.latent_avg))(outputs.latents),
                 "adv": jax.vmap(losses.generator_nonsaturating_loss)(discriminate(outputs.images)),
             }
         )
-        terms["id"] = form.stage2_identity(inputs.embedding, *embeddings, margin=self.settings.id_margin)
+        terms["id"] = form.stage2_identity(
+            inputs.embedding, *embeddings, margin=self.settings.id_margin, reduction=self.settings.identity_reduction
+        )
         return terms
 
     def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:

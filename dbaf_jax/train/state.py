@@ -11,7 +11,7 @@ exported networks use ``fast`` (`dbaf_jax.train.optimizers`).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import flax
 import jax
@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train import optimizers
 
@@ -84,21 +85,26 @@ def synced(params) -> optax.LookaheadParams:
 
 
 def create(
-    config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
+    config: ml_collections.ConfigDict,
+    variables: Variables,
+    rng: jax.Array,
+    optimizers_for: Callable[[ml_collections.ConfigDict, Any], Optimizers] = make_optimizers,
 ) -> tuple[TrainState, Variables, Optimizers]:
-    """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables, optimizers)."""
+    """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables,
+    optimizers ``optimizers_for(config, trained generator-side params)``). A run without
+    a discriminator network keeps empty discriminator parameters."""
     trainable = set(config.trainable)
     unknown = trainable - set(variables)
     if unknown:
-        raise ValueError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
+        raise ConfigError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
     generator_side = {n: v["params"] for n, v in variables.items() if n in trainable and n != DISCRIMINATOR}
     model_state = {
         n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in generator_side
     }
     frozen = {n: v for n, v in variables.items() if n not in generator_side and n != DISCRIMINATOR}
-    txs = make_optimizers(config, generator_side)
+    txs = optimizers_for(config, generator_side)
     g_params = synced(generator_side)
-    d_params = synced(variables[DISCRIMINATOR]["params"])
+    d_params = synced(variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {})
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         generator_params=g_params,

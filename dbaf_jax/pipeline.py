@@ -1,0 +1,104 @@
+"""Host work beside device work: decode ahead, encode behind, both bounded.
+
+The user commands' loop is: decode inputs (host), run the model (device), fetch and
+encode outputs (host). Run one after another, the device idles while PNGs are decoded
+and encoded. `read_ahead` decodes the next inputs on worker threads while the current
+batch computes; `Writer` fetches and encodes finished outputs on worker threads while
+the next batch is dispatched. Both keep a bounded number of items in flight, so memory
+stays flat on folders of any size. PIL's codecs and NumPy release the GIL, so threads
+suffice.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+from typing import Callable, Deque, Iterable, Iterator, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+DEFAULT_WORKERS = min(8, os.cpu_count() or 1)
+
+
+def read_ahead(
+    items: Iterable[Item], read: Callable[[Item], Result], depth: int, workers: int = DEFAULT_WORKERS
+) -> Iterator[tuple[Item, Result | ValueError]]:
+    """Yields ``(item, read(item))`` in the order of ``items``, with up to ``depth`` reads
+    running ahead on ``workers`` threads. A read that raises ValueError (an unreadable
+    input) yields the error in place of its result; other errors propagate."""
+    pending: Deque[tuple[Item, concurrent.futures.Future]] = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for item in items:
+            pending.append((item, pool.submit(read, item)))
+            if len(pending) >= depth:
+                yield _settled(*pending.popleft())
+        while pending:
+            yield _settled(*pending.popleft())
+
+
+def _settled(item, future: concurrent.futures.Future):
+    try:
+        return item, future.result()
+    except ValueError as err:
+        return item, err
+
+
+class Writer:
+    """Runs output jobs on worker threads, at most ``max_pending`` at a time.
+
+    ``submit(job)`` blocks while ``max_pending`` jobs are unfinished; the first job
+    that raised re-raises its error on the caller's thread at the next ``submit`` or at
+    ``close``, so a failed write stops the run instead of passing unnoticed. Use as a
+    context manager: leaving it waits for every job.
+    """
+
+    def __init__(self, max_pending: int, workers: int = DEFAULT_WORKERS):
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers)
+        self._pending: Deque[concurrent.futures.Future] = collections.deque()
+        self._max_pending = max_pending
+
+    def submit(self, job: Callable[[], object]) -> None:
+        while len(self._pending) >= self._max_pending:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(job))
+
+    def close(self) -> None:
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            for future in self._pending:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # The run already failed: drop what has not started, let running jobs finish.
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+_NOTHING = object()
+
+
+def one_behind(produced: Iterable[Item]) -> Iterator[Item]:
+    """Yields each item of ``produced`` only once the next one has been produced.
+
+    With a generator that dispatches device work as it advances, the host handles batch
+    n (fetching, encoding) while the device already computes batch n+1.
+    """
+    previous = _NOTHING
+    for item in produced:
+        if previous is not _NOTHING:
+            yield previous
+        previous = item
+    if previous is not _NOTHING:
+        yield previous

@@ -1,0 +1,131 @@
+"""The benchmark scripts at tiny size: their printed figures agree with each other
+(images/s = batch / time, MFU = FLOP/s / peak, the FLOP ceiling = peak / FLOP per
+image), the peak table names the GPUs it should, and the largest-batch search
+returns a batch that ran, treating only out-of-memory errors as the answer. The
+PyTorch baseline needs the authors' checkout, so only its refusal of another folder
+is tested here."""
+
+import argparse
+
+import jax
+import pytest
+
+from benchmarks import anonymize, device_info, reference_pytorch, train_step
+from dbaf_jax.anonymizer import FaceAnonymizer
+
+PEAK_TFLOPS = 0.002  # a made-up peak: the CPU is not in the table
+CELL = 3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells
+TINY = ["--size", "64", "--width-scale", "0.0625", "--encoder-width-scale", "0.25", "--steps", "2"]
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the markdown table printed in ``text``, as header -> cell."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def percent(cell: str) -> float:
+    return float(cell.rstrip("%")) / 100
+
+
+@pytest.mark.parametrize(
+    "name, gpu, bf16, tf32",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.0, 494.5),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756.0, 378.0),
+        ("NVIDIA H200", "H200", 989.0, 494.5),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312.0, 156.0),
+    ],
+)
+def test_known_gpus_have_their_peaks(name, gpu, bf16, tf32):
+    assert device_info.named_peaks(name) == {f"{gpu} bf16": bf16 * 1e12, f"{gpu} TF32": tf32 * 1e12}
+
+
+def test_unknown_device_has_no_peak_unless_given():
+    assert device_info.gpu_peaks("cpu") is None
+    assert device_info.named_peaks("cpu") == {}
+    assert device_info.named_peaks("NVIDIA H100 80GB HBM3", 100.0) == {"100 TFLOP/s": 1e14}
+
+
+def fits_below(limit: int, tried: list[int]):
+    """A ``fits`` that records its batches and runs out of memory above ``limit``."""
+
+    def fits(batch):
+        tried.append(batch)
+        if batch > limit:
+            raise jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: Out of memory allocating {batch} images")
+
+    return fits
+
+
+@pytest.mark.parametrize("start, limit, multiple, expected", [(1, 13, 1, 13), (2, 13, 2, 12), (4, 1000, 4, 64), (8, 7, 1, None)])
+def test_largest_batch_doubles_then_bisects(start, limit, multiple, expected):
+    tried = []
+    found = device_info.largest_batch(fits_below(limit, tried), start, 64, multiple)
+    assert found == expected
+    if found is not None:
+        assert found in tried and all(b % multiple == 0 for b in tried)
+        assert found + multiple > 64 or found + multiple in tried  # the next batch up was tried and failed
+
+
+def test_largest_batch_passes_other_errors_on():
+    def fits(batch):
+        raise ValueError("not a memory problem")
+
+    with pytest.raises(ValueError):
+        device_info.largest_batch(fits, 1, 8)
+
+
+def test_out_of_memory_errors_of_both_frameworks_are_recognised():
+    assert device_info.is_out_of_memory(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 bytes"))
+    assert device_info.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not device_info.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
+
+
+def test_reference_baseline_refuses_a_folder_that_is_not_the_authors_code(tmp_path, capsys):
+    assert reference_pytorch.main(["--reference-repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "mrzhu-cool/DBAF" in err
+
+
+def test_anonymize_figures_are_consistent(capsys):
+    anonymize.main(["--batches", "1", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY])
+    rows = table_rows(capsys.readouterr().out)
+    assert [row["batch"] for row in rows] == ["1", "2"]
+    label = f"{PEAK_TFLOPS:g} TFLOP/s"
+    for row in rows:
+        batch, seconds = int(row["batch"]), float(row["batch s"])
+        gflop_per_image, tflops = float(row["GFLOP/image"]), float(row["TFLOP/s"])
+        assert gflop_per_image > 0 and float(row["compile s"]) > 0
+        assert float(row["images/s"]) == pytest.approx(batch / seconds, rel=CELL)
+        assert tflops == pytest.approx(gflop_per_image * batch / seconds / 1e3, rel=CELL)
+        ceiling = float(row[f"ceiling images/s {label}"])
+        assert ceiling == pytest.approx(PEAK_TFLOPS * 1e3 / gflop_per_image, rel=CELL)
+        assert percent(row[f"MFU {label}"]) == pytest.approx(float(row["images/s"]) / ceiling, rel=CELL, abs=1e-3)
+        assert row["peak GiB"] == "n/a"  # the CPU keeps no memory statistics
+    # The FLOPs scale with the batch: XLA counted the program actually compiled.
+    assert float(rows[1]["GFLOP/image"]) == pytest.approx(float(rows[0]["GFLOP/image"]), rel=0.05)
+
+
+def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
+    args = argparse.Namespace(size=64, width_scale=0.0625, encoder_width_scale=0.25)
+    anonymizer = FaceAnonymizer(anonymize.random_model(args, tmp_path / "model"))
+    ran = []
+
+    def fits(batch):
+        ran.append(anonymize.run_batch(anonymizer, batch, steps=1)["batch"])
+
+    assert device_info.largest_batch(fits, 1, 2) == 2
+    assert ran == [1, 2]
+
+
+@pytest.mark.slow  # compiles a whole stage-1 train step
+def test_train_step_figures_are_consistent(capsys):
+    train_step.main(["--stages", "1", "--batch", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY[:-1], "1"])
+    (row,) = table_rows(capsys.readouterr().out)
+    seconds, gflop, tflops = float(row["step s"]), float(row["GFLOP/step"]), float(row["TFLOP/s"])
+    assert gflop > 0 and float(row["compile s"]) > 0
+    assert float(row["images/s"]) == pytest.approx(2 / seconds, rel=CELL)
+    assert tflops == pytest.approx(gflop / seconds / 1e3, rel=CELL)
+    assert percent(row[f"MFU {PEAK_TFLOPS:g} TFLOP/s"]) == pytest.approx(tflops / PEAK_TFLOPS, rel=CELL, abs=1e-3)

@@ -1,0 +1,88 @@
+"""Read-ahead and write-behind: order kept, errors where they belong, bounded work in flight."""
+
+import threading
+import time
+
+import pytest
+
+from dbaf_jax import pipeline
+
+
+def test_read_ahead_keeps_order_and_returns_read_errors():
+    def read(i):
+        if i == 3:
+            raise ValueError("item 3 is unreadable")
+        time.sleep(0.001 * (10 - i))  # later items finish first
+        return i * i
+
+    results = list(pipeline.read_ahead(range(10), read, depth=4, workers=4))
+    assert [item for item, _ in results] == list(range(10))
+    assert [r for i, r in results if i != 3] == [i * i for i in range(10) if i != 3]
+    assert isinstance(results[3][1], ValueError) and "item 3" in str(results[3][1])
+
+
+def test_read_ahead_lets_other_errors_through():
+    def read(i):
+        raise KeyError(i)
+
+    with pytest.raises(KeyError):
+        list(pipeline.read_ahead(range(3), read, depth=2))
+
+
+def test_read_ahead_reads_at_most_depth_ahead():
+    started = []
+    lock = threading.Lock()
+
+    def read(i):
+        with lock:
+            started.append(i)
+        return i
+
+    for item, _ in pipeline.read_ahead(range(20), read, depth=3, workers=2):
+        time.sleep(0.002)
+        with lock:
+            assert max(started) <= item + 3
+
+
+def test_writer_runs_every_job_and_bounds_pending():
+    done, running, peak = [], [0], [0]
+    lock = threading.Lock()
+
+    def job(i):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            running[0] -= 1
+            done.append(i)
+
+    with pipeline.Writer(max_pending=3, workers=8) as writer:
+        for i in range(30):
+            writer.submit(lambda i=i: job(i))
+    assert sorted(done) == list(range(30)) and peak[0] <= 3
+
+
+def test_writer_raises_a_failed_job_on_the_callers_thread():
+    def fail():
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        with pipeline.Writer(max_pending=2) as writer:
+            writer.submit(fail)
+            for _ in range(5):
+                writer.submit(lambda: None)
+
+
+def test_one_behind_yields_after_the_next_is_produced():
+    produced = []
+
+    def producer():
+        for i in range(4):
+            produced.append(i)
+            yield i
+
+    seen = [(item, list(produced)) for item in pipeline.one_behind(producer())]
+    assert [item for item, _ in seen] == [0, 1, 2, 3]
+    assert [p for _, p in seen] == [[0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3]]
+    assert list(pipeline.one_behind([])) == []
