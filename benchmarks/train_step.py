@@ -3,10 +3,11 @@ peak memory and (optionally) the largest batch that fits.
 
     python -m benchmarks.train_step [--stages 1 2] [--size 256] [--batch 8] [--dtype float32|bfloat16]
         [--width-scale 1.0] [--encoder-width-scale 1.0] [--steps 20] [--fsdp 1]
-        [--two-pass] [--peak-tflops T] [--find-max-batch [--max-batch 1024]]
+        [--devices N] [--two-pass] [--peak-tflops T] [--find-max-batch [--max-batch 1024]]
 
 The step is the training loop's own (`loop.make_step`: the jitted stage-1 or stage-2
-step with explicit shardings and a donated state) on a mesh over every device, for
+step with explicit shardings and a donated state) on a mesh over the first ``--devices``
+devices (default: all of them), for
 the ``reference`` config of each stage (the full 256 px model with the public
 checkpoints' widths unless the flags reduce them) with random weights, so no files
 are needed. Per iteration it does what the reference's D step + G step do (the frozen
@@ -81,7 +82,9 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     variables = networks_lib.init_variables(networks, init_rng, config.model.size)
     state, frozen, optimizers = state_lib.create(config, variables, state_rng)
     del variables
-    mesh = sharding.make_mesh(None, config.mesh.fsdp)
+    mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
+    if batch % mesh.shape["data"]:
+        raise SystemExit(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
     state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
     frozen = jax.device_put(frozen, sharding.replicated(mesh))
     images = np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
@@ -124,13 +127,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--encoder-width-scale", type=float, default=1.0, help="e4e and ArcFace widths (>= 0.25)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps after the warm-up step")
     parser.add_argument("--fsdp", type=int, default=1, help="fsdp axis of the mesh (the rest is data)")
+    parser.add_argument("--devices", type=int, help="use the first N devices (default: all)")
     parser.add_argument("--two-pass", action="store_true", help="the generator side twice per step, as the reference")
     parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s of one device for MFU (default: the table's)")
     parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
     parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
     args = parser.parse_args(argv)
 
-    devices = jax.devices()
+    devices = jax.devices()[: args.devices]
     peaks = device_info.named_peaks(devices[0].device_kind, args.peak_tflops)
     print(
         f"DBAF train step, {args.size}px, widths {args.width_scale:g} (G, D) / {args.encoder_width_scale:g} "

@@ -122,7 +122,7 @@ def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
 
 @pytest.mark.slow  # compiles a whole stage-1 train step
 def test_train_step_figures_are_consistent(capsys):
-    train_step.main(["--stages", "1", "--batch", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY[:-1], "1"])
+    train_step.main(["--stages", "1", "--batch", "2", "--devices", "1", "--peak-tflops", str(PEAK_TFLOPS), *TINY[:-1], "1"])
     (row,) = table_rows(capsys.readouterr().out)
     seconds, gflop, tflops = float(row["step s"]), float(row["GFLOP/step"]), float(row["TFLOP/s"])
     assert gflop > 0 and float(row["compile s"]) > 0

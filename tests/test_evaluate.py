@@ -262,7 +262,7 @@ def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-@pytest.mark.slow  # the tiny iFADIT model's programs compile for minutes on a CPU
+@pytest.mark.long  # the tiny iFADIT model's programs compile for minutes on a CPU
 def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, tmp_path):
     """The evaluation takes any family: an iFADIT model directory (the tiny config,
     random weights) is measured on the image-mode sets, with no latent-mode ones (iFADIT

@@ -31,7 +31,7 @@ LEARNING_RATE = 1e-3  # 2.5x the paper's 4e-4, so that 16 steps show progress
 PASSWORD = "Geheimnis für iFADIT"
 WRONG_PASSWORD = "Geheimnis für iFADIT?"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("train")]
+pytestmark = pytest.mark.long
 
 
 def overrides() -> list[str]:

@@ -38,7 +38,7 @@ def run_step(processes: int, out: Path) -> dict[str, np.ndarray]:
         return {name: saved[name] for name in saved.files}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_processes_step_equals_one_process(tmp_path):
     one = run_step(1, tmp_path / "one.npz")
     two = run_step(2, tmp_path / "two.npz")

@@ -136,7 +136,7 @@ def final_result(workdir: Path) -> dict[str, np.ndarray]:
     return result
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_random_kills_resume_to_the_uninterrupted_result(tmp_path):
     """`TRIALS` trials (2 unless DBAF_RESUME_FUZZ_TRIALS says otherwise) of 2 SIGKILLs each."""
     env = environment(tmp_path / "jax_cache")

@@ -44,11 +44,6 @@ BATCH = 8  # one image per forced host device
 LEARNING_RATE = 3e-2
 STAGE2_MIN_SHARD_SIZE = 1024  # small enough that fsdp splits the tiny networks' larger kernels
 
-# Keeps this module on one xdist worker under --dist loadgroup (under plain -n, the
-# shared compilation cache below limits what a split costs).
-pytestmark = pytest.mark.xdist_group("train")
-
-
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
