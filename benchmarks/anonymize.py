@@ -8,7 +8,7 @@ the largest batch that fits.
 
 What is timed is the device computation of `FaceAnonymizer.anonymize` (the public
 API; ``dtype`` as given, weights placed on the devices once, the batch split over every
-local accelerator): its jitted `dbaf_jax.anonymizer._anonymize` (e4e, CID with each
+local accelerator): its jitted `dbaf_jax.anonymizer.anonymize_program` (e4e, CID with each
 image alone, MAAR, KRIA with one key, the generator) compiled for the batch and called
 on aligned images and a key already on the devices. The model is the ``reference``
 stage-2 config (the full 256 px model with the public checkpoints' widths unless the
@@ -46,7 +46,7 @@ import numpy as np
 from benchmarks import device_info, timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import model_directory
-from dbaf_jax.anonymizer import FaceAnonymizer, _anonymize
+from dbaf_jax.anonymizer import FaceAnonymizer, anonymize_program
 from dbaf_jax.models import dbaf
 from dbaf_jax.train import networks as networks_lib
 
@@ -66,10 +66,10 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
     rng = np.random.default_rng(batch)
     size = anonymizer.input_size
     z = rng.standard_normal((1, *anonymizer.model.key_shape)).astype(np.float32)
-    key = anonymizer._place_key(anonymizer.model.key_from_z(anonymizer.variables, z)[0], batch)
-    images = anonymizer._place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
+    key = anonymizer.place_key(anonymizer.model.key_from_z(anonymizer.variables, z)[0], batch)
+    images = anonymizer.place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
     args = (anonymizer.model, anonymizer.variables, images, key, False)  # False: no latents, as `anonymize` by default
-    compiled, compile_s = timing.compile_seconds(_anonymize, *args)
+    compiled, compile_s = timing.compile_seconds(anonymize_program, *args)
     devices = anonymizer.batch_multiple
     flops = timing.xla_flops(compiled) * devices  # the count is the per-device program's
 

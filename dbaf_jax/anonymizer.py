@@ -128,7 +128,9 @@ def _key_axes(key: jax.Array) -> jax.Array:
 
 # Jitted with the model static: instances of one architecture share their compiled code.
 @functools.partial(jax.jit, static_argnums=(0, 4))
-def _anonymize(model, variables, images, key, with_latents: bool):
+def anonymize_program(model, variables, images, key, with_latents: bool):
+    """Anonymized images (B, s, s, 3) float32 of placed images and a placed key (`FaceAnonymizer.place`,
+    `place_key`), and with ``with_latents`` DBAF's (identity code, attribute code, attribute maps)."""
     if not with_latents:
         return model.anonymize_images(variables, images, _key_axes(key))[0].astype(jnp.float32), None
     # DBAF's latent-space recovery also needs the codes of this anonymization.
@@ -221,12 +223,13 @@ class FaceAnonymizer:
         """``batch_size`` rounded up to a multiple of the devices the batch is split over."""
         return -(-batch_size // self.batch_multiple) * self.batch_multiple
 
-    def _place(self, batch: np.ndarray) -> jax.Array:
+    def place(self, batch: np.ndarray) -> jax.Array:
         """``batch`` on the devices, zero-padded to split evenly (`padded_size`)."""
         self._check_size(batch)
         return jax.device_put(pad_batch(np.asarray(batch), self.padded_size(len(batch))), self._batch_sharding)
 
-    def _place_key(self, key: jax.Array, count: int) -> jax.Array:
+    def place_key(self, key: jax.Array, count: int) -> jax.Array:
+        """A key (L, D), replicated, or per-image keys (count, L, D), padded and split as `place` splits ``count`` images."""
         if key.ndim == 2:
             return jax.device_put(key, self._replicated)
         return jax.device_put(pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding)
@@ -278,7 +281,7 @@ class FaceAnonymizer:
         if with_latents:
             self._check_latent_recovery()
         count = len(batch)
-        outputs = _anonymize(self.model, self.variables, self._place(batch), self._place_key(key, count), with_latents)
+        outputs = anonymize_program(self.model, self.variables, self.place(batch), self.place_key(key, count), with_latents)
         anonymized, latents = _unpadded(outputs, count)
         return anonymized, (_latents_dict(latents) if with_latents else None)
 
@@ -290,7 +293,7 @@ class FaceAnonymizer:
 
     def recover_async(self, anonymized: np.ndarray, key: jax.Array) -> jax.Array:
         count = len(anonymized)
-        return _unpadded(_recover_image(self.model, self.variables, self._place(anonymized), self._place_key(key, count)), count)
+        return _unpadded(_recover_image(self.model, self.variables, self.place(anonymized), self.place_key(key, count)), count)
 
     def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
         """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
@@ -314,7 +317,7 @@ class FaceAnonymizer:
         placed = {name: jax.device_put(pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding) for name, value in latents.items()}
         maps = [value for name, value in sorted(placed.items()) if name.startswith("attribute_map_")]
         recovered = _recover_latent(
-            self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self._place_key(key, count)
+            self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self.place_key(key, count)
         )
         return _unpadded(recovered, count)
 

@@ -24,8 +24,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import keys, model_directory, precision, sharding
+from dbaf_jax import keys, precision, sharding
 from dbaf_jax.errors import ConfigError
+from dbaf_jax.models import composition
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.maar import MAAR
@@ -67,7 +68,7 @@ class Anonymized(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class DBAF:
+class DBAF(composition.EncoderDecoder):
     """The composition of DBAF's networks (``maar`` is None in the no-MAAR ablation).
 
     ``key_generator`` is the frozen base StyleGAN2 whose mapping network turns key
@@ -151,13 +152,6 @@ class DBAF:
 
     FAMILY = "dbaf"  # what a DBAF model directory's model.json names
 
-    @property
-    def input_size(self) -> int:
-        return self.e4e.input_size
-
-    @property
-    def output_size(self) -> int:
-        return self.decoder.size
 
     @property
     def key_shape(self) -> tuple[int, int]:
@@ -288,7 +282,7 @@ def apply_network(compute_dtype: str | None, module: nn.Module, variables: Varia
 
 
 # The networks of a DBAF model, by name: the fields of `DBAF` but ``compute_dtype``.
-NETWORKS = tuple(field.name for field in dataclasses.fields(DBAF) if field.name != "compute_dtype")
+NETWORKS = composition.network_names(DBAF)
 OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
 FAMILY = DBAF.FAMILY
 
@@ -302,7 +296,4 @@ def load(directory) -> tuple[DBAF, Variables]:
     ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
     naming what is wrong; see `model_directory.load_model`.
     """
-    required = tuple(n for n in NETWORKS if n not in OPTIONAL_NETWORKS)
-    networks = model_directory.load_model(directory, FAMILY, required, OPTIONAL_NETWORKS)
-    model = DBAF(**{name: networks[name].module if name in networks else None for name in NETWORKS})
-    return model, {name: network.variables for name, network in networks.items()}
+    return composition.load(DBAF, directory, OPTIONAL_NETWORKS)

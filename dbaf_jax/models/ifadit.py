@@ -27,8 +27,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import keys, model_directory, precision, sharding
+from dbaf_jax import keys, precision, sharding
 from dbaf_jax.errors import ConfigError
+from dbaf_jax.models import composition
 from dbaf_jax.faces.paste import FACE_LABELS, FEATHER, PARSE_SIZE
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.dbaf import KEY_GENERATOR, apply_network
@@ -62,7 +63,7 @@ class Anonymized(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class IFADIT:
+class IFADIT(composition.EncoderDecoder):
     """The composition of iFADIT's networks (``parser`` None: no background refinement).
 
     Keys come with a leading axis, (K, B or 1, 1, style_dim): K anonymizations or
@@ -101,13 +102,6 @@ class IFADIT:
 
     # ---- the model-family protocol (dbaf_jax.models.families)
 
-    @property
-    def input_size(self) -> int:
-        return self.e4e.input_size
-
-    @property
-    def output_size(self) -> int:
-        return self.decoder.size
 
     @property
     def key_shape(self) -> tuple[int, int]:
@@ -227,7 +221,7 @@ class IFADIT:
 
 
 # The networks of an iFADIT model, by name: the fields of `IFADIT` but ``compute_dtype``.
-NETWORKS = tuple(field.name for field in dataclasses.fields(IFADIT) if field.name != "compute_dtype")
+NETWORKS = composition.network_names(IFADIT)
 OPTIONAL_NETWORKS = ("parser",)  # without it, no background refinement
 FAMILY = IFADIT.FAMILY
 
@@ -239,7 +233,4 @@ def load(directory) -> tuple[IFADIT, Variables]:
     ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
     naming what is wrong; see `model_directory.load_model`.
     """
-    required = tuple(n for n in NETWORKS if n not in OPTIONAL_NETWORKS)
-    networks = model_directory.load_model(directory, FAMILY, required, OPTIONAL_NETWORKS)
-    model = IFADIT(**{name: networks[name].module if name in networks else None for name in NETWORKS})
-    return model, {name: network.variables for name, network in networks.items()}
+    return composition.load(IFADIT, directory, OPTIONAL_NETWORKS)

@@ -234,14 +234,7 @@ class AdversarialStage:
             )
             (grads,) = pullback(output_grads)
             model_state = _merged(state.model_state, updates)
-        updates, opt_state = self.optimizers.generator.update(grads, state.generator_opt_state, state.generator_params)
-        state = state.replace(
-            step=state.step + 1,
-            rng=jax.random.key_data(rng),
-            generator_params=optax.apply_updates(state.generator_params, updates),
-            generator_opt_state=opt_state,
-            model_state=model_state,
-        )
+        state = state.after_generator_update(self.optimizers.generator, grads, rng, model_state=model_state)
         return state, {**d_metrics, "g_total": total, **terms}
 
     def _discriminator_update(self, state: TrainState, real: jax.Array, fakes: jax.Array) -> tuple[TrainState, Metrics]:

@@ -134,14 +134,7 @@ class Phase:
         if self.remat != "none":
             loss = jax.checkpoint(loss, policy=REMAT_POLICIES[self.remat])
         (total, terms), grads = jax.value_and_grad(loss, has_aux=True)(state.generator_params.fast)
-        updates, opt_state = self.optimizers.generator.update(grads, state.generator_opt_state, state.generator_params)
-        state = state.replace(
-            step=state.step + 1,
-            rng=jax.random.key_data(rng),
-            generator_params=optax.apply_updates(state.generator_params, updates),
-            generator_opt_state=opt_state,
-        )
-        return state, {"total": total, **terms}
+        return state.after_generator_update(self.optimizers.generator, grads, rng), {"total": total, **terms}
 
     def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
         """The sample-grid columns for ``images``, one batch (B, H, W, 3) per `sample_columns`."""

@@ -59,6 +59,19 @@ class TrainState:
         merged[DISCRIMINATOR] = {"params": self.discriminator_params.fast}
         return merged
 
+    def after_generator_update(self, optimizer: optax.GradientTransformation, grads, rng: jax.Array, **fields) -> "TrainState":
+        """The next step's state: ``grads`` of the fast generator-side params applied by
+        ``optimizer``, the step counted, ``rng`` (a typed key) carried on, and any other
+        ``fields`` replaced."""
+        updates, opt_state = optimizer.update(grads, self.generator_opt_state, self.generator_params)
+        return self.replace(
+            step=self.step + 1,
+            rng=jax.random.key_data(rng),
+            generator_params=optax.apply_updates(self.generator_params, updates),
+            generator_opt_state=opt_state,
+            **fields,
+        )
+
 
 class Optimizers(NamedTuple):
     """The two Ranger instances: generator side and discriminator."""
