@@ -21,8 +21,8 @@ Columns (one row per batch):
 - batch s: after one warm-up call, ``--steps`` calls dispatched back to back with one
   ``block_until_ready`` at the end, wall time / steps;
 - images/s: batch / batch s;
-- GFLOP/image: XLA's count for the compiled call (``cost_analysis()['flops']`` of the
-  per-device program, times the devices) / batch; a batch that does not split evenly
+- GFLOP/image: XLA's count for the call's program before optimisation
+  (`timing.model_flops`, the whole batch) / batch; a batch that does not split evenly
   over the devices is zero-padded, and the padding's work counts against the batch;
 - TFLOP/s: achieved, GFLOP per batch / batch s;
 - ceiling images/s: devices x the named peak / FLOP per image, the rate at 100% MFU;
@@ -69,9 +69,9 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
     key = anonymizer.place_key(anonymizer.model.key_from_z(anonymizer.variables, z)[0], batch)
     images = anonymizer.place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
     args = (anonymizer.model, anonymizer.variables, images, key, False)  # False: no latents, as `anonymize` by default
-    compiled, compile_s = timing.compile_seconds(anonymize_program, *args)
+    lowered, compiled, compile_s = timing.compile_seconds(anonymize_program, *args)
     devices = anonymizer.batch_multiple
-    flops = timing.xla_flops(compiled) * devices  # the count is the per-device program's
+    flops = timing.model_flops(lowered)
 
     def call(_):
         return compiled(anonymizer.variables, images, key)

@@ -24,16 +24,10 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 
+from benchmarks import timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import losses, sharding
 from dbaf_jax.train import networks as networks_lib, stages, state as state_lib
-
-
-def lowered_flops(lowered) -> float:
-    costs = lowered.cost_analysis()
-    if isinstance(costs, (list, tuple)):
-        costs = costs[0] if costs else {}
-    return float((costs or {}).get("flops", float("nan")))
 
 
 def abstract_run(config):
@@ -58,7 +52,7 @@ def step_flops(config) -> float:
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     images = jax.ShapeDtypeStruct((config.batch_size, config.model.size, config.model.size, 3), jnp.float32)
     index = jax.ShapeDtypeStruct((), jnp.int32)
-    return lowered_flops(jax.jit(sharding.within(mesh, stage.step)).lower(state, frozen, images, index))
+    return timing.model_flops(jax.jit(sharding.within(mesh, stage.step)).lower(state, frozen, images, index))
 
 
 def inference_flops(config) -> dict[str, float]:
@@ -73,7 +67,7 @@ def inference_flops(config) -> dict[str, float]:
     latents = jax.ShapeDtypeStruct((1, model.decoder.n_latent, model.decoder.style_dim), jnp.float32)
     anonymize = jax.jit(model.anonymize_images).lower(variables, image, key)
     generate = jax.jit(lambda v, w: model.apply("decoder", v, w)).lower(variables, latents)
-    return {"anonymize": lowered_flops(anonymize), "generator": lowered_flops(generate)}
+    return {"anonymize": timing.model_flops(anonymize), "generator": timing.model_flops(generate)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,18 +33,23 @@ def steady_state_seconds(step, carry, steps: int, sync):
 
 
 def compile_seconds(jitted, *args, **kwargs):
-    """(the compiled executable of a jitted function for these arguments, seconds its
-    lowering and compilation took)."""
+    """(the lowered program of a jitted function for these arguments, its compiled
+    executable, seconds the lowering and compilation took)."""
     start = time.perf_counter()
-    compiled = jitted.lower(*args, **kwargs).compile()
-    return compiled, time.perf_counter() - start
+    lowered = jitted.lower(*args, **kwargs)
+    compiled = lowered.compile()
+    return lowered, compiled, time.perf_counter() - start
 
 
-def xla_flops(compiled) -> float:
-    """XLA's FLOP count of one call of a compiled executable's per-device program (NaN
-    when the backend gives none); ``cost_analysis()`` is a dict or, in some JAX
-    versions, a list with one dict per program."""
-    costs = compiled.cost_analysis()
+def model_flops(lowered) -> float:
+    """XLA's FLOP count of a lowered program before its optimisations (NaN when the
+    backend gives none): the multiply-adds the program asks for, 2 FLOPs each, for the
+    whole global batch. Not the compiled program's count: on a GPU, XLA hands
+    convolutions to cuDNN as custom calls, which its cost analysis leaves out (an
+    H100's anonymization counted 1.5 GFLOP per image compiled, 207 lowered), and a
+    partitioned program counts one device's share. ``cost_analysis()`` is a dict or,
+    in some JAX versions, a list with one dict per program."""
+    costs = lowered.cost_analysis()
     if isinstance(costs, (list, tuple)):
         costs = costs[0] if costs else {}
     return float((costs or {}).get("flops", float("nan")))

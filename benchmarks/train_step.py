@@ -21,8 +21,8 @@ Columns:
 - step s: after one warm-up step, ``--steps`` steps dispatched back to back with one
   ``block_until_ready`` at the end, wall time / steps;
 - images/s: global batch / step s;
-- GFLOP/step: XLA's count for the compiled step (``cost_analysis()['flops']`` of the
-  per-device program, times the devices): everything the step computes;
+- GFLOP/step: XLA's count for the step's program before optimisation
+  (`timing.model_flops`, the global batch): everything the step computes;
 - TFLOP/s: GFLOP/step / step s;
 - MFU: TFLOP/s / (devices x a named peak of one device; `device_info`): for a known GPU
   against its dense bf16 and its dense TF32 peak, else against ``--peak-tflops``;
@@ -93,8 +93,8 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
 
     step_fn = loop.make_step(stages.build(config, networks, optimizers), mesh, state, frozen)
-    compiled, compile_s = timing.compile_seconds(step_fn, state, frozen, images, index_in_epoch)
-    flops = timing.xla_flops(compiled) * mesh.size  # the count is the per-device program's
+    lowered, compiled, compile_s = timing.compile_seconds(step_fn, state, frozen, images, index_in_epoch)
+    flops = timing.model_flops(lowered)
 
     def step(carry):
         return compiled(carry[0], frozen, images, index_in_epoch)
