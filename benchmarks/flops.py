@@ -3,7 +3,7 @@ computation at full size, on abstract inputs (nothing is allocated or run, so it
 on any machine in a few minutes).
 
     python -m benchmarks.flops [--size 256] [--batch1 16] [--batch2 8] [--width-scale 1.0]
-        [--encoder-width-scale 1.0]
+        [--encoder-width-scale 1.0] [--remat]
 
 Rows: the stage-1 and stage-2 training steps of the ``reference`` configs (the loop's
 own step: frozen critics, the discriminator update with R1 on every step, the
@@ -14,6 +14,11 @@ generator) and the generator's forward pass alone, per image. Counts are
 ``Lowered.cost_analysis()['flops']`` of the program before XLA's optimisations: the
 multiply-adds the program asks for, 2 FLOPs each. Transposed convolutions are counted
 without the zeros they insert.
+
+``--remat`` adds the stage-2 step under each ``config.remat`` policy: its FLOPs (the
+recomputation included) and the temporary memory XLA assigns to the step compiled for
+this machine's backend (compiled, so slow at full size; the CPU's buffer assignment is
+not a GPU's, so read the policies' ratios rather than the sizes).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from benchmarks import timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import losses, sharding
 from dbaf_jax.train import networks as networks_lib, stages, state as state_lib
+from dbaf_jax.train.adversarial import REMAT_POLICIES
 
 
 def abstract_run(config):
@@ -45,14 +51,31 @@ def abstract_run(config):
     return networks, state, frozen, made["optimizers"]
 
 
-def step_flops(config) -> float:
-    """FLOPs of one training step of ``config`` (its global batch, one device)."""
+def lowered_step(config):
+    """The lowered training step of ``config`` (its global batch, one device)."""
     networks, state, frozen, optimizers = abstract_run(config)
     stage = stages.build(config, networks, optimizers)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     images = jax.ShapeDtypeStruct((config.batch_size, config.model.size, config.model.size, 3), jnp.float32)
     index = jax.ShapeDtypeStruct((), jnp.int32)
-    return timing.model_flops(jax.jit(sharding.within(mesh, stage.step)).lower(state, frozen, images, index))
+    return jax.jit(sharding.within(mesh, stage.step)).lower(state, frozen, images, index)
+
+
+def step_flops(config) -> float:
+    """FLOPs of one training step of ``config``."""
+    return timing.model_flops(lowered_step(config))
+
+
+def remat_costs(config) -> dict[str, tuple[float, int]]:
+    """(FLOPs, temporary bytes of the compiled step on this backend) of one training
+    step of ``config`` under each ``config.remat`` policy. Compiles each: minutes at
+    full size."""
+    costs = {}
+    for policy in REMAT_POLICIES:
+        config.remat = policy
+        lowered = lowered_step(config)
+        costs[policy] = (timing.model_flops(lowered), lowered.compile().memory_analysis().temp_size_in_bytes)
+    return costs
 
 
 def inference_flops(config) -> dict[str, float]:
@@ -77,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch2", type=int, default=8, help="stage-2 global batch (the reference's)")
     parser.add_argument("--width-scale", type=float, default=1.0)
     parser.add_argument("--encoder-width-scale", type=float, default=1.0)
+    parser.add_argument(
+        "--remat", action="store_true", help="also compile the stage-2 step under each remat policy (slow)"
+    )
     args = parser.parse_args(argv)
     rows = []
     for stage, batch in ((1, args.batch1), (2, args.batch2)):
@@ -92,6 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, flops, per, r1 in rows:
         share = "" if r1 != r1 else f"{100 * r1:.0f}%"
         print(f"{name:34s} {flops / 1e12:9.3f} {per / 1e9:12.1f} {share:>9s}")
+    if args.remat:
+        config = stage_config(2, args.size, args.width_scale, args.encoder_width_scale, "float32", args.batch2)
+        print(f"\nstage-2 step, batch {args.batch2}, by remat policy (temporary memory of the step compiled for {jax.default_backend()})")
+        print(f"{'remat':8s} {'TFLOP':>9s} {'temp GiB':>9s}")
+        for policy, (flops, temp) in remat_costs(config).items():
+            print(f"{policy:8s} {flops / 1e12:9.3f} {temp / 2**30:9.2f}")
 
 
 if __name__ == "__main__":
