@@ -370,7 +370,8 @@ def run_mode(ref, opts, stage: int, mode: str, args, device: torch.device) -> st
     precision, _, compiled = mode.partition("+")
     set_precision(precision)
     try:
-        iteration = Iteration(ref, opts, stage, device, precision, bool(compiled))
+        with contextlib.redirect_stdout(sys.stderr):  # their constructors print; keep the table whole
+            iteration = Iteration(ref, opts, stage, device, precision, bool(compiled))
         r = measure(iteration, args.batch, args.steps, device)
     except Exception as err:  # noqa: BLE001 - a failing mode is a result of the baseline, not a crash
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
