@@ -23,7 +23,7 @@ Columns (one row per batch):
 - images/s: batch / batch s;
 - GFLOP/image: XLA's count for the call's program before optimisation
   (`timing.model_flops`, the whole batch) / batch; a batch that does not split evenly
-  over the devices is zero-padded, and the padding's work counts against the batch;
+  over the devices is padded (`pad_batch`), and the padding's work counts against the batch;
 - TFLOP/s: achieved, GFLOP per batch / batch s;
 - ceiling images/s: devices x the named peak / FLOP per image, the rate at 100% MFU;
 - MFU: images/s / that ceiling (= TFLOP/s / (devices x peak)); for a known GPU against

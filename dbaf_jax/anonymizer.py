@@ -186,7 +186,7 @@ class FaceAnonymizer:
     `recover_photo` with a `photos.PhotoFaces` (detector, masks, paste-back).
 
     The variables are placed once on a mesh over ``devices`` (default:
-    `default_devices`), replicated; batches are split over it, zero-padded to a multiple of
+    `default_devices`), replicated; batches are split over it, padded to a multiple of
     `batch_multiple` (a batch of that multiple needs no padding). ``dtype`` is the
     compute dtype of every network ("float32", or "bfloat16" for about twice the speed on accelerators). The
     ``*_async`` methods return device arrays without waiting for them.
@@ -224,7 +224,7 @@ class FaceAnonymizer:
         return -(-batch_size // self.batch_multiple) * self.batch_multiple
 
     def place(self, batch: np.ndarray) -> jax.Array:
-        """``batch`` on the devices, zero-padded to split evenly (`padded_size`)."""
+        """``batch`` on the devices, padded to split evenly (`padded_size`, `pad_batch`)."""
         self._check_size(batch)
         return jax.device_put(pad_batch(np.asarray(batch), self.padded_size(len(batch))), self._batch_sharding)
 
@@ -235,7 +235,7 @@ class FaceAnonymizer:
         return jax.device_put(pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding)
 
     def _batched(self, step, crops: np.ndarray, face_keys: jax.Array, batch_size: int) -> np.ndarray:
-        """``step(batch, keys)`` over crops in zero-padded batches of ``batch_size`` (one compiled shape)."""
+        """``step(batch, keys)`` over crops in padded batches of ``batch_size`` (one compiled shape)."""
         size = self.padded_size(batch_size)
         outputs = [
             step(pad_batch(crops[start : start + size], size), pad_batch(np.asarray(face_keys[start : start + size]), size))
@@ -358,9 +358,14 @@ def crop_path(target: Path, index: int) -> Path:
 
 
 def pad_batch(batch: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pads axis 0 to ``size``: every call then has one shape and compiles once
-    (images do not interact at inference, so the padding does not change the others)."""
-    return np.concatenate([batch, np.zeros((size - len(batch), *batch.shape[1:]), batch.dtype)])
+    """Pads axis 0 to ``size`` with copies of the last entry: every call then has one
+    shape and compiles once (images do not interact at inference, so the padding does
+    not change the others). Copies, not zeros: an all-zero image is a degenerate input
+    (a randomly initialised ArcFace maps it to the zero vector, and iFADIT's identity
+    normalisation then gives NaN)."""
+    if len(batch) == 0:
+        raise ValueError("an empty batch has no entry to pad with")
+    return np.concatenate([batch, np.repeat(batch[-1:], size - len(batch), axis=0)])
 
 
 def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:

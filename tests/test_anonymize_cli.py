@@ -377,6 +377,16 @@ def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
         assert len(salts) == 1  # the successful run's outputs are all its own
 
 
+def test_batches_are_padded_with_copies_of_their_last_image():
+    """Padding repeats the last entry (an all-zero image would be a degenerate input)
+    and leaves the real entries first and unchanged; an empty batch is refused."""
+    batch = np.arange(2 * 3, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(pad_batch(batch, 4), batch[[0, 1, 1, 1]])
+    np.testing.assert_array_equal(pad_batch(batch, 2), batch)
+    with pytest.raises(ValueError, match="empty batch"):
+        pad_batch(batch[:0], 2)
+
+
 def psnr(a, b):
     return 10 * np.log10(4.0 / np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
 

@@ -263,6 +263,7 @@ def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
 
 
 @pytest.mark.long  # the tiny iFADIT model's programs compile for minutes on a CPU
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a NaN image cast to 8 bits warns: none may occur
 def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, tmp_path):
     """The evaluation takes any family: an iFADIT model directory (the tiny config,
     random weights) is measured on the image-mode sets, with no latent-mode ones (iFADIT
