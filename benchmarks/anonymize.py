@@ -69,7 +69,9 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
     key = anonymizer.place_key(anonymizer.model.key_from_z(anonymizer.variables, z)[0], batch)
     images = anonymizer.place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
     args = (anonymizer.model, anonymizer.variables, images, key, False)  # False: no latents, as `anonymize` by default
+    timing.progress(f"batch {batch}: lowering and compiling")
     lowered, compiled, compile_s = timing.compile_seconds(anonymize_program, *args)
+    timing.progress(f"batch {batch}: compiled in {compile_s:.1f} s; timing")
     devices = anonymizer.batch_multiple
     flops = timing.model_flops(lowered)
 

@@ -1,7 +1,10 @@
 """Wall-clock timing shared by the benchmarks."""
 
 import statistics
+import sys
 import time
+
+_START = time.perf_counter()
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -14,6 +17,12 @@ def median_seconds(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def progress(message: str) -> None:
+    """``message`` on stderr with the seconds since the benchmark started: a run cut
+    off by a time limit (a long compile on a GPU) still shows how far it got."""
+    print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def steady_state_seconds(step, carry, steps: int, sync):

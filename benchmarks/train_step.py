@@ -77,6 +77,7 @@ def stage_config(
 def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> dict:
     """Builds a stage's state and step for ``batch`` and measures it (see the module doc)."""
     config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch, args.fsdp, args.two_pass)
+    timing.progress(f"stage {stage}, batch {batch}: initialising the networks")
     networks = networks_lib.build(config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     variables = networks_lib.init_variables(networks, init_rng, config.model.size)
@@ -93,8 +94,10 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
 
     step_fn = loop.make_step(stages.build(config, networks, optimizers), mesh, state, frozen)
+    timing.progress(f"stage {stage}, batch {batch}: state built and placed; lowering and compiling the step")
     lowered, compiled, compile_s = timing.compile_seconds(step_fn, state, frozen, images, index_in_epoch)
     flops = timing.model_flops(lowered)
+    timing.progress(f"stage {stage}, batch {batch}: compiled in {compile_s:.1f} s; timing")
 
     def step(carry):
         return compiled(carry[0], frozen, images, index_in_epoch)
