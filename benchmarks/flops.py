@@ -72,8 +72,9 @@ def remat_costs(config) -> dict[str, tuple[float, int]]:
     full size."""
     costs = {}
     for policy in REMAT_POLICIES:
-        config.remat = policy
-        lowered = lowered_step(config)
+        variant = config.copy_and_resolve_references()
+        variant.remat = policy
+        lowered = lowered_step(variant)
         costs[policy] = (timing.model_flops(lowered), lowered.compile().memory_analysis().temp_size_in_bytes)
     return costs
 
