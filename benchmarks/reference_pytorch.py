@@ -119,6 +119,13 @@ def import_reference(repo: Path, device: torch.device) -> Namespace:
     return ref
 
 
+def describe_runtime(ref: Namespace, device: torch.device) -> str:
+    """torch's version, the device, and whether rosinality's compiled ops run."""
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    ops = "compiled CUDA ops" if ref.compiled_ops else "native PyTorch ops (no compiled CUDA ops on the CPU)"
+    return f"torch {torch.__version__} on {name}, {ops}"
+
+
 def write_random_files(ref: Namespace, folder: Path, device: torch.device) -> Namespace:
     """Random-weight files where their constructors read checkpoints, and the options
     object (their ``args``) that points at them. torch.hub is redirected to ``folder``."""
@@ -202,6 +209,46 @@ def g_nonsaturating(fake_pred):
     return F.softplus(-fake_pred).mean()
 
 
+def compiler(compiled: bool):
+    """``torch.compile`` for a ``+compile`` mode, else the identity."""
+    return torch.compile if compiled else (lambda module: module)
+
+
+def autocast(device: torch.device, precision: str):
+    """bfloat16 autocast for the bf16 mode, else nothing."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def build_e4e(ref: Namespace, opts: Namespace) -> torch.nn.Module:
+    """pSp's e4e as their scripts load it. It holds its own StyleGAN2 decoder, which
+    pSp's forward runs on every call (their CID calls that forward and keeps only the
+    codes and feature maps), so it counts in their time as published."""
+    e4e_opts = Namespace(**torch.load(opts.e4e_path, map_location="cpu")["opts"], checkpoint_path=opts.e4e_path,
+                         stylegan_weights=opts.stylegan_path)
+    return ref.psp.pSp(e4e_opts)
+
+
+def build_generator(ref: Namespace) -> torch.nn.Module:
+    """Their StyleGAN2 generator (rosinality's, with MAAR's noise inputs) at 256 px."""
+    return ref.stylegan.Generator(SIZE, 512, 8)
+
+
+def decode(decoder: torch.nn.Module, latents: torch.Tensor, maps) -> torch.Tensor:
+    """W+ latents (B, 14, 512) and MAAR's maps -> images, as their scripts call the decoder."""
+    return decoder([latents], input_is_w=True, randomize_noise=False, truncation=1, attr_noise=list(maps))[0]
+
+
+@torch.no_grad()
+def draw_keys(key_generator: torch.nn.Module, count: int, batch: int, device: torch.device) -> list[torch.Tensor]:
+    """``count`` random keys (B, 14, 512) as their scripts draw them: per image and latent
+    group (4, 4, 6 latents), z ~ N(0, I) through the frozen base generator's mapping."""
+    z = torch.randn(count * 3 * batch, 512, device=device)  # their mapping network takes (N, 512) only
+    ws = key_generator.style(z).reshape(count, 3, batch, 512)
+    return [torch.cat([w[g, :, None].expand(-1, n, -1) for g, n in enumerate((4, 4, 6))], 1) for w in ws]
+
+
 class Iteration:
     """One of their training iterations for a stage; ``precision`` and ``compiled`` as in
     the module doc. ``__call__(images, index)`` runs it and returns the G loss."""
@@ -211,22 +258,20 @@ class Iteration:
         weights = LOSS_WEIGHTS[stage]
         self.w = Namespace(**weights)
         opts = Namespace(**vars(opts), id_cos_margin=weights["cos_margin"])
-        wrap = torch.compile if compiled else (lambda module: module)
-        e4e_opts = Namespace(**torch.load(opts.e4e_path, map_location="cpu")["opts"], checkpoint_path=opts.e4e_path,
-                             stylegan_weights=opts.stylegan_path)
+        wrap = compiler(compiled)
         self.id_encoder = wrap(ref.id_loss.IDLossExtractor(opts).to(device).eval())
         self.lpips = wrap(ref.lpips.LPIPS(opts, net_type="alex").to(device).eval())
         self.parse = wrap(ref.bg_loss.ParseLoss(opts).to(device).eval())
-        self.e4e = wrap(ref.psp.pSp(e4e_opts).to(device).eval())
+        self.e4e = wrap(build_e4e(ref, opts).to(device).eval())
         cid = ref.cid1.DisentanglementId() if stage == 1 else ref.cid2.DisentanglementId()
         self.cid = wrap(cid.to(device).train())
         self.maar = wrap(AttrBlock(ref.cbam.CBAM).to(device).train())
-        self.decoder = wrap(ref.stylegan.Generator(SIZE, 512, 8).to(device).train())
+        self.decoder = wrap(build_generator(ref).to(device).train())
         self.discriminator = ref.stylegan.Discriminator(SIZE).to(device).train()
         set_trainable([self.id_encoder, self.lpips, self.parse, self.e4e], False)
         self.trained = [self.cid, self.maar, self.decoder]
         if stage == 2:
-            self.key_generator = ref.stylegan.Generator(SIZE, 512, 8).to(device).eval()  # the frozen base g_ema
+            self.key_generator = build_generator(ref).to(device).eval()  # the frozen base g_ema
             self.kria = wrap(KRIA(ref.stylegan.EqualLinear).to(device).train())
             set_trainable([self.key_generator], False)
             self.trained = [self.kria, *self.trained]
@@ -234,12 +279,10 @@ class Iteration:
         self.d_optim = ref.ranger.Ranger(self.discriminator.parameters(), lr=LEARNING_RATE)
 
     def autocast(self):
-        if self.precision != "bf16":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return autocast(self.device, self.precision)
 
     def decode(self, latents, maps):
-        return self.decoder([latents], input_is_w=True, randomize_noise=False, truncation=1, attr_noise=list(maps))[0]
+        return decode(self.decoder, latents, maps)
 
     def __call__(self, images: torch.Tensor, index: int) -> torch.Tensor:
         return (self.stage1 if self.stage == 1 else self.stage2)(images, index)
@@ -301,10 +344,8 @@ class Iteration:
 
     def stage2(self, images, index):
         batch = images.shape[0]
-        with torch.no_grad(), self.autocast():
-            z = torch.randn(4 * 3 * batch, 512, device=self.device)  # their mapping network takes (N, 512) only
-            ws = self.key_generator.style(z).reshape(4, 3, batch, 512)  # keys p1, p2, random 1, random 2; groups
-            p1, p2, r1, r2 = (torch.cat([w[g, :, None].expand(-1, n, -1) for g, n in enumerate((4, 4, 6))], 1) for w in ws)
+        with self.autocast():
+            p1, p2, r1, r2 = draw_keys(self.key_generator, 4, batch, self.device)
 
         def outputs():
             codes, attr, c3, c2, c1 = self.cid(images, self.e4e, self.device)
@@ -341,28 +382,54 @@ def set_precision(precision: str) -> None:
     torch.backends.cudnn.allow_tf32 = allow_tf32
 
 
-def measure(iteration: Iteration, batch: int, steps: int, device: torch.device) -> dict:
-    """Times ``iteration`` on a fixed random batch (see the module doc)."""
+def measure(run, batch: int, steps: int, device: torch.device) -> dict:
+    """Times ``run(images, index) -> tensor`` (a training iteration, an anonymization) on
+    a fixed random batch (B, 3, 256, 256) in [-1, 1]: the first call alone, then, after a
+    second warm-up call, ``steps`` calls back to back with one sync at the end."""
     images = torch.rand(batch, 3, SIZE, SIZE, device=device) * 2 - 1
     sync = (lambda _: torch.cuda.synchronize()) if device.type == "cuda" else (lambda _: None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     counter = itertools.count()
 
-    def step(_):
-        return iteration(images, next(counter))
+    def call(_):
+        return run(images, next(counter))
 
-    first, loss = timing.steady_state_seconds(step, None, 1, sync)
-    step(None)
+    first, result = timing.steady_state_seconds(call, None, 1, sync)
+    call(None)
     sync(None)
-    seconds, loss = timing.steady_state_seconds(step, None, steps, sync)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"the G loss is {float(loss)}")
+    seconds, result = timing.steady_state_seconds(call, None, steps, sync)
+    if not torch.isfinite(result).all():
+        raise FloatingPointError(f"non-finite result at batch {batch}")
     return {
         "first_s": first,
-        "iteration_s": seconds,
+        "call_s": seconds,
         "peak_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
     }
+
+
+def largest_batch(run, start: int, limit: int, device: torch.device, modules=()) -> str:
+    """The largest batch for which ``run`` (as in `measure`) does not run out of device
+    memory, by doubling from ``start`` then bisecting up to ``limit``; ``modules``'
+    gradients are dropped after each try."""
+
+    def fits(batch):
+        try:
+            measure(run, batch, 1, device)
+        finally:
+            for module in modules:
+                module.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    largest = device_info.largest_batch(fits, start, limit)
+    return str(largest) if largest is not None else "none"
+
+
+def failure_row(cells: str, err: Exception) -> str:
+    """A table row for a mode that failed: a result of the baseline, not a crash."""
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"| {cells} | failed: {type(err).__name__}: {message} |"
 
 
 def run_mode(ref, opts, stage: int, mode: str, args, device: torch.device) -> str:
@@ -374,25 +441,13 @@ def run_mode(ref, opts, stage: int, mode: str, args, device: torch.device) -> st
             iteration = Iteration(ref, opts, stage, device, precision, bool(compiled))
         r = measure(iteration, args.batch, args.steps, device)
     except Exception as err:  # noqa: BLE001 - a failing mode is a result of the baseline, not a crash
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return f"| {stage} | {mode} | failed: {type(err).__name__}: {message} |"
+        return failure_row(f"{stage} | {mode}", err)
     row = (
-        f"| {stage} | {mode} | {r['first_s']:.3g} | {r['iteration_s']:.4g} | {args.batch / r['iteration_s']:.4g} | "
+        f"| {stage} | {mode} | {r['first_s']:.3g} | {r['call_s']:.4g} | {args.batch / r['call_s']:.4g} | "
         f"{device_info.format_bytes(r['peak_bytes'])} |"
     )
     if args.find_max_batch:
-
-        def fits(batch):
-            try:
-                measure(iteration, batch, 1, device)
-            finally:
-                for module in (*iteration.trained, iteration.discriminator):
-                    module.zero_grad(set_to_none=True)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-
-        largest = device_info.largest_batch(fits, args.batch, args.max_batch)
-        row += f" {largest if largest is not None else 'none'} |"
+        row += f" {largest_batch(iteration, args.batch, args.max_batch, device, (*iteration.trained, iteration.discriminator))} |"
     return row
 
 
@@ -414,11 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReferenceUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    ops = "compiled CUDA ops" if ref.compiled_ops else "native PyTorch ops (no compiled CUDA ops on the CPU)"
     print(
-        f"Authors' DBAF training iteration (D step + G step), {SIZE}px, batch {args.batch}, random weights; torch "
-        f"{torch.__version__} on {name}, {ops}; {args.steps} iterations, one sync\n"
+        f"Authors' DBAF training iteration (D step + G step), {SIZE}px, batch {args.batch}, random weights; "
+        f"{describe_runtime(ref, device)}; {args.steps} iterations, one sync\n"
     )
     max_column = " max batch |" if args.find_max_batch else ""
     print(f"| stage | mode | first s | iteration s | images/s | peak GiB |{max_column}")

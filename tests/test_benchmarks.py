@@ -10,7 +10,7 @@ import argparse
 import jax
 import pytest
 
-from benchmarks import anonymize, device_info, reference_pytorch, train_step
+from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, train_step
 from dbaf_jax.anonymizer import FaceAnonymizer
 
 PEAK_TFLOPS = 0.002  # a made-up peak: the CPU is not in the table
@@ -83,8 +83,9 @@ def test_out_of_memory_errors_of_both_frameworks_are_recognised():
     assert not device_info.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
 
 
-def test_reference_baseline_refuses_a_folder_that_is_not_the_authors_code(tmp_path, capsys):
-    assert reference_pytorch.main(["--reference-repo", str(tmp_path)]) == 1
+@pytest.mark.parametrize("baseline", [reference_pytorch, reference_anonymize])
+def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(baseline, tmp_path, capsys):
+    assert baseline.main(["--reference-repo", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "mrzhu-cool/DBAF" in err
 
