@@ -29,41 +29,54 @@ def make_kernel(taps: Sequence[float] = BLUR_TAPS, gain: float = 1.0) -> np.ndar
 
 def upfirdn2d(
     x: jax.Array,
-    kernel: np.ndarray | jax.Array,
+    kernel: np.ndarray,
     up: int = 1,
     down: int = 1,
     pad: Sequence[int] = (0, 0),
 ) -> jax.Array:
     """Upsample by ``up``, pad by ``pad = (before, after)``, filter, downsample by ``down``.
 
+    The filter is a weighted sum of kh * kw strided windows of the padded input, with
+    the taps as constants, accumulated in float32. A depthwise convolution computes the
+    same, but XLA hands it to a library call that nothing fuses with (and that a GPU
+    compile autotunes); the windows, their sum and the zero insertion fuse into one
+    elementwise kernel, forward and backward (on a CPU this ran 4-15x faster).
+
     Args:
       x: (B, H, W, C).
-      kernel: (kh, kw) FIR kernel.
+      kernel: (kh, kw) FIR kernel, concrete (NumPy): its taps become constants.
       up, down: integer factors.
       pad: padding added before and after each spatial axis, after upsampling.
 
     Returns:
-      (B, (H*up + pad0 + pad1 - kh) // down + 1, ..., C).
+      (B, (H*up + pad0 + pad1 - kh) // down + 1, ..., C), in the dtype of ``x``.
     """
-    kernel = jnp.asarray(kernel, x.dtype)
-    kh, kw = kernel.shape
-    channels = x.shape[-1]
+    taps = np.asarray(kernel, np.float32)[::-1, ::-1]  # a true convolution: flipped
+    kh, kw = taps.shape
     before, after = pad
     # Interior padding inserts the zeros; the trailing up - 1 zeros of each row that
     # rosinality's reshape-based upsampling produces go into the high padding.
     spatial = (before, after + up - 1, up - 1)
-    x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), spatial, spatial, (0, 0, 0)))
-    depthwise = jnp.tile(jnp.flip(kernel, (0, 1))[:, :, None, None], (1, 1, 1, channels))
-    return jax.lax.conv_general_dilated(
-        x,
-        depthwise,
-        window_strides=(down, down),
-        padding="VALID",
-        dimension_numbers=("NHWC", "HWIO", "NHWC"),
-        feature_group_count=channels,
+    padded = jax.lax.pad(x.astype(jnp.float32), jnp.float32(0), ((0, 0, 0), spatial, spatial, (0, 0, 0)))
+    batch, height, width, channels = padded.shape
+    out_height, out_width = (height - kh) // down + 1, (width - kw) // down + 1
+    if out_height < 1 or out_width < 1:
+        raise ValueError(f"upfirdn2d: a {kh}x{kw} kernel does not fit the padded {height}x{width} input")
+    filtered = sum(
+        float(taps[i, j])
+        * jax.lax.slice(
+            padded,
+            (0, i, j, 0),
+            (batch, i + down * (out_height - 1) + 1, j + down * (out_width - 1) + 1, channels),
+            (1, down, down, 1),
+        )
+        for i in range(kh)
+        for j in range(kw)
+        if taps[i, j] != 0
     )
+    return filtered.astype(x.dtype)
 
 
-def blur(x: jax.Array, kernel: np.ndarray | jax.Array, pad: Sequence[int]) -> jax.Array:
+def blur(x: jax.Array, kernel: np.ndarray, pad: Sequence[int]) -> jax.Array:
     """Filters (B, H, W, C) with ``kernel`` after padding ``pad = (before, after)``."""
     return upfirdn2d(x, kernel, pad=pad)

@@ -89,12 +89,16 @@ class Stage2(AdversarialStage):
         model = self.networks.model
         encode_rng, recover_rng = jax.random.split(rng)
         encoding, updates = model.encode(variables, inputs.images, train, encode_rng)
-        anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
         recovery_keys = inputs.keys[jnp.array([0, 2, 3])]  # p1, wrong 1, wrong 2
         if self.recovery == "latent":
-            recovered, latents = model.recover_latent(variables, encoding, anonymized.identity_code[0], recovery_keys)
-        else:
-            recovered, latents = model.recover_image(variables, anonymized.images[0], recovery_keys, train, recover_rng)
+            # The recoveries need the anonymized identity codes, not images: all five
+            # outputs decode as one generator batch of 5 * B (`DBAF.recover_latent`'s codes).
+            anonymized_identity = model.transform_identity(variables, encoding.identity_code, inputs.keys[:2])
+            recovered_identity = model.transform_identity(variables, anonymized_identity[0], recovery_keys)
+            latents = encoding.attribute_code + jnp.concatenate([anonymized_identity, recovered_identity])
+            return Outputs(model.synthesize(variables, latents, encoding.attribute_maps), latents), updates
+        anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
+        recovered, latents = model.recover_image(variables, anonymized.images[0], recovery_keys, train, recover_rng)
         outputs = Outputs(
             jnp.concatenate([anonymized.images, recovered]), jnp.concatenate([anonymized.latents, latents])
         )
