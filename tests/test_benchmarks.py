@@ -2,10 +2,13 @@
 (images/s = batch / time, MFU = FLOP/s / peak, the FLOP ceiling = peak / FLOP per
 image), the peak table names the GPUs it should, and the largest-batch search
 returns a batch that ran, treating only out-of-memory errors as the answer. The
-PyTorch baseline needs the authors' checkout, so only its refusal of another folder
-is tested here."""
+PyTorch baselines need the authors' checkout, so only their refusal of another folder
+is tested here, and the GPU script's plumbing with a stand-in for Python."""
 
 import argparse
+import os
+import subprocess
+from pathlib import Path
 
 import jax
 import pytest
@@ -130,3 +133,26 @@ def test_train_step_figures_are_consistent(capsys):
     assert float(row["images/s"]) == pytest.approx(2 / seconds, rel=CELL)
     assert tflops == pytest.approx(gflop / seconds / 1e3, rel=CELL)
     assert percent(row[f"MFU {PEAK_TFLOPS:g} TFLOP/s"]) == pytest.approx(tflops / PEAK_TFLOPS, rel=CELL, abs=1e-3)
+
+
+def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path):
+    """Each part's command writes its own table; a failing part, a reference part without
+    the authors' checkout and an unknown part are reported and make the exit status 1,
+    and the parts after them still run."""
+    stand_in = tmp_path / "bin" / "python"
+    stand_in.parent.mkdir()
+    # Prints its arguments as the "table"; the train-step benchmark "fails".
+    stand_in.write_text('#!/bin/bash\necho "$*"\n[[ "$2" != benchmarks.train_step ]]\n')
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_figures.sh"
+    parts = ["train-f32", "reference-train", "bogus", "anonymize-bf16"]
+    env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", str(script), "--out", str(out), *parts], env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert (out / "anonymize-bf16.md").read_text() == (
+        "-m benchmarks.anonymize --batches 1 8 32 --dtype bfloat16 --find-max-batch\n"
+    )
+    assert "train-f32 failed" in result.stderr and "reference-train needs --reference-repo" in result.stderr
+    assert "unknown part bogus" in result.stderr
+    assert not (out / "reference-train.md").exists()
