@@ -128,9 +128,10 @@ def one_step(networks, variables, compute_dtype: str):
 # bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 2e-3 per operation), and
 # every loss here passes through 2-4 networks of tens of layers, some terms (a parse
 # cross-entropy, an LPIPS distance) being small differences of larger numbers.
-# Measured on the tiny stage-2 step (CPU, batch 4): g_total 8.3e-4, d_total 6.8e-4,
-# the worst single term 3.5e-2, four terms between 1.2e-2 and 3.5e-2. The bound is
-# about 3x the worst measured term; weights cast wrongly (or not at all where the
+# Measured on the tiny stage-2 step (CPU, batch 4): g_total 9.1e-4, d_total 9.5e-4,
+# the worst single term 2.3e-2 (parse), three more between 1.1e-2 and 1.7e-2 (before
+# the blur filters became sums of windows: the worst 3.5e-2). The bound is about 4x
+# the worst measured term; weights cast wrongly (or not at all where the
 # inputs are) give O(1) differences.
 LOSS_RTOL = 1e-1
 
