@@ -28,6 +28,12 @@ from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_refe
 PASSWORD = "Grüne Wiese 42!"  # non-ASCII: NFC-normalised UTF-8 goes into the KDF
 WRONG_PASSWORD = "Grüne Wiese 43!"
 BATCH = 2
+# How far (mean 8-bit levels) a wrong password's image must be from the right one's.
+# The run's salt is random, so the two keys, and how far apart their images fall on this
+# random test model, change from run to run: over 40 salts the anonymized a.png differed
+# by 10.5 to 54.7 levels, and one CI run saw 4.95. The right password stays within 1
+# level of what it wrote, so 2 still tells the two apart.
+WRONG_KEY_MEAN_LEVELS = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +155,7 @@ def test_stored_record_rederives_the_key(workspace, anonymized, anonymizer):
     right, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(PASSWORD, record))
     wrong, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(WRONG_PASSWORD, record))
     assert np.abs(images.to_uint8(right[0]).astype(np.int16) - stored).max() <= 1
-    assert np.abs(images.to_uint8(wrong[0]).astype(np.int16) - stored).mean() > 5.0
+    assert np.abs(images.to_uint8(wrong[0]).astype(np.int16) - stored).mean() > WRONG_KEY_MEAN_LEVELS
 
 
 def test_recovery_with_right_and_wrong_password(workspace, recovered):
@@ -160,7 +166,7 @@ def test_recovery_with_right_and_wrong_password(workspace, recovered):
         meta = images.read_metadata(right_dir / name)
         assert (meta["operation"], meta["mode"]) == ("recover", "image")
         # A wrong password is no error: it gives another face.
-        assert np.abs(pixels(right_dir / name) - pixels(wrong_dir / name)).mean() > 5.0
+        assert np.abs(pixels(right_dir / name) - pixels(wrong_dir / name)).mean() > WRONG_KEY_MEAN_LEVELS
 
 
 def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer):
