@@ -96,20 +96,12 @@ def run_mode(ref, opts, mode: str, args, device: torch.device) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference-repo", type=Path, required=True, help="checkout of github.com/mrzhu-cool/DBAF")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--modes", nargs="+", default=["fp32", "tf32", "bf16", "tf32+compile"],
-                        choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")])
-    parser.add_argument("--steps", type=int, default=20, help="timed calls after two warm-up calls")
-    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
-    parser.add_argument("--max-batch", type=int, default=4096, help="upper end of that search")
+    reference.add_common_arguments(parser, max_batch=4096)
     args = parser.parse_args(argv)
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        ref = reference.import_reference(args.reference_repo.resolve(), device)
-    except reference.ReferenceUnavailable as err:
-        print(f"error: {err}", file=sys.stderr)
+    ref = reference.open_reference(args.reference_repo, device)
+    if ref is None:
         return 1
     print(
         f"Authors' DBAF anonymization (their test.py, one key per image), {reference.SIZE}px, random weights; "

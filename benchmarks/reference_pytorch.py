@@ -119,6 +119,26 @@ def import_reference(repo: Path, device: torch.device) -> Namespace:
     return ref
 
 
+def add_common_arguments(parser: argparse.ArgumentParser, max_batch: int) -> None:
+    """The flags both baselines take: the authors' checkout, the modes, the timed calls
+    and the largest-batch search (up to ``max_batch`` by default)."""
+    parser.add_argument("--reference-repo", type=Path, required=True, help="checkout of github.com/mrzhu-cool/DBAF")
+    parser.add_argument("--modes", nargs="+", default=["fp32", "tf32", "bf16", "tf32+compile"],
+                        choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")])
+    parser.add_argument("--steps", type=int, default=20, help="timed calls after two warm-up calls")
+    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
+    parser.add_argument("--max-batch", type=int, default=max_batch, help="upper end of that search")
+
+
+def open_reference(repo: Path, device: torch.device) -> Namespace | None:
+    """`import_reference`, or None after one ``error:`` line on stderr saying why not."""
+    try:
+        return import_reference(repo.resolve(), device)
+    except ReferenceUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+
+
 def describe_runtime(ref: Namespace, device: torch.device) -> str:
     """torch's version, the device, and whether rosinality's compiled ops run."""
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
@@ -453,21 +473,13 @@ def run_mode(ref, opts, stage: int, mode: str, args, device: torch.device) -> st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference-repo", type=Path, required=True, help="checkout of github.com/mrzhu-cool/DBAF")
     parser.add_argument("--stages", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--modes", nargs="+", default=["fp32", "tf32", "bf16", "tf32+compile"],
-                        choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")])
-    parser.add_argument("--steps", type=int, default=20, help="timed iterations after two warm-up iterations")
-    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
-    parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
+    add_common_arguments(parser, max_batch=1024)
     args = parser.parse_args(argv)
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        ref = import_reference(args.reference_repo.resolve(), device)
-    except ReferenceUnavailable as err:
-        print(f"error: {err}", file=sys.stderr)
+    ref = open_reference(args.reference_repo, device)
+    if ref is None:
         return 1
     print(
         f"Authors' DBAF training iteration (D step + G step), {SIZE}px, batch {args.batch}, random weights; "

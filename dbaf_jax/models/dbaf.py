@@ -232,18 +232,29 @@ class DBAF(composition.EncoderDecoder):
         transformed = self.apply("kria", variables, jnp.repeat(identity_code, count, axis=0), keys)
         return sharding.split_from_batch(transformed, count)
 
+    def anonymized_codes(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(latents ``A + KRIA(I, key)``, identity codes ``KRIA(I, key)``), each (K, B, L, D)."""
+        identity_code = self.transform_identity(variables, encoding.identity_code, keys)
+        return encoding.attribute_code + identity_code, identity_code
+
     def anonymize(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> Anonymized:
         """``A + KRIA(I, key)`` for each of the K keys, decoded with the images' maps."""
-        identity_code = self.transform_identity(variables, encoding.identity_code, keys)
-        latents = encoding.attribute_code + identity_code
+        latents, identity_code = self.anonymized_codes(variables, encoding, keys)
         return Anonymized(self.synthesize(variables, latents, encoding.attribute_maps), latents, identity_code)
+
+    def recovered_latents(
+        self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, keys: jax.Array
+    ) -> jax.Array:
+        """The reference's recovered codes ``A + KRIA(anonymized identity (B, L, D), key)``
+        with the ORIGINAL images' A -> (K, B, L, D)."""
+        return encoding.attribute_code + self.transform_identity(variables, anonymized_identity, keys)
 
     def recover_latent(
         self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, keys: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        """The reference's recovery, ``A + KRIA(anonymized identity (B, L, D), key)`` with the
-        ORIGINAL images' A and maps -> (images (K, B, ...), latents (K, B, L, D))."""
-        latents = encoding.attribute_code + self.transform_identity(variables, anonymized_identity, keys)
+        """The reference's recovery (`recovered_latents`) decoded with the ORIGINAL images'
+        maps -> (images (K, B, ...), latents (K, B, L, D))."""
+        latents = self.recovered_latents(variables, encoding, anonymized_identity, keys)
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
     def recover_image(

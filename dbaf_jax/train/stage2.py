@@ -92,10 +92,10 @@ class Stage2(AdversarialStage):
         recovery_keys = inputs.keys[jnp.array([0, 2, 3])]  # p1, wrong 1, wrong 2
         if self.recovery == "latent":
             # The recoveries need the anonymized identity codes, not images: all five
-            # outputs decode as one generator batch of 5 * B (`DBAF.recover_latent`'s codes).
-            anonymized_identity = model.transform_identity(variables, encoding.identity_code, inputs.keys[:2])
-            recovered_identity = model.transform_identity(variables, anonymized_identity[0], recovery_keys)
-            latents = encoding.attribute_code + jnp.concatenate([anonymized_identity, recovered_identity])
+            # outputs decode as one generator batch of 5 * B.
+            anonymized_latents, anonymized_identity = model.anonymized_codes(variables, encoding, inputs.keys[:2])
+            recovered = model.recovered_latents(variables, encoding, anonymized_identity[0], recovery_keys)
+            latents = jnp.concatenate([anonymized_latents, recovered])
             return Outputs(model.synthesize(variables, latents, encoding.attribute_maps), latents), updates
         anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
         recovered, latents = model.recover_image(variables, anonymized.images[0], recovery_keys, train, recover_rng)
