@@ -45,7 +45,7 @@ import numpy as np
 
 from benchmarks import device_info, timing
 from benchmarks.train_step import stage_config
-from dbaf_jax import model_directory
+from dbaf_jax import compilation_cache, model_directory
 from dbaf_jax.anonymizer import FaceAnonymizer, anonymize_program
 from dbaf_jax.models import dbaf
 from dbaf_jax.train import networks as networks_lib
@@ -70,8 +70,8 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
     images = anonymizer.place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
     args = (anonymizer.model, anonymizer.variables, images, key, False)  # False: no latents, as `anonymize` by default
     timing.progress(f"batch {batch}: lowering and compiling")
-    lowered, compiled, compile_s = timing.compile_seconds(anonymize_program, *args)
-    timing.progress(f"batch {batch}: compiled in {compile_s:.1f} s; timing")
+    lowered, compiled, watch = timing.compile_watched(anonymize_program, *args)
+    timing.progress(f"batch {batch}: {watch.message('anonymization')}; timing")
     devices = anonymizer.batch_multiple
     flops = timing.model_flops(lowered)
 
@@ -84,7 +84,7 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
         raise FloatingPointError(f"batch {batch}: non-finite anonymized images")
     return {
         "batch": batch,
-        "compile_s": compile_s,
+        "compile": timing.compile_cell(watch),
         "batch_s": seconds,
         "flops": flops,
         "devices": devices,
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
     parser.add_argument("--max-batch", type=int, default=4096, help="upper end of that search")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
 
     with tempfile.TemporaryDirectory() as tmp:
         anonymizer = FaceAnonymizer(random_model(args, Path(tmp) / "model"), dtype=args.dtype)
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             f" {r['devices'] * peaks[label] / flops_per_image:.4g} | {mfu:.1%} |" for label, mfu in figures["mfu"].items()
         )
         print(
-            f"| {batch} | {r['compile_s']:.1f} | {r['batch_s']:.4g} | {figures['images_per_s']:.4g} | "
+            f"| {batch} | {r['compile']} | {r['batch_s']:.4g} | {figures['images_per_s']:.4g} | "
             f"{flops_per_image / 1e9:.4g} | {figures['flops_per_s'] / 1e12:.4g} |{ceilings} "
             f"{device_info.format_bytes(r['peak_bytes'])} |",
             flush=True,

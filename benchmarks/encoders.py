@@ -22,6 +22,7 @@ from benchmarks.timing import median_seconds
 from convert.arcface import arcface_variables
 from convert.common import to_numpy
 from convert.e4e import encoder_variables
+from dbaf_jax import compilation_cache
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.e4e import Encoder4Editing
 from tests.parity import nchw, relative_error
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    compilation_cache.enable()
 
     print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
           f"with {torch.get_num_threads()} threads\n")

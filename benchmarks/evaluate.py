@@ -38,7 +38,7 @@ from benchmarks.metric_networks import build_facenet, build_inception
 from benchmarks.timing import median_seconds
 from convert.lpips import convert_lpips, default_lin_path
 from convert.mtcnn import convert_mtcnn
-from dbaf_jax import model_directory
+from dbaf_jax import compilation_cache, model_directory
 from dbaf_jax.anonymizer import input_images
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.faces.detect import FaceDetector
@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics-models", help="with --model: the converted metric networks")
     parser.add_argument("--faces", help="with --model: a folder of aligned faces")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
     if bool(args.model) != bool(args.metrics_models) or bool(args.model) != bool(args.faces):
         parser.error("--model, --metrics-models and --faces go together")
 

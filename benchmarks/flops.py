@@ -31,30 +31,30 @@ import jax.numpy as jnp
 
 from benchmarks import timing
 from benchmarks.train_step import stage_config
-from dbaf_jax import losses, sharding
-from dbaf_jax.train import networks as networks_lib, stages, state as state_lib
+from dbaf_jax import compilation_cache, losses, sharding
+from dbaf_jax.train import loop, networks as networks_lib
 from dbaf_jax.train.adversarial import REMAT_POLICIES
 
 
 def abstract_run(config):
-    """(networks, abstract state, abstract frozen variables, optimizers) of a config."""
+    """(networks, stage, abstract state, abstract frozen variables in the compute dtype)
+    of a config: the training loop's setup (`loop.setup`), traced."""
     networks = networks_lib.build(config)
     rng = jax.random.PRNGKey(0)
     variables = jax.eval_shape(lambda r: networks_lib.init_variables(networks, r, config.model.size), rng)
     made = {}
 
     def create(v, r):
-        state, frozen, made["optimizers"] = state_lib.create(config, v, r)
-        return state, frozen
+        made["setup"] = loop.setup(config, networks, v, r)
+        return made["setup"].state, made["setup"].frozen
 
     state, frozen = jax.eval_shape(create, variables, rng)
-    return networks, state, frozen, made["optimizers"]
+    return networks, made["setup"].stage, state, frozen
 
 
 def lowered_step(config):
     """The lowered training step of ``config`` (its global batch, one device)."""
-    networks, state, frozen, optimizers = abstract_run(config)
-    stage = stages.build(config, networks, optimizers)
+    _, stage, state, frozen = abstract_run(config)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     images = jax.ShapeDtypeStruct((config.batch_size, config.model.size, config.model.size, 3), jnp.float32)
     index = jax.ShapeDtypeStruct((), jnp.int32)
@@ -81,7 +81,7 @@ def remat_costs(config) -> dict[str, tuple[float, int]]:
 
 def inference_flops(config) -> dict[str, float]:
     """FLOPs per image of anonymizing and of the generator's forward pass (batch 1)."""
-    networks, _, _, _ = abstract_run(config)
+    networks = networks_lib.build(config)
     model = networks.model.for_inference()
     names = tuple(model.networks())
     variables = jax.eval_shape(lambda r: networks_lib.init_variables(networks, r, config.model.size, names), jax.random.PRNGKey(0))
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         "--remat", action="store_true", help="also compile the stage-2 step under each remat policy (slow)"
     )
     args = parser.parse_args(argv)
+    compilation_cache.enable()
     rows = []
     for stage, batch in ((1, args.batch1), (2, args.batch2)):
         config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, "float32", batch)

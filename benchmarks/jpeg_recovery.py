@@ -45,7 +45,7 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, images, keys, recover
+from dbaf_jax import anonymize, compilation_cache, images, keys, recover
 from dbaf_jax.anonymizer import FaceAnonymizer
 from dbaf_jax.faces import align, paste, photos
 from dbaf_jax.faces.detect import FaceDetector
@@ -215,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--detection-only", action="store_true", help="part 1 only (no DBAF model needed)")
     parser.add_argument("--workdir", type=Path, help="keep every intermediate photo here (default a temporary folder)")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

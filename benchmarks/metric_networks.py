@@ -24,6 +24,7 @@ from benchmarks.timing import median_seconds
 from convert.common import to_numpy
 from convert.facenet import facenet_variables
 from convert.inception import inception_variables
+from dbaf_jax import compilation_cache
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
 from tests.parity import nchw, relative_error
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", type=int, default=256, help="side of the images given to the Inception")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
 
     print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
           f"with {torch.get_num_threads()} threads\n")

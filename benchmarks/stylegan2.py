@@ -24,6 +24,7 @@ import torch
 from benchmarks.timing import median_seconds
 from convert.common import to_numpy
 from convert.stylegan2 import generator_variables
+from dbaf_jax import compilation_cache
 from dbaf_jax.models.stylegan2 import Generator
 from tests.parity import randomize_, relative_error
 from tests.torch_reference import stylegan2 as ref
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
 
     torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)

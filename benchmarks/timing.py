@@ -4,6 +4,8 @@ import statistics
 import sys
 import time
 
+from dbaf_jax.compilation_cache import CompileWatch
+
 _START = time.perf_counter()
 
 
@@ -41,13 +43,19 @@ def steady_state_seconds(step, carry, steps: int, sync):
     return (time.perf_counter() - start) / steps, carry
 
 
-def compile_seconds(jitted, *args, **kwargs):
+def compile_watched(jitted, *args, **kwargs):
     """(the lowered program of a jitted function for these arguments, its compiled
-    executable, seconds the lowering and compilation took)."""
-    start = time.perf_counter()
-    lowered = jitted.lower(*args, **kwargs)
-    compiled = lowered.compile()
-    return lowered, compiled, time.perf_counter() - start
+    executable, a `CompileWatch` of the lowering and compilation: seconds, and whether
+    the executable came from the persistent compilation cache)."""
+    with CompileWatch() as watch:
+        lowered = jitted.lower(*args, **kwargs)
+        compiled = lowered.compile()
+    return lowered, compiled, watch
+
+
+def compile_cell(watch: CompileWatch) -> str:
+    """A table cell: the seconds, marked "(cache)" for a load from the compilation cache."""
+    return f"{watch.seconds:.1f}{' (cache)' if watch.from_cache else ''}"
 
 
 def model_flops(lowered) -> float:

@@ -17,7 +17,9 @@ pass serving both updates (README, "One forward pass per step"); ``--two-pass`` 
 the generator side twice per step as the reference does (the config's ``two_pass``).
 
 Columns:
-- compile s: ``step.lower(...).compile()``, timed alone;
+- compile s: ``step.lower(...).compile()``, timed alone; "(cache)" when the program
+  came from the persistent compilation cache (`dbaf_jax.compilation_cache`; set
+  ``DBAF_JAX_CACHE_DIR=off`` for a cold compile);
 - step s: after one warm-up step, ``--steps`` steps dispatched back to back with one
   ``block_until_ready`` at the end, wall time / steps;
 - images/s: global batch / step s;
@@ -44,8 +46,8 @@ import numpy as np
 
 from benchmarks import device_info, timing
 from configs import stage1, stage2
-from dbaf_jax import sharding
-from dbaf_jax.train import loop, networks as networks_lib, stages, state as state_lib
+from dbaf_jax import compilation_cache, sharding
+from dbaf_jax.train import loop, networks as networks_lib
 
 
 def stage_config(
@@ -80,24 +82,22 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     timing.progress(f"stage {stage}, batch {batch}: initialising the networks")
     networks = networks_lib.build(config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
-    variables = networks_lib.init_variables(networks, init_rng, config.model.size)
-    state, frozen, optimizers = state_lib.create(config, variables, state_rng)
-    del variables
     mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
     if batch % mesh.shape["data"]:
         raise SystemExit(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
-    state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
-    frozen = jax.device_put(frozen, sharding.replicated(mesh))
+    variables = networks_lib.init_variables(networks, init_rng, config.model.size)
+    stage_fns, state, frozen, _ = loop.setup(config, networks, variables, state_rng, mesh)
+    del variables
     images = np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
     images = sharding.put_batch(mesh, images)
     index_in_epoch = jnp.asarray(1, jnp.int32)
     trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
 
-    step_fn = loop.make_step(stages.build(config, networks, optimizers), mesh, state, frozen)
+    step_fn = loop.make_step(stage_fns, mesh, state, frozen)
     timing.progress(f"stage {stage}, batch {batch}: state built and placed; lowering and compiling the step")
-    lowered, compiled, compile_s = timing.compile_seconds(step_fn, state, frozen, images, index_in_epoch)
+    lowered, compiled, watch = timing.compile_watched(step_fn, state, frozen, images, index_in_epoch)
     flops = timing.model_flops(lowered)
-    timing.progress(f"stage {stage}, batch {batch}: compiled in {compile_s:.1f} s; timing")
+    timing.progress(f"stage {stage}, batch {batch}: {watch.message('the step')}; timing")
 
     def step(carry):
         return compiled(carry[0], frozen, images, index_in_epoch)
@@ -111,7 +111,7 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
         "stage": stage,
         "batch": batch,
         "trained_params": trained,
-        "compile_s": compile_s,
+        "compile": timing.compile_cell(watch),
         "step_s": seconds,
         "flops": flops,
         "devices": mesh.size,
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
     parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
     args = parser.parse_args(argv)
+    compilation_cache.enable()
 
     devices = jax.devices()[: args.devices]
     peaks = device_info.named_peaks(devices[0].device_kind, args.peak_tflops)
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         figures = timing.throughput(r["batch"], r["step_s"], r["flops"], peaks, r["devices"])
         mfu = "".join(f" {value:.1%} |" for value in figures["mfu"].values())
         row = (
-            f"| {stage} | {r['trained_params'] / 1e6:.1f} | {r['compile_s']:.1f} | {r['step_s']:.4g} | "
+            f"| {stage} | {r['trained_params'] / 1e6:.1f} | {r['compile']} | {r['step_s']:.4g} | "
             f"{figures['images_per_s']:.4g} | {r['flops'] / 1e9:.4g} | {figures['flops_per_s'] / 1e12:.4g} |{mfu} "
             f"{device_info.format_bytes(r['peak_bytes'])} |"
         )

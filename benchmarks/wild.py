@@ -27,7 +27,7 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import keys
+from dbaf_jax import compilation_cache, keys
 from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces
 
 PORTRAIT = Path(__file__).resolve().parents[1] / "tests" / "data" / "jf.jpg"
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-face-size", type=float, default=50.0)
     args = parser.parse_args()
+    compilation_cache.enable()
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else tiny_model(Path(tmp))
         anonymizer = FaceAnonymizer(model)

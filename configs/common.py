@@ -61,9 +61,6 @@ def base_config() -> ml_collections.ConfigDict:
     # Rematerialisation of the generator-side forward in the step, for batches that do
     # not fit: "none", "dots" (keep matmul/conv outputs, recompute the rest) or "full".
     c.remat = "none"
-    # Persistent XLA compilation cache (a resumed run skips the compile); relative paths
-    # are inside the workdir; "" disables it. Ignored when JAX already has a cache dir.
-    c.compilation_cache_dir = "compilation_cache"
     c.trainable = ("cid", "maar", "decoder", "discriminator")  # ref stage 1
     # False: one generator-side forward per step serves D's and G's updates (fast).
     # True: the reference's two forwards (D's fakes, then G's loss), so MAAR's running

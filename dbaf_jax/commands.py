@@ -3,6 +3,7 @@
 Library code raises the types of `dbaf_jax.errors`; a command's ``main(argv)`` lets
 them through and `run_main` turns one into a single ``error: <message>`` line on
 stderr and exit status 1. Any other exception is a bug and keeps its traceback.
+Every command runs with the persistent compilation cache on (`compilation_cache`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
-from dbaf_jax import precision
+from dbaf_jax import compilation_cache, precision
 from dbaf_jax.errors import DbafError
 
 Main = Callable[[Sequence[str] | None], Any]
 
 
 def exit_status(main: Main, argv: Sequence[str] | None = None) -> int:
-    """Runs ``main(argv)``: 0, or 1 after printing its DbafError as ``error: <message>``."""
+    """Runs ``main(argv)`` with the compilation cache on: 0, or 1 after printing its
+    DbafError as ``error: <message>``."""
+    compilation_cache.enable()
     try:
         main(argv)
     except DbafError as err:

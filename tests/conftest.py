@@ -5,6 +5,9 @@ import sys
 import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile afresh unless they set a cache themselves (test_train shares one
+# between its workers): a cache in the user's home would make runs depend on each other.
+os.environ.setdefault("DBAF_JAX_CACHE_DIR", "off")
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 # The only torchvision wheel for torch 2.13 is a CUDA build: its pure-Python model
 # definitions (needed by lpips) import once this module of compiled ops is stubbed.

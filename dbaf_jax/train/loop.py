@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,34 @@ def data_source(config: ml_collections.ConfigDict):
     if source.size != config.model.size:
         raise DatasetError(f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px")
     return source
+
+
+class Setup(NamedTuple):
+    """What a run trains with: the stage, its state and the frozen networks (both placed
+    on the mesh, the frozen ones in the compute dtype), and the frozen networks as loaded
+    (float32, on the host) for the exports."""
+
+    stage: AdversarialStage
+    state: state_lib.TrainState
+    frozen: dict
+    exported_frozen: dict
+
+
+def setup(config: ml_collections.ConfigDict, nets: networks_lib.Networks, variables: dict, rng: jax.Array, mesh=None) -> Setup:
+    """The one training setup of the loop, the benchmarks and the FLOP counter:
+    ``variables`` ({network: variables}, float32) split into the train state and the
+    frozen networks, which the step takes in the compute dtype (cast once here), both
+    placed on ``mesh`` by the sharding rules. Without a mesh nothing is placed, so the
+    setup can be traced (``jax.eval_shape``) to build a step's abstract inputs."""
+    state, frozen, txs = stages.create_state(config, variables, rng)
+    stage = stages.build(config, nets, txs)
+    exported_frozen = frozen
+    frozen = nets.model.compute_variables(frozen)
+    if mesh is not None:
+        state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
+        exported_frozen = jax.device_get(exported_frozen)
+        frozen = jax.device_put(frozen, sharding.replicated(mesh))
+    return Setup(stage, state, frozen, exported_frozen)
 
 
 def make_step(stage: AdversarialStage, mesh, state, frozen):
@@ -143,8 +172,6 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    if config.compilation_cache_dir and jax.config.jax_compilation_cache_dir is None:
-        jax.config.update("jax_compilation_cache_dir", str(workdir / config.compilation_cache_dir))
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
     nets = networks_lib.build(config)
     init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
@@ -155,15 +182,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         raise DatasetError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
     total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
 
-    variables = initial_variables(config, nets, init_rng)
-    state, frozen, txs = stages.create_state(config, variables, state_rng)
-    stage = stages.build(config, nets, txs)
-    state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
-    # The exports take the frozen networks as loaded (float32, on the host); the step
-    # takes them in the compute dtype, cast once here.
-    exported_frozen = jax.device_get(frozen)
-    frozen = jax.device_put(nets.model.compute_variables(frozen), sharding.replicated(mesh))
-    del variables
+    stage, state, frozen, exported_frozen = setup(config, nets, initial_variables(config, nets, init_rng), state_rng, mesh)
 
     meta = {"stage": config.stage, **architecture(config)}
     checkpointer = checkpoints.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)

@@ -1,0 +1,103 @@
+"""The one persistent XLA compilation cache of every entry point.
+
+Every command (training, anonymize, recover, evaluate, sample, the benchmarks) calls
+`enable` before its first compile, so a program compiled once on a machine is loaded
+from disk by every later run that asks for the same program: a resumed training run,
+the next folder of photos, the next benchmark part. On a GPU the cache also keeps
+XLA's autotuning results (``jax_persistent_cache_enable_xla_caches``), which are a
+large part of a cold compile.
+
+Where: ``$DBAF_JAX_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/dbaf-jax/xla``, else
+``~/.cache/dbaf-jax/xla``. Move it by setting the variable; clear it by deleting the
+folder (it is only ever a cache); ``DBAF_JAX_CACHE_DIR=off`` turns it off. A cache
+directory JAX was already given (``JAX_COMPILATION_CACHE_DIR``, or a caller's
+``jax.config.update``) is left as it is.
+
+`CompileWatch` tells a compile from a cache load, for the "compiling ..." messages.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import jax
+
+ENVIRONMENT_VARIABLE = "DBAF_JAX_CACHE_DIR"
+OFF = "off"
+# JAX's event for a program loaded from the persistent cache (jax._src.compiler).
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_GPU_AUTOTUNE_CACHE = "xla_gpu_per_fusion_autotune_cache_dir"
+
+_hits = 0
+_hits_lock = threading.Lock()
+_listening = False
+
+
+def default_directory() -> Path | None:
+    """The cache folder the environment names (see the module docstring); None when off."""
+    chosen = os.environ.get(ENVIRONMENT_VARIABLE)
+    if chosen is not None:
+        return None if chosen.strip().lower() in (OFF, "") else Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "dbaf-jax" / "xla"
+
+
+def _count_hit(event: str, **_) -> None:
+    global _hits
+    if event == _CACHE_HIT_EVENT:
+        with _hits_lock:
+            _hits += 1
+
+
+def cache_hits() -> int:
+    """Programs loaded from the persistent cache by this process so far."""
+    with _hits_lock:
+        return _hits
+
+
+def enable(directory: str | Path | None = None) -> Path | None:
+    """Points JAX's persistent compilation cache at ``directory`` (default:
+    `default_directory`) unless it already has one; returns the folder in use (None:
+    no cache). Safe to call more than once."""
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_listener(_count_hit)
+        _listening = True
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return Path(current)
+    folder = Path(directory).expanduser() if directory is not None else default_directory()
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_enable_xla_caches", _GPU_AUTOTUNE_CACHE)
+    return folder
+
+
+class CompileWatch:
+    """Times a block that compiles and says whether it compiled or loaded from the cache.
+
+        with CompileWatch() as watch:
+            compiled = jitted.lower(*args).compile()
+        print(watch.message("the stage-2 step"))
+    """
+
+    def __enter__(self) -> "CompileWatch":
+        self._start = time.perf_counter()
+        self._hits = cache_hits()
+        self.seconds = 0.0
+        self.from_cache = False
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self._start
+        self.from_cache = cache_hits() > self._hits
+
+    def message(self, what: str) -> str:
+        """``'<what>: loaded from the compilation cache in 1.2 s'`` or ``'<what>: compiled in 95.0 s'``."""
+        how = "loaded from the compilation cache" if self.from_cache else "compiled"
+        return f"{what}: {how} in {self.seconds:.1f} s"
