@@ -1,50 +1,70 @@
 #!/usr/bin/env bash
-# The figures the README's Performance section asks of a GPU, each part's table in
-# OUT/<part>.md and its progress lines in OUT/<part>.log:
+# The figures docs/performance.md asks of a GPU, in parts of at most ten minutes each
+# (a lent machine's limit per command), sharing one compilation cache:
 #
-#   bash benchmarks/gpu_figures.sh [--out DIR] [--reference-repo DIR] [PART ...]
+#   bash benchmarks/gpu_figures.sh [--out DIR] [--cache DIR] [--reference-repo DIR] [PART ...]
 #
-# PART (default: all but the reference parts unless --reference-repo is given):
-#   anonymize-bf16, anonymize-f32   batches 1, 8 and 32, and the largest that fits
-#   train-bf16, train-f32           stages 1 and 2 at batch 8, and the largest that fits
-#   reference-train                 the authors' iteration, batch 8, fp32/tf32/bf16/tf32+compile
-#   reference-anonymize             the authors' anonymization, batches 1, 8 and 32, same modes
-# Each part runs on its own, so one that fails or runs out of time leaves the others.
-# No compilation cache is set: the compile times are those of a first run. Exits 1
-# when any part failed.
+# PART (default: every part but the reference ones, which need --reference-repo):
+#   compile-cold      stage 2 (B8) and stage 1 (B16) steps, float32, compiled with an empty
+#                     cache of their own: the cold compile, then again from that cache
+#   compile-noautotune  the same cold compile with --xla_gpu_autotune_level=0 (how much of
+#                     the compile is autotuning)
+#   train2-bf16, train2-f32, train1-bf16, train1-f32
+#                     one stage's step at batch 8: images/s, MFU, compile
+#   train2-maxbatch, train1-maxbatch   the largest bfloat16 batch that fits
+#   anonymize-bf16, anonymize-f32      the model alone, batches 1, 8 and 32
+#   anonymize-folder  the whole command on a folder of photos (files in, files out)
+#   png               PNG encoding per compression level (host only)
+#   reference-train, reference-anonymize   the authors' code, same device
+#
+# --cache DIR is the compilation cache every part shares (default OUT/xla-cache): give
+# a folder that outlives the machine (one under $OUT of a lent machine, carried back
+# and forth) so that a part cut at the limit is finished by the next call, from the
+# cache, instead of compiling again. Each part runs under `timeout` (PART_SECONDS,
+# default 570) so one that runs long still leaves its log and the parts after it.
+# Prints OUT/summary.md at the end: device, commit and date, then every part's table.
+# Exits 1 when any part failed.
 set -u -o pipefail
 
 out="benchmarks/out/$(date +%Y%m%d-%H%M%S)"
+cache=""
 reference_repo=""
 parts=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
+    --cache) cache="$2"; shift 2 ;;
     --reference-repo) reference_repo="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) parts+=("$1"); shift ;;
   esac
 done
 if [ ${#parts[@]} -eq 0 ]; then
-  parts=(anonymize-bf16 anonymize-f32 train-bf16 train-f32)
+  parts=(compile-cold compile-noautotune train2-bf16 train2-f32 train1-bf16 train1-f32
+         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png)
   [ -n "$reference_repo" ] && parts+=(reference-train reference-anonymize)
 fi
 mkdir -p "$out"
+export DBAF_JAX_CACHE_DIR="${cache:-$out/xla-cache}"
+seconds="${PART_SECONDS:-570}"
 
 run() {  # run PART python-module args...
   local part="$1"; shift
-  echo "== $part: python -m $*" >&2
-  if python -m "$@" > "$out/$part.md" 2> "$out/$part.log"; then
+  echo "== $part: python -m $* (DBAF_JAX_CACHE_DIR=$DBAF_JAX_CACHE_DIR)" >&2
+  timeout "$seconds" python -m "$@" > "$out/$part.md" 2> "$out/$part.log"
+  local code=$?
+  if [ $code -eq 0 ]; then
     cat "$out/$part.md"
   else
-    echo "$part failed (exit $?): see $out/$part.log" >&2
+    [ $code -eq 124 ] && echo "$part ran past ${seconds} s: run it again to finish from the cache" >&2
+    echo "$part failed (exit $code): see $out/$part.log" >&2
     return 1
   fi
 }
 
 needs_reference() {
   if [ -z "$reference_repo" ]; then
-    echo "$1 needs --reference-repo (a checkout of github.com/mrzhu-cool/DBAF)" >&2
+    echo "$1 needs --reference-repo (a checkout of the authors' DBAF code)" >&2
     return 1
   fi
 }
@@ -52,16 +72,40 @@ needs_reference() {
 status=0
 for part in "${parts[@]}"; do
   case "$part" in
-    anonymize-bf16) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype bfloat16 --find-max-batch ;;
-    anonymize-f32) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype float32 --find-max-batch ;;
-    train-bf16) run "$part" benchmarks.train_step --stages 2 1 --batch 8 --dtype bfloat16 --find-max-batch ;;
-    train-f32) run "$part" benchmarks.train_step --stages 2 1 --batch 8 --dtype float32 --find-max-batch ;;
+    compile-cold)
+      DBAF_JAX_CACHE_DIR="$out/xla-cache-cold-$(date +%s)" run "$part" benchmarks.program_size --compile --compile-twice ;;
+    compile-noautotune)
+      XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" DBAF_JAX_CACHE_DIR=off run "$part" benchmarks.program_size --compile ;;
+    train2-bf16) run "$part" benchmarks.train_step --stages 2 --batch 8 --dtype bfloat16 ;;
+    train2-f32) run "$part" benchmarks.train_step --stages 2 --batch 8 --dtype float32 ;;
+    train1-bf16) run "$part" benchmarks.train_step --stages 1 --batch 8 --dtype bfloat16 ;;
+    train1-f32) run "$part" benchmarks.train_step --stages 1 --batch 8 --dtype float32 ;;
+    train2-maxbatch) run "$part" benchmarks.train_step --stages 2 --batch 8 --dtype bfloat16 --steps 5 --find-max-batch ;;
+    train1-maxbatch) run "$part" benchmarks.train_step --stages 1 --batch 8 --dtype bfloat16 --steps 5 --find-max-batch ;;
+    anonymize-bf16) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype bfloat16 ;;
+    anonymize-f32) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype float32 ;;
+    anonymize-folder) run "$part" benchmarks.anonymize_folder --dtype bfloat16 --copies 8 ;;
+    png) run "$part" benchmarks.png_encoding ;;
     reference-train)
-      needs_reference "$part" && run "$part" benchmarks.reference_pytorch --reference-repo "$reference_repo" --batch 8 --find-max-batch ;;
+      needs_reference "$part" && run "$part" benchmarks.reference_pytorch --reference-repo "$reference_repo" --batch 8 ;;
     reference-anonymize)
-      needs_reference "$part" && run "$part" benchmarks.reference_anonymize --reference-repo "$reference_repo" --batches 1 8 32 --find-max-batch ;;
+      needs_reference "$part" && run "$part" benchmarks.reference_anonymize --reference-repo "$reference_repo" --batches 1 8 32 ;;
     *) echo "unknown part $part (see --help)" >&2; false ;;
   esac || status=1
 done
+
+{
+  echo "# GPU figures"
+  echo
+  echo "- device: $(python -c 'import jax; d = jax.devices()[0]; print(d.platform, d.device_kind, len(jax.devices()), "device(s)")' 2>/dev/null)"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), date: $(date -u +%Y-%m-%d)"
+  for part in "${parts[@]}"; do
+    echo
+    echo "## $part"
+    echo
+    if [ -s "$out/$part.md" ]; then cat "$out/$part.md"; else echo "(no figures: see $part.log)"; fi
+  done
+} > "$out/summary.md"
+cat "$out/summary.md"
 echo "tables and logs in $out" >&2
 exit $status
