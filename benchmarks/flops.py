@@ -23,6 +23,8 @@ not a GPU's, so read the policies' ratios rather than the sizes).
 
 from __future__ import annotations
 
+import functools
+
 import argparse
 from unittest import mock
 
@@ -52,13 +54,14 @@ def abstract_run(config):
     return networks, made["setup"].stage, state, frozen
 
 
-def lowered_step(config):
-    """The lowered training step of ``config`` (its global batch, one device)."""
+def lowered_step(config, **variant):
+    """The lowered training step of ``config`` (its global batch, one device), with the
+    static arguments ``variant`` (`step_variant`; default: the step's own, R1 taken)."""
     _, stage, state, frozen = abstract_run(config)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     images = jax.ShapeDtypeStruct((config.batch_size, config.model.size, config.model.size, 3), jnp.float32)
     index = jax.ShapeDtypeStruct((), jnp.int32)
-    return jax.jit(sharding.within(mesh, stage.step)).lower(state, frozen, images, index)
+    return jax.jit(sharding.within(mesh, functools.partial(stage.step, **variant))).lower(state, frozen, images, index)
 
 
 def step_flops(config) -> float:

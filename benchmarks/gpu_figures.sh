@@ -15,6 +15,8 @@
 #   anonymize-bf16, anonymize-f32      the model alone, batches 1, 8 and 32
 #   anonymize-folder  the whole command on a folder of photos (files in, files out)
 #   png               PNG encoding per compression level (host only)
+#   parity-f32        the parity tests on the GPU in float32, TF32 off (their tolerances must hold)
+#   parity-tf32       the same with TF32 matmuls and convolutions: each failure names its error
 #   reference-train, reference-anonymize   the authors' code, same device
 #
 # --cache DIR is the compilation cache every part shares (default OUT/xla-cache): give
@@ -35,18 +37,24 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --cache) cache="$2"; shift 2 ;;
     --reference-repo) reference_repo="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '/^set -u/q;2,$p' "$0"; exit 0 ;;
     *) parts+=("$1"); shift ;;
   esac
 done
 if [ ${#parts[@]} -eq 0 ]; then
   parts=(compile-cold compile-noautotune train2-bf16 train2-f32 train1-bf16 train1-f32
-         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png)
+         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png
+         parity-f32 parity-tf32)
   [ -n "$reference_repo" ] && parts+=(reference-train reference-anonymize)
 fi
 mkdir -p "$out"
 export DBAF_JAX_CACHE_DIR="${cache:-$out/xla-cache}"
 seconds="${PART_SECONDS:-570}"
+# Every test that compares a converted network with its PyTorch reference.
+parity_tests=(tests/test_stylegan2.py tests/test_e4e.py tests/test_irse.py tests/test_arcface.py tests/test_cid.py
+              tests/test_maar.py tests/test_kria.py tests/test_lpips.py tests/test_parsers.py tests/test_mtcnn.py
+              tests/test_facenet.py tests/test_inception.py tests/test_losses.py tests/test_dbaf_pipeline.py
+              tests/test_training_parity.py)
 
 run() {  # run PART python-module args...
   local part="$1"; shift
@@ -86,6 +94,10 @@ for part in "${parts[@]}"; do
     anonymize-f32) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype float32 ;;
     anonymize-folder) run "$part" benchmarks.anonymize_folder --dtype bfloat16 --copies 8 ;;
     png) run "$part" benchmarks.png_encoding ;;
+    parity-f32)
+      JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest run "$part" pytest -q -rf -p no:cacheprovider "${parity_tests[@]}" ;;
+    parity-tf32)
+      JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=tensorfloat32 run "$part" pytest -q -rf -p no:cacheprovider "${parity_tests[@]}" ;;
     reference-train)
       needs_reference "$part" && run "$part" benchmarks.reference_pytorch --reference-repo "$reference_repo" --batch 8 ;;
     reference-anonymize)

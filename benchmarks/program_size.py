@@ -4,7 +4,7 @@ measure to watch when a step compiles slowly.
 
     python -m benchmarks.program_size [--stages 2 1] [--size 256] [--batch1 16] [--batch2 8]
         [--dtype float32|bfloat16] [--width-scale 1.0] [--encoder-width-scale 1.0]
-        [--top 12] [--compile [--compile-twice]]
+        [--r1-every K] [--top 12] [--compile [--compile-twice]]
 
 Each step is the training loop's own (`loop.setup`, traced on abstract inputs as
 `benchmarks.flops` does, one device), lowered to StableHLO. Rows:
@@ -20,6 +20,9 @@ Each step is the training loop's own (`loop.setup`, traced on abstract inputs as
   same count), marked "(cache)" when it was loaded from the compilation cache;
   ``--compile-twice`` compiles again after dropping the in-memory programs, which
   times the load from the persistent cache the first compile filled.
+
+With ``--r1-every K`` (lazy R1) stage 2's two compiled steps are measured apart: with
+the penalty (every K-th step) and without.
 
 Lowering needs no device memory, so it runs anywhere; the counts are the same on every
 backend for the same JAX version.
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--width-scale", type=float, default=1.0)
     parser.add_argument("--encoder-width-scale", type=float, default=1.0)
+    parser.add_argument("--r1-every", type=int, default=1, help="lazy R1 every K steps: both compiled steps")
     parser.add_argument("--top", type=int, default=12, help="kinds and parts listed per step")
     parser.add_argument("--compile", action="store_true", help="also time this backend's compile (slow)")
     parser.add_argument("--compile-twice", action="store_true", help="with --compile: then the load from the cache")
@@ -113,27 +117,30 @@ def main(argv: list[str] | None = None) -> None:
     print("| step | batch | ops | convolutions | sharding constraints | lower s |" + "".join(f" {c} |" for c in timed))
     print("|---" * (6 + len(timed)) + "|")
     details = []
-    for stage in args.stages:
+    steps = [(stage, take_r1) for stage in args.stages for take_r1 in ((True, False) if args.r1_every > 1 else (True,))]
+    for stage, take_r1 in steps:
         batch = args.batch1 if stage == 1 else args.batch2
         config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch)
+        config.r1_every, config.r1_lazy = args.r1_every, args.r1_every > 1
+        name = f"stage {stage}" + ("" if args.r1_every == 1 else " with R1" if take_r1 else " without R1")
         start = time.perf_counter()
-        lowered = flops.lowered_step(config)
+        lowered = flops.lowered_step(config, take_r1=take_r1)
         text = lowered.as_text(debug_info=True)
         lower_s = time.perf_counter() - start
         m = measure(text)
-        row = f"| stage {stage} | {batch} | {m['ops']} | {m['convolutions']} | {m['sharding_constraints']} | {lower_s:.1f} |"
+        row = f"| {name} | {batch} | {m['ops']} | {m['convolutions']} | {m['sharding_constraints']} | {lower_s:.1f} |"
         for again in range(len(timed)):
             if again:
                 jax.clear_caches()
-                lowered = flops.lowered_step(config)
+                lowered = flops.lowered_step(config, take_r1=take_r1)
             with compilation_cache.CompileWatch() as watch:
                 lowered.compile()
             row += f" {watch.seconds:.1f}{' (cache)' if watch.from_cache else ''} |"
         print(row, flush=True)
-        details.append((stage, m))
-    for stage, m in details:
-        print(f"\nstage {stage} by kind: {_top(m['kinds'], m['ops'], args.top)}")
-        print(f"stage {stage} by part: {_top(m['parts'], m['ops'], args.top)}")
+        details.append((name, m))
+    for name, m in details:
+        print(f"\n{name} by kind: {_top(m['kinds'], m['ops'], args.top)}")
+        print(f"{name} by part: {_top(m['parts'], m['ops'], args.top)}")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.log_every = 10  # ref writes scalars every 10 steps
     c.sample_every = 500  # and after the last step; <= 0: no samples
+    # > 0: trace that many steps with jax.profiler into W/profile/, two steps after the
+    # run's first (dbaf_jax/train/profiling.py); 0: no trace.
+    c.profile_steps = 0
     c.checkpoint_every = 1000
     c.keep_checkpoints = 3
     return c

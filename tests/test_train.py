@@ -35,7 +35,7 @@ from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, stages, state as state_lib
+from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, profiling, stages, state as state_lib
 from dbaf_jax.train import stage1 as stage1_lib
 
 BATCH = 8  # one image per forced host device
@@ -123,13 +123,13 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
     config = run.config
     state = jax.device_put(run.state, sharding.param_sharding(mesh, run.state, config.mesh.min_shard_size))
     frozen = jax.device_put(run.frozen, sharding.replicated(mesh))
-    step_fn = loop.make_step(run.stage(), mesh, state, frozen)
+    step_fn = loop.StepPrograms(run.stage(), mesh, state, frozen)
     source = loop.data_source(config)
     steps_per_epoch = len(source) // config.batch_size
     states, metrics = {}, []
     for step, images in zip(range(num_steps), data.batches(source, config.batch_size, config.seed)):
         index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
-        state, step_metrics = step_fn(state, frozen, sharding.put_batch(mesh, images), index_in_epoch)
+        state, step_metrics = step_fn(step, state, frozen, sharding.put_batch(mesh, images), index_in_epoch)
         metrics.append({k: float(v) for k, v in jax.device_get(step_metrics).items()})
         if step + 1 in keep:
             states[step + 1] = jax.device_get(state)
@@ -313,6 +313,15 @@ def test_lazy_r1_scales_the_penalty_by_its_interval(lazy, expected):
     assert adversarial.StepSettings.from_config(config, stage1_lib.Stage1.terms).r1_gamma == expected
 
 
+def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
+    """Lazy R1 runs two compiled steps: the penalty (and its double backward) on steps
+    0, k, 2k ... and a plain D loss between them."""
+    trajectory = train_steps(start(small_config(1, r1_every=2, r1_lazy=True)), single_device_mesh(), 4, keep=())
+    r1 = [m["r1"] for m in trajectory.metrics]
+    assert r1[0] > 0 and r1[2] > 0, r1
+    assert r1[1] == 0 and r1[3] == 0, r1
+
+
 @pytest.mark.parametrize("batch", [2, 4])
 def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     """D's logits for stage 2's five outputs equal five separate calls, as the reference
@@ -380,8 +389,8 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
     guard = contextlib.ExitStack()
     make_step, device_get = loop.make_step, jax.device_get
 
-    def watched_make_step(*args):
-        step_fn = make_step(*args)
+    def watched_make_step(*args, **variant):
+        step_fn = make_step(*args, **variant)
 
         def step(*inputs):
             guard.close()
@@ -410,6 +419,14 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
     checkpointer.close()
     assert saved_between_steps == [1]
     assert gap == {"open": False, "fetches": len(saved_between_steps), "steps": 4}
+
+
+def test_profile_steps_writes_a_trace_of_the_steps_after_the_warm_up(tmp_path):
+    """``profile_steps 1`` on a 3-step run traces step 2 (steps 0 and 1 compile and warm
+    up) into W/profile/, in the layout TensorBoard's profile plugin reads."""
+    loop.train_and_evaluate(small_config(1, num_steps=3, sample_every=0, profile_steps=1), tmp_path)
+    traces = list((tmp_path / profiling.FOLDER).glob("plugins/profile/*/*.xplane.pb"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0, traces
 
 
 def test_kill_and_resume_equals_uninterrupted_training(tmp_path, monkeypatch, stage1_trajectory):

@@ -193,10 +193,22 @@ class AdversarialStage:
         outputs, _ = self.forward(variables, inputs, rng, train=False)
         return self.sample_images(inputs, outputs)
 
+    def step_variant(self, step: int) -> dict[str, bool]:
+        """The static arguments of `step` for training step number ``step``: lazy R1 runs
+        two compiled steps, with and without the penalty, rather than one program holding
+        both behind a ``lax.cond`` (which compiles both and keeps both in every step)."""
+        return {"take_r1": step % self.settings.r1_every == 0}
+
     def step(
-        self, state: TrainState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array
+        self,
+        state: TrainState,
+        frozen: Variables,
+        images: jax.Array,
+        index_in_epoch: jax.Array,
+        take_r1: bool = True,
     ) -> tuple[TrainState, Metrics]:
-        """One D update, then one generator-side update, on ``images`` (B, H, W, 3)."""
+        """One D update (with R1 when ``take_r1``, see `step_variant`), then one
+        generator-side update, on ``images`` (B, H, W, 3)."""
         rng, prepare_rng, d_rng, g_rng = jax.random.split(jax.random.wrap_key_data(state.rng), 4)
         inputs = self.prepare(frozen, images, index_in_epoch, prepare_rng)
         critics = self.critics(frozen)
@@ -216,7 +228,7 @@ class AdversarialStage:
         real = self.real_images(inputs)
         if self.settings.two_pass:
             d_outputs, d_updates = forward(fast, state.model_state, d_rng)
-            state, d_metrics = self._discriminator_update(state, real, self.fake_images(d_outputs))
+            state, d_metrics = self._discriminator_update(state, real, self.fake_images(d_outputs), take_r1)
             model_state = _merged(state.model_state, d_updates)
 
             def loss(fast_params):
@@ -228,7 +240,7 @@ class AdversarialStage:
             model_state = _merged(model_state, g_updates)
         else:
             outputs, pullback, updates = jax.vjp(lambda p: forward(p, state.model_state, g_rng), fast, has_aux=True)
-            state, d_metrics = self._discriminator_update(state, real, self.fake_images(outputs))
+            state, d_metrics = self._discriminator_update(state, real, self.fake_images(outputs), take_r1)
             (total, terms), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(
                 outputs, state.discriminator_params.fast
             )
@@ -237,20 +249,19 @@ class AdversarialStage:
         state = state.after_generator_update(self.optimizers.generator, grads, rng, model_state=model_state)
         return state, {**d_metrics, "g_total": total, **terms}
 
-    def _discriminator_update(self, state: TrainState, real: jax.Array, fakes: jax.Array) -> tuple[TrainState, Metrics]:
-        """One Ranger step of D on real images and constant fakes; R1 every ``r1_every`` steps."""
+    def _discriminator_update(
+        self, state: TrainState, real: jax.Array, fakes: jax.Array, take_r1: bool
+    ) -> tuple[TrainState, Metrics]:
+        """One Ranger step of D on real images and constant fakes, with R1 when ``take_r1``."""
         settings = self.settings
         fakes = jax.lax.stop_gradient(fakes)
 
         def loss_fn(d_params):
             d_apply = self.discriminator(d_params)
-            with_r1 = lambda: losses.r1_penalty(d_apply, real, settings.r1_gamma)  # noqa: E731
-            if settings.r1_every == 1:
-                r1, real_logits = with_r1()
+            if take_r1:
+                r1, real_logits = losses.r1_penalty(d_apply, real, settings.r1_gamma)
             else:
-                r1, real_logits = jax.lax.cond(
-                    state.step % settings.r1_every == 0, with_r1, lambda: (jnp.zeros(()), d_apply(real))
-                )
+                r1, real_logits = jnp.zeros(()), d_apply(real)
             fake_logits = discriminate_each(d_apply, fakes)
             logistic = jax.vmap(lambda f: losses.discriminator_logistic_loss(real_logits, f))(fake_logits)
             return losses.discriminator_loss(logistic, r1, settings.form.output_reductions["d_logistic"])

@@ -123,6 +123,11 @@ class Phase:
         networks = self.loss_networks(variables)
         return Critics(embed=networks.identity, lpips=networks.lpips, parse=networks.parser)
 
+    def step_variant(self, step: int) -> dict:
+        """The static arguments of `step` for step number ``step``: none, every step is alike."""
+        del step
+        return {}
+
     def step(self, state: TrainState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array) -> tuple[TrainState, Metrics]:
         """One Adam update of the trained networks on ``images`` (B, H, W, 3)."""
         del index_in_epoch  # every step of an epoch is alike

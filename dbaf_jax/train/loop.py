@@ -19,6 +19,7 @@ an iFADIT model directory.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -33,7 +34,7 @@ import tqdm
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, stages
+from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.adversarial import AdversarialStage
 
@@ -111,17 +112,36 @@ def setup(config: ml_collections.ConfigDict, nets: networks_lib.Networks, variab
     return Setup(stage, state, frozen, exported_frozen)
 
 
-def make_step(stage: AdversarialStage, mesh, state, frozen):
-    """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics)."""
+def make_step(stage: AdversarialStage, mesh, state, frozen, **variant):
+    """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics), with
+    the static arguments ``variant`` (`stage.step_variant`; default: the step's own)."""
     state_sharding = jax.tree.map(lambda x: x.sharding, state)
     frozen_sharding = jax.tree.map(lambda x: x.sharding, frozen)
     replicated = sharding.replicated(mesh)
     return jax.jit(
-        sharding.within(mesh, stage.step),
+        sharding.within(mesh, functools.partial(stage.step, **variant)),
         in_shardings=(state_sharding, frozen_sharding, sharding.batch_sharding(mesh), replicated),
         out_shardings=(state_sharding, replicated),
         donate_argnums=(0,),
     )
+
+
+class StepPrograms:
+    """A stage's jitted steps, one per `stage.step_variant` (lazy R1: with and without
+    the penalty), each made on first use: ``(step_number, state, frozen, images,
+    index_in_epoch) -> (state, metrics)``."""
+
+    def __init__(self, stage: AdversarialStage, mesh, state, frozen):
+        self._make = functools.partial(make_step, stage, mesh, state, frozen)
+        self._variant = stage.step_variant
+        self._programs = {}
+
+    def __call__(self, step: int, state, frozen, images: jax.Array, index_in_epoch: jax.Array):
+        variant = self._variant(step)
+        key = tuple(sorted(variant.items()))
+        if key not in self._programs:
+            self._programs[key] = self._make(**variant)
+        return self._programs[key](state, frozen, images, index_in_epoch)
 
 
 def make_sampler(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
@@ -192,7 +212,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         state, start = restored.state, restored.step
         print(f"resumed from {checkpointer.directory / str(start)}")
 
-    step_fn = make_step(stage, mesh, state, frozen)
+    step_fn = StepPrograms(stage, mesh, state, frozen)
+    profile = profiling.StepProfile(workdir, start, config.profile_steps if jax.process_index() == 0 else 0)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
     sampling = config.sample_every > 0
     if sampling:
@@ -211,8 +232,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             for step in range(start, total_steps):
                 images = sharding.put_batch(mesh, next(batches))
                 index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
-                state, step_metrics = step_fn(state, frozen, images, index_in_epoch)
+                profile.before(step)
+                state, step_metrics = step_fn(step, state, frozen, images, index_in_epoch)
                 done = step + 1
+                profile.after(done, state)
                 scalars = {}
                 if done % config.log_every == 0 or done == total_steps:
                     scalars.update(jax.device_get(step_metrics))
@@ -235,6 +258,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         save_interrupted(checkpointer, state)
         raise
     finally:
+        profile.stop()
         checkpointer.close()  # waits for the asynchronous writes
         writer.close()
         progress.close()
