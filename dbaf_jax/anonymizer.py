@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata, model_directory, pipeline, precision, sharding
+from dbaf_jax import images, keys, metadata, model_directory, output_folder, pipeline, precision, sharding
 from dbaf_jax.errors import InputError, ModelDirectoryError, ModelMismatchError, OutputExistsError, PasswordFileError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detect import FaceDetector
@@ -389,33 +389,25 @@ def input_images(in_dir: Path) -> list[Path]:
     return images.list_images(in_dir)
 
 
-def _check_output_folder(out_dir: Path) -> None:
-    """InputError naming the path when ``out_dir`` or the nearest existing folder above
-    it is a file."""
-    for parent in (out_dir, *out_dir.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{out_dir}: cannot be the output folder, {parent} is a file")
-            return
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A folder run's inputs and where each goes; ``skipped``: inputs whose output name
-    another input already has (``a.jpg`` beside ``a.png``)."""
+    another input already has (``a.jpg`` beside ``a.png``); ``notes``: temporaries of
+    an interrupted run removed from the output folder."""
 
     in_dir: Path
     out_dir: Path
     sources: list[Path]
     targets: dict[Path, Path]
     skipped: list[images.Skipped]
+    notes: list[str]
 
 
 def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path], bool] = lambda path: True) -> Plan:
-    """The images below ``in_dir`` that ``keep`` accepts, each with its output path."""
+    """The images below ``in_dir`` that ``keep`` accepts, each with its output path;
+    the output folder checked and made (`output_folder.check_location`) before any work."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     inputs = input_images(in_dir)
-    _check_output_folder(out_dir)
     sources, targets, skipped = [], {}, []
     first: dict[Path, Path] = {}
     for source in filter(keep, inputs):
@@ -426,7 +418,8 @@ def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path],
         first[target] = source
         sources.append(source)
         targets[source] = target
-    return Plan(in_dir, out_dir, sources, targets, skipped)
+    output_folder.check_location(in_dir, out_dir, inputs, targets.values())
+    return Plan(in_dir, out_dir, sources, targets, skipped, output_folder.clear_stale_temporaries(out_dir))
 
 
 def _anonymization_metadata(anonymizer: FaceAnonymizer, record: keys.KeyRecord) -> dict:
@@ -458,7 +451,7 @@ def anonymize_folder(
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
     meta = _anonymization_metadata(anonymizer, record)
-    report = Report(skipped=plan.skipped)
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
 
     def dispatched() -> Iterator:
         for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
@@ -531,7 +524,7 @@ def recover_folder(
     plan = plan_outputs(in_dir, out_dir, keep=lambda path: path.suffix.lower() == ".png")
     check_outputs(plan.targets.values(), overwrite)
     batch_size = anonymizer.padded_size(batch_size or default_batch_size())
-    report = Report(skipped=plan.skipped)
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
     readable: list[tuple[Path, metadata.Anonymization]] = []
     for source, made in _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
         if made is None:
@@ -695,7 +688,7 @@ def anonymize_photo_folder(
     def process(source: Path, photo: np.ndarray):
         return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
 
-    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped)), "anonymize", save_crops, overwrite)
+    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped), notes=list(plan.notes)), "anonymize", save_crops, overwrite)
 
 
 def recover_photo_folder(
@@ -716,7 +709,7 @@ def recover_photo_folder(
     plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    report = Report(skipped=list(plan.skipped))
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes))
     anonymizations = _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
     def process(source: Path, photo: np.ndarray):
