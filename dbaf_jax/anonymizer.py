@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata, model_directory, output_folder, pipeline, precision, sharding
+from dbaf_jax import images, keys, metadata, model_directory, output_folder, pipeline, precision, sharding, sidecars
 from dbaf_jax.errors import InputError, ModelDirectoryError, ModelMismatchError, OutputExistsError, PasswordFileError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detect import FaceDetector
@@ -311,11 +311,24 @@ class FaceAnonymizer:
                 f"this {self.model.FAMILY} model recovers from the image alone"
             )
 
+    def latent_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Name -> (shape, dtype) of one image's latents as `anonymize` gives them (what
+        `sidecars.read_latents` checks a sidecar against); traced, not computed."""
+        self._check_latent_recovery()
+        images_shape = jax.ShapeDtypeStruct((1, self.input_size, self.input_size, 3), jnp.float32)
+        z_shape = jax.ShapeDtypeStruct(tuple(self.model.key_shape), jnp.float32)
+
+        def latents(images, z):
+            return anonymize_program(self.model, self.variables, images, self.model.key_from_z(self.variables, z), True)[1]
+
+        named = _latents_dict(jax.eval_shape(latents, images_shape, z_shape))
+        return {name: (tuple(value.shape[1:]), np.dtype(value.dtype)) for name, value in named.items()}
+
     def recover_from_latents_async(self, latents: dict, key: jax.Array) -> jax.Array:
         self._check_latent_recovery()
         count = len(latents["attribute_code"])
         placed = {name: jax.device_put(pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding) for name, value in latents.items()}
-        maps = [value for name, value in sorted(placed.items()) if name.startswith("attribute_map_")]
+        maps = [placed[f"attribute_map_{i}"] for i in range(sum(name.startswith("attribute_map_") for name in placed))]
         recovered = _recover_latent(
             self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self.place_key(key, count)
         )
@@ -534,6 +547,8 @@ def recover_folder(
         else:
             readable.append((source, made))
 
+    spec = anonymizer.latent_spec() if mode == "latent" else None
+
     def load(item: tuple[Path, metadata.Anonymization]):
         """The input of one recovery: the anonymized image, or its saved latents."""
         source = item[0]
@@ -542,11 +557,7 @@ def recover_folder(
         side = latents_path(source)
         if not side.is_file():
             raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
-        try:
-            with np.load(side) as data:
-                return {k: data[k] for k in data.files}
-        except Exception as err:  # noqa: BLE001 - any reader failure means "not usable"
-            raise ValueError(f"{side}: cannot read latents ({err})") from None
+        return sidecars.read_latents(side, spec)
 
     key_cache: dict[keys.KeyRecord, jax.Array] = {}
 

@@ -530,3 +530,46 @@ def test_recover_killed_while_writing_leaves_nothing_readable(workspace, anonymi
     for path in left:
         assert not path.name.startswith(".") and path.suffix == ".png", path
         assert pixels(path).shape == (SIZE, SIZE, 3)
+
+
+def damaged_sidecars(good: dict[str, np.ndarray]) -> dict[str, tuple[object, str]]:
+    """fault -> (what the sidecar holds: arrays, or bytes for a non-archive; words the
+    refusal must contain)."""
+    maps = sorted(name for name in good if name.startswith("attribute_map_"))
+    return {
+        "missing_map": ({k: v for k, v in good.items() if k != maps[-1]}, f"missing ['{maps[-1]}']"),
+        "extra_array": ({**good, "extra": np.zeros(3, np.float32)}, "unexpected ['extra']"),
+        "wrong_shape": ({**good, "attribute_code": good["attribute_code"][..., :-1]}, "attribute_code is float32"),
+        "extra_row": ({**good, "attribute_code": good["attribute_code"][None]}, "attribute_code is float32"),
+        "nan": ({**good, maps[0]: np.full_like(good[maps[0]], np.nan)}, f"{maps[0]} holds NaN or infinite values"),
+        "integer": ({**good, "attribute_code": good["attribute_code"].astype(np.int32)}, "attribute_code is int32"),
+        "text": (b"not an archive\n", "not a NumPy .npz archive"),
+    }
+
+
+def test_a_damaged_sidecar_skips_only_its_own_image(workspace, anonymized, recovered, anonymizer, tmp_path):
+    """One latent recovery run over three intact images and one per kind of damaged
+    sidecar: each damaged one is skipped naming its sidecar and the fault; the intact
+    ones are recovered as in a run without the damaged ones."""
+    source = tmp_path / "anonymized"
+    shutil.copytree(workspace / "anonymized", source)
+    with np.load(source / f"a{LATENTS_SUFFIX}") as saved:
+        good = {name: saved[name] for name in saved.files}
+    faults = damaged_sidecars(good)
+    for fault, (content, _) in faults.items():
+        shutil.copy(source / "a.png", source / f"{fault}.png")
+        side = source / f"{fault}{LATENTS_SUFFIX}"
+        if isinstance(content, bytes):
+            side.write_bytes(content)
+        else:
+            with open(side, "wb") as file:
+                np.savez(file, **content)
+    out = tmp_path / "out"
+    report = recover_folder(anonymizer, PASSWORD, source, out, BATCH, mode="latent")
+    reasons = {item.path.stem: item.reason for item in report.skipped}
+    assert sorted(reasons) == sorted(faults)
+    for fault, (_, words) in faults.items():
+        assert reasons[fault].startswith(f"{source / fault}{LATENTS_SUFFIX}: ") and words in reasons[fault], reasons[fault]
+    assert sorted(str(p.relative_to(out)) for p in report.written) == ["a.png", "b.png", "sub/c.png"]
+    for name in ("a.png", "b.png", "sub/c.png"):
+        assert np.abs(pixels(out / name) - pixels(workspace / "recovered_latent" / name)).max() <= 1
