@@ -663,8 +663,13 @@ def _photo_run(
     photos and encoding finished ones on worker threads; ``process`` returns the result
     and its output's metadata, or a Skipped. Adds to and returns ``report``."""
     with pipeline.Writer(max_pending=4) as writer:
-        for source, photo in tqdm(pipeline.read_ahead(sources, images.read_photo, depth=4), total=len(sources), unit="photo", desc=desc):
-            outcome = images.Skipped(source, str(photo)) if isinstance(photo, ValueError) else process(source, photo)
+        for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
+            if isinstance(read, ValueError):
+                report.skipped.append(images.Skipped(source, str(read)))
+                continue
+            photo, note = read
+            report.notes += [note] if note else []
+            outcome = process(source, photo)
             if isinstance(outcome, images.Skipped):
                 report.skipped.append(outcome)
                 continue

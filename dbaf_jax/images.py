@@ -55,7 +55,7 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
     """
     try:
         with Image.open(path) as img:
-            img = img.convert("RGB")
+            img = as_rgb8(img)[0]
             if img.size != (size, size):
                 img = img.resize((size, size), Image.BILINEAR)
             pixels = np.asarray(img, dtype=np.float32)
@@ -65,14 +65,50 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
 
 
 def read_photo(path: str | Path) -> np.ndarray:
+    """`read_photo_noted` without its note."""
+    return read_photo_noted(path)[0]
+
+
+def read_photo_noted(path: str | Path) -> tuple[np.ndarray, str | None]:
     """Decodes a photo of any size to (H, W, 3) uint8 RGB, upright: its EXIF orientation
-    applied (cameras store rotated pixels and say so there). ValueError naming the file
-    when it cannot be decoded."""
+    applied (cameras store rotated pixels and say so there), any mode converted by
+    `as_rgb8`; with its note (a dropped alpha channel) or None. ValueError naming the
+    file when it cannot be decoded."""
     try:
         with Image.open(path) as img:
-            return np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+            rgb, note = as_rgb8(ImageOps.exif_transpose(img))
+            return np.asarray(rgb), (f"{path}: {note}" if note else None)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
+
+
+# Full scale of the integer and float modes PIL gives wider images (16-bit PNG and
+# TIFF): their values are mapped to 0-255 from this range, not clipped at 255.
+_WIDE_FULL_SCALE = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535}
+
+
+def as_rgb8(img: Image.Image) -> tuple[Image.Image, str | None]:
+    """Any PIL mode -> 8-bit RGB with its range kept, and a note when something is lost.
+
+    16-bit and 32-bit integer greyscale (I;16*, I: PNG/TIFF 16-bit) are scaled from
+    0-65535; float (F) from 0-1 when its values lie there, else from 0-255 or, above
+    that, 0-65535 (PIL's own convert clips them at 255: a 16-bit face turned white and
+    was never looked at). Alpha (RGBA, LA, PA, P or L with transparency) cannot be
+    kept in an RGB output: the colours are kept and the note says the alpha was dropped.
+    """
+    note = None
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        note = f"its {img.mode} alpha channel (transparency) was dropped: the output is opaque RGB"
+    if img.mode in _WIDE_FULL_SCALE or img.mode == "F":
+        values = np.asarray(img, dtype=np.float64)
+        if img.mode == "F":
+            top = float(np.nanmax(values)) if values.size else 0.0
+            scale = 1.0 if top <= 1.0 else 255.0 if top <= 255.0 else 65535.0
+        else:
+            scale = float(_WIDE_FULL_SCALE[img.mode])
+        grey = np.clip(np.rint(np.nan_to_num(values) * (255.0 / scale)), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB"), note
+    return img.convert("RGB"), note
 
 
 def to_float(pixels: np.ndarray) -> np.ndarray:
