@@ -309,8 +309,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise NoMetadataError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
     try:
         metadata = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):  # nesting deeper than Python's stack is not ours either
-        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON") from None
+    except (ValueError, RecursionError):  # nesting deeper than Python's stack, numbers over 4300 digits: not ours either
+        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON we wrote (malformed, or a number too long)") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not a JSON object")
     return metadata
