@@ -192,10 +192,10 @@ class FaceAnonymizer:
     ``*_async`` methods return device arrays without waiting for them.
     """
 
-    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None):
+    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None, without_manifest: bool = False):
         precision.check_compute_dtype(dtype)
         self.model_dir = Path(model_dir)
-        model, variables = families.load(self.model_dir)
+        model, variables = families.load(self.model_dir, without_manifest)  # without_manifest: `model_directory.load_model`
         self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
         self.dtype = dtype
         self.model = model.for_inference().with_compute_dtype(dtype)
