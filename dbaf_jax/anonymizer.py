@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata, model_directory, pipeline, precision, sharding
+from dbaf_jax import images, keys, metadata, model_directory, output_folder, pipeline, precision, sharding, sidecars
 from dbaf_jax.errors import InputError, ModelDirectoryError, ModelMismatchError, OutputExistsError, PasswordFileError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detect import FaceDetector
@@ -192,10 +192,10 @@ class FaceAnonymizer:
     ``*_async`` methods return device arrays without waiting for them.
     """
 
-    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None):
+    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None, without_manifest: bool = False):
         precision.check_compute_dtype(dtype)
         self.model_dir = Path(model_dir)
-        model, variables = families.load(self.model_dir)
+        model, variables = families.load(self.model_dir, without_manifest)  # without_manifest: `model_directory.load_model`
         self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
         self.dtype = dtype
         self.model = model.for_inference().with_compute_dtype(dtype)
@@ -311,11 +311,24 @@ class FaceAnonymizer:
                 f"this {self.model.FAMILY} model recovers from the image alone"
             )
 
+    def latent_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Name -> (shape, dtype) of one image's latents as `anonymize` gives them (what
+        `sidecars.read_latents` checks a sidecar against); traced, not computed."""
+        self._check_latent_recovery()
+        images_shape = jax.ShapeDtypeStruct((1, self.input_size, self.input_size, 3), jnp.float32)
+        z_shape = jax.ShapeDtypeStruct(tuple(self.model.key_shape), jnp.float32)
+
+        def latents(images, z):
+            return anonymize_program(self.model, self.variables, images, self.model.key_from_z(self.variables, z), True)[1]
+
+        named = _latents_dict(jax.eval_shape(latents, images_shape, z_shape))
+        return {name: (tuple(value.shape[1:]), np.dtype(value.dtype)) for name, value in named.items()}
+
     def recover_from_latents_async(self, latents: dict, key: jax.Array) -> jax.Array:
         self._check_latent_recovery()
         count = len(latents["attribute_code"])
         placed = {name: jax.device_put(pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding) for name, value in latents.items()}
-        maps = [value for name, value in sorted(placed.items()) if name.startswith("attribute_map_")]
+        maps = [placed[f"attribute_map_{i}"] for i in range(sum(name.startswith("attribute_map_") for name in placed))]
         recovered = _recover_latent(
             self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self.place_key(key, count)
         )
@@ -389,33 +402,25 @@ def input_images(in_dir: Path) -> list[Path]:
     return images.list_images(in_dir)
 
 
-def _check_output_folder(out_dir: Path) -> None:
-    """InputError naming the path when ``out_dir`` or the nearest existing folder above
-    it is a file."""
-    for parent in (out_dir, *out_dir.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{out_dir}: cannot be the output folder, {parent} is a file")
-            return
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A folder run's inputs and where each goes; ``skipped``: inputs whose output name
-    another input already has (``a.jpg`` beside ``a.png``)."""
+    another input already has (``a.jpg`` beside ``a.png``); ``notes``: temporaries of
+    an interrupted run removed from the output folder."""
 
     in_dir: Path
     out_dir: Path
     sources: list[Path]
     targets: dict[Path, Path]
     skipped: list[images.Skipped]
+    notes: list[str]
 
 
 def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path], bool] = lambda path: True) -> Plan:
-    """The images below ``in_dir`` that ``keep`` accepts, each with its output path."""
+    """The images below ``in_dir`` that ``keep`` accepts, each with its output path;
+    the output folder checked and made (`output_folder.check_location`) before any work."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     inputs = input_images(in_dir)
-    _check_output_folder(out_dir)
     sources, targets, skipped = [], {}, []
     first: dict[Path, Path] = {}
     for source in filter(keep, inputs):
@@ -426,7 +431,8 @@ def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path],
         first[target] = source
         sources.append(source)
         targets[source] = target
-    return Plan(in_dir, out_dir, sources, targets, skipped)
+    output_folder.check_location(in_dir, out_dir, inputs, targets.values())
+    return Plan(in_dir, out_dir, sources, targets, skipped, output_folder.clear_stale_temporaries(out_dir))
 
 
 def _anonymization_metadata(anonymizer: FaceAnonymizer, record: keys.KeyRecord) -> dict:
@@ -458,7 +464,7 @@ def anonymize_folder(
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
     meta = _anonymization_metadata(anonymizer, record)
-    report = Report(skipped=plan.skipped)
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
 
     def dispatched() -> Iterator:
         for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
@@ -531,7 +537,7 @@ def recover_folder(
     plan = plan_outputs(in_dir, out_dir, keep=lambda path: path.suffix.lower() == ".png")
     check_outputs(plan.targets.values(), overwrite)
     batch_size = anonymizer.padded_size(batch_size or default_batch_size())
-    report = Report(skipped=plan.skipped)
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
     readable: list[tuple[Path, metadata.Anonymization]] = []
     for source, made in _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
         if made is None:
@@ -541,6 +547,8 @@ def recover_folder(
         else:
             readable.append((source, made))
 
+    spec = anonymizer.latent_spec() if mode == "latent" else None
+
     def load(item: tuple[Path, metadata.Anonymization]):
         """The input of one recovery: the anonymized image, or its saved latents."""
         source = item[0]
@@ -549,11 +557,7 @@ def recover_folder(
         side = latents_path(source)
         if not side.is_file():
             raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
-        try:
-            with np.load(side) as data:
-                return {k: data[k] for k in data.files}
-        except Exception as err:  # noqa: BLE001 - any reader failure means "not usable"
-            raise ValueError(f"{side}: cannot read latents ({err})") from None
+        return sidecars.read_latents(side, spec)
 
     key_cache: dict[keys.KeyRecord, jax.Array] = {}
 
@@ -659,8 +663,13 @@ def _photo_run(
     photos and encoding finished ones on worker threads; ``process`` returns the result
     and its output's metadata, or a Skipped. Adds to and returns ``report``."""
     with pipeline.Writer(max_pending=4) as writer:
-        for source, photo in tqdm(pipeline.read_ahead(sources, images.read_photo, depth=4), total=len(sources), unit="photo", desc=desc):
-            outcome = images.Skipped(source, str(photo)) if isinstance(photo, ValueError) else process(source, photo)
+        for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
+            if isinstance(read, ValueError):
+                report.skipped.append(images.Skipped(source, str(read)))
+                continue
+            photo, note = read
+            report.notes += [note] if note else []
+            outcome = process(source, photo)
             if isinstance(outcome, images.Skipped):
                 report.skipped.append(outcome)
                 continue
@@ -695,7 +704,7 @@ def anonymize_photo_folder(
     def process(source: Path, photo: np.ndarray):
         return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
 
-    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped)), "anonymize", save_crops, overwrite)
+    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped), notes=list(plan.notes)), "anonymize", save_crops, overwrite)
 
 
 def recover_photo_folder(
@@ -716,7 +725,7 @@ def recover_photo_folder(
     plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    report = Report(skipped=list(plan.skipped))
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes))
     anonymizations = _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
     def process(source: Path, photo: np.ndarray):

@@ -59,6 +59,8 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32",
                         help="compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    parser.add_argument("--allow-unchecked-model", action="store_true",
+                        help="run a model directory without model.json: its completeness (MAAR) and integrity go unchecked")
     photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
     photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")
     photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")

@@ -240,6 +240,7 @@ class PreparedImages:
         if not (builder_dir / "dataset_info.json").is_file():
             raise DatasetError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.data`")
         builder = tfds.builder_from_directory(str(builder_dir))
+        self.data_dir = Path(data_dir)
         self._source = builder.as_data_source(split=SPLIT)
         self.size = int(builder.info.features["image"].shape[0])
 
@@ -247,7 +248,13 @@ class PreparedImages:
         return len(self._source)
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self._source[index]["image"]
+        try:
+            return self._source[index]["image"]
+        except Exception as err:  # noqa: BLE001 - the reader's own errors (a hash mismatch in a damaged file) name neither
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise DatasetError(
+                f"{self.data_dir}: record {index} is damaged ({reason[:200]}); prepare the dataset again"
+            ) from None
 
 
 class Subset:

@@ -15,6 +15,10 @@ class OutputExistsError(DbafError, FileExistsError):
     """An output exists already and replacing it was not asked for."""
 
 
+class OutputWriteError(DbafError, OSError):
+    """An output could not be written (permission, read-only or full file system)."""
+
+
 class PasswordFileError(DbafError):
     """The password file is missing, unreadable, not UTF-8 or empty."""
 

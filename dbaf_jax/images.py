@@ -8,9 +8,11 @@ the model that made them; never the password).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -19,7 +21,7 @@ import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin
 
 from dbaf_jax import pipeline
-from dbaf_jax.errors import OutputExistsError
+from dbaf_jax.errors import OutputExistsError, OutputWriteError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 METADATA_CHUNK = "dbaf_jax"
@@ -53,7 +55,7 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
     """
     try:
         with Image.open(path) as img:
-            img = img.convert("RGB")
+            img = as_rgb8(img)[0]
             if img.size != (size, size):
                 img = img.resize((size, size), Image.BILINEAR)
             pixels = np.asarray(img, dtype=np.float32)
@@ -63,14 +65,50 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
 
 
 def read_photo(path: str | Path) -> np.ndarray:
+    """`read_photo_noted` without its note."""
+    return read_photo_noted(path)[0]
+
+
+def read_photo_noted(path: str | Path) -> tuple[np.ndarray, str | None]:
     """Decodes a photo of any size to (H, W, 3) uint8 RGB, upright: its EXIF orientation
-    applied (cameras store rotated pixels and say so there). ValueError naming the file
-    when it cannot be decoded."""
+    applied (cameras store rotated pixels and say so there), any mode converted by
+    `as_rgb8`; with its note (a dropped alpha channel) or None. ValueError naming the
+    file when it cannot be decoded."""
     try:
         with Image.open(path) as img:
-            return np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+            rgb, note = as_rgb8(ImageOps.exif_transpose(img))
+            return np.asarray(rgb), (f"{path}: {note}" if note else None)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
+
+
+# Full scale of the integer and float modes PIL gives wider images (16-bit PNG and
+# TIFF): their values are mapped to 0-255 from this range, not clipped at 255.
+_WIDE_FULL_SCALE = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535}
+
+
+def as_rgb8(img: Image.Image) -> tuple[Image.Image, str | None]:
+    """Any PIL mode -> 8-bit RGB with its range kept, and a note when something is lost.
+
+    16-bit and 32-bit integer greyscale (I;16*, I: PNG/TIFF 16-bit) are scaled from
+    0-65535; float (F) from 0-1 when its values lie there, else from 0-255 or, above
+    that, 0-65535 (PIL's own convert clips them at 255: a 16-bit face turned white and
+    was never looked at). Alpha (RGBA, LA, PA, P or L with transparency) cannot be
+    kept in an RGB output: the colours are kept and the note says the alpha was dropped.
+    """
+    note = None
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        note = f"its {img.mode} alpha channel (transparency) was dropped: the output is opaque RGB"
+    if img.mode in _WIDE_FULL_SCALE or img.mode == "F":
+        values = np.asarray(img, dtype=np.float64)
+        if img.mode == "F":
+            top = float(np.nanmax(values)) if values.size else 0.0
+            scale = 1.0 if top <= 1.0 else 255.0 if top <= 255.0 else 65535.0
+        else:
+            scale = float(_WIDE_FULL_SCALE[img.mode])
+        grey = np.clip(np.rint(np.nan_to_num(values) * (255.0 / scale)), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB"), note
+    return img.convert("RGB"), note
 
 
 def to_float(pixels: np.ndarray) -> np.ndarray:
@@ -103,36 +141,151 @@ class NoMetadataError(ValueError):
     """The image has no ``dbaf_jax`` metadata."""
 
 
-def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
-    """Creates ``path`` atomically: ``write(tmp)`` fills a temporary file beside it,
-    which then becomes ``path`` in one step, so a reader never sees a torn file.
+# A named temporary: `.NAME.<pid>.<hex>.partial` (older versions: `.NAME.<hex>.partial`).
+PARTIAL_NAME = re.compile(r"^\..+?\.(?:(?P<pid>\d+)\.)?[0-9a-f]{8}\.partial$")
 
-    Without ``overwrite`` the file is created exclusively: if ``path`` exists (another
-    run made it meanwhile), OutputExistsError and nothing is replaced; a hard link
-    gives that atomically where the file system has them, else an exclusively created
-    placeholder reserves the name. The temporary file is removed on any failure.
+
+def _partial_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+
+
+def _unnamed_file(folder: Path) -> int | None:
+    """A file descriptor of a new file without a name in ``folder`` (Linux O_TMPFILE):
+    if the process is killed, nothing is left to find. None where the system or file
+    system has no such files; other failures (permission, read-only, full) raise."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None:
+        return None
+    try:
+        return os.open(folder, flag | os.O_RDWR, 0o666)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None
+        raise
+
+
+def _exists_error(path: Path) -> OutputExistsError:
+    return OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it")
+
+
+def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
+    """Creates ``path`` atomically: ``write(tmp)`` fills a temporary file, which then
+    becomes ``path`` in one step, so a reader never sees a torn file.
+
+    On Linux the temporary file has no name (O_TMPFILE, ``tmp`` is its /proc/self/fd
+    link) until it is linked into place: a run killed meanwhile leaves no readable
+    pixels behind. Elsewhere it is ``.NAME.<pid>.<hex>.partial`` beside ``path``, which
+    `remove_stale_partials` clears on the next run into that folder once the process
+    is gone. Without ``overwrite`` the file is created exclusively: if ``path`` exists
+    (another run made it meanwhile), OutputExistsError and nothing is replaced. Any
+    other failure is OutputWriteError naming ``path`` and the system's reason
+    (permission, read-only file system, full disk); the temporary file is removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _unnamed_file(path.parent)
+        if fd is None:
+            _write_named(path, write, overwrite)
+            return path
+        try:
+            write(Path(f"/proc/self/fd/{fd}"))
+            _link_into_place(fd, path, overwrite)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        if isinstance(err, OutputExistsError):
+            raise
+        raise OutputWriteError(f"{path}: cannot write it ({err.strerror or err})") from None
+    return path
+
+
+def _link(fd: int, path: Path) -> None:
+    """linkat(/proc/self/fd/FD, path, AT_SYMLINK_FOLLOW): names an unnamed file. A
+    src_dir_fd makes Python call linkat with the flag; plain os.link would link the
+    /proc symlink itself (EXDEV)."""
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)
+
+
+def _link_into_place(fd: int, path: Path, overwrite: bool) -> None:
+    """Gives the unnamed file ``fd`` the name ``path``."""
+    if not overwrite:
+        try:
+            _link(fd, path)
+        except FileExistsError:
+            raise _exists_error(path) from None
+        return
+    # link() never replaces, so a name for the instant between link and rename.
+    tmp = _partial_path(path)
+    try:
+        _link(fd, tmp)
+        os.replace(tmp, path)
+    finally:
+        _remove_quietly(tmp)
+
+
+def _write_named(path: Path, write: Callable[[Path], None], overwrite: bool) -> None:
+    tmp = _partial_path(path)
     try:
         write(tmp)
         if overwrite:
             os.replace(tmp, path)
-            return path
+            return
         try:
             os.link(tmp, path)
         except FileExistsError:
-            raise OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it") from None
-        except OSError:
+            raise _exists_error(path) from None
+        except OSError:  # no hard links here: an exclusively created placeholder reserves the name
             try:
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
-                raise OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it") from None
+                raise _exists_error(path) from None
             os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        _remove_quietly(tmp)
+
+
+def _remove_quietly(path: Path) -> None:
+    """Removes a temporary file; a failure here (read-only) must not hide the error that
+    brought us here, and the next run's `remove_stale_partials` retries."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_partials(folder: str | Path) -> list[Path]:
+    """Removes the named temporaries (`write_file`) below ``folder`` that a killed run
+    left (their process is gone, or an older version named no process) and returns them.
+    They may hold the pixels of faces. A running process's temporaries stay."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for path in folder.rglob(".*.partial"):
+        match = PARTIAL_NAME.match(path.name)
+        if match is None or not path.is_file():
+            continue
+        pid = match.group("pid")
+        if pid is not None and _process_alive(int(pid)):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return sorted(removed)
 
 
 def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any], overwrite: bool = True) -> Path:
@@ -156,8 +309,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise NoMetadataError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
     try:
         metadata = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):  # nesting deeper than Python's stack is not ours either
-        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON") from None
+    except (ValueError, RecursionError):  # nesting deeper than Python's stack, numbers over 4300 digits: not ours either
+        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON we wrote (malformed, or a number too long)") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not a JSON object")
     return metadata

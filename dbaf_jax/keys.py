@@ -76,8 +76,8 @@ class KeyRecord:
     version: int = DERIVATION_VERSION
 
     def __post_init__(self):
-        if self.version != DERIVATION_VERSION:
-            raise ValueError(f"key derivation version {self.version} is not supported (this is {DERIVATION_VERSION})")
+        if type(self.version) is not int or self.version != DERIVATION_VERSION:
+            raise ValueError(f"key derivation version {self.version!r} is not supported (this dbaf_jax reads the integer {DERIVATION_VERSION})")
         if self.kdf != KDF_NAME:
             raise ValueError(f"key derivation function {self.kdf!r} is not supported (only {KDF_NAME!r})")
         try:
@@ -217,12 +217,14 @@ def read_key_file(path: str | Path) -> KeyRecord:
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"cannot read the key file {path}: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise InputError(f"{path} is not a key file (not JSON)") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: also a number of over 4300 digits
+        raise InputError(f"{path} is not a key file (not JSON, or a number too long to be one)") from None
     if not isinstance(content, dict) or content.get("format") != KEY_FILE_FORMAT:
         raise InputError(f"{path} is not a key file (no format {KEY_FILE_FORMAT!r})")
-    if content.get("version") != KEY_FILE_VERSION:
-        raise InputError(f"{path}: key file version {content.get('version')!r} is not supported (this is {KEY_FILE_VERSION})")
+    if type(content.get("version")) is not int or content.get("version") != KEY_FILE_VERSION:
+        raise InputError(
+            f"{path}: key file version {content.get('version')!r} is not supported (this dbaf_jax reads the integer {KEY_FILE_VERSION})"
+        )
     try:
         return KeyRecord.from_dict(content.get("key"))
     except ValueError as err:

@@ -32,7 +32,10 @@ of every network it holds. `load_model` loads exactly the networks listed there,
 refusing a listed network that is missing or is not the one listed (another model's,
 or the remains of an interrupted write), so an optional network (DBAF's MAAR) is
 absent only when the model was written without it. A directory without
-``model.json`` (written before it existed) is read as before: the networks present.
+``model.json`` (written before it existed, or the file deleted) is refused, since
+neither MAAR's presence nor the networks' identity can then be checked; with
+``without_manifest`` (the commands' --allow-unchecked-model) the networks present
+are loaded as before.
 """
 
 from __future__ import annotations
@@ -334,7 +337,7 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
 
 
 def load_model(
-    directory: str | Path, family: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+    directory: str | Path, family: str, required: tuple[str, ...], optional: tuple[str, ...] = (), without_manifest: bool = False
 ) -> dict[str, Network]:
     """Loads the networks of a model directory of ``family``: ``required`` ones and those of
     ``optional`` the model holds (see the module docstring). Raises ModelDirectoryError
@@ -359,6 +362,12 @@ def load_model(
         interrupted = [name for name in missing if (directory / (name + PARTIAL_SUFFIX)).exists()]
         hint = f" (an interrupted save left {[n + PARTIAL_SUFFIX for n in interrupted]})" if interrupted else ""
         raise NetworkNotFoundError(f"{directory}: not a complete {family} model directory, missing {missing}{hint}")
+    if manifest is None and not without_manifest:
+        raise ModelDirectoryError(
+            f"{directory}: no {MODEL_FILE}, so whether the model has MAAR and whether its networks belong together "
+            "cannot be checked; write the model again (python -m convert.dbaf, or a training export), or pass "
+            "--allow-unchecked-model to run the networks present unchecked"
+        )
     networks = {}
     for name in (*required, *optional):
         if name not in listed:

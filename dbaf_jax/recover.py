@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         parser.error("--mode latent needs --aligned")
     password = read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model, args.dtype)
+    anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
     if args.aligned:
         report = recover_folder(
             anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.mode, args.ignore_model_mismatch

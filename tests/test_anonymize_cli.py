@@ -7,8 +7,13 @@ assert exact properties: metadata, keys re-derived from it, latent recovery equa
 from the Python API, one ``error:`` line and exit status 1 from the commands)."""
 
 import os
+import re
+import resource
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -19,7 +24,7 @@ from PIL import Image
 from convert.common import run
 from convert.dbaf import main as convert_main
 from dbaf_jax import anonymize, commands, images, keys, model_directory, recover
-from dbaf_jax.anonymizer import LATENTS_SUFFIX, FaceAnonymizer, anonymize_folder, pad_batch, read_password
+from dbaf_jax.anonymizer import LATENTS_SUFFIX, FaceAnonymizer, anonymize_folder, pad_batch, read_password, recover_folder
 from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.models import dbaf
@@ -295,7 +300,7 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
     for name in dbaf.NETWORKS:
         network = model_directory.load_network(workspace / "model" / name)
         model_directory.save_network(tmp_path / name, network.module, network.variables)
-    copy_model, copy_variables = dbaf.load(tmp_path)
+    copy_model, copy_variables = dbaf.load(tmp_path, without_manifest=True)
     assert model_directory.model_fingerprint(copy_model.networks(), copy_variables) == anonymizer.fingerprint
     changed = jax.tree.map(lambda x: x, copy_variables)
     changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
@@ -442,3 +447,129 @@ def test_batch_split_over_devices_equals_one_device(workspace, anonymizer):
         scale = np.abs(one_latents[name]).max()
         assert np.abs(four_latents[name] - one_latents[name]).max() < 1e-4 * scale, name
     np.testing.assert_allclose(spread.recover_from_latents(four_latents, key), anonymizer.recover_from_latents(one_latents, key), rtol=1e-5, atol=1e-5)
+
+
+# Issue 21 (docs/reliability.md): the output location, write failures, temporaries.
+
+
+def aligned_args(workspace, in_dir, out_dir, *extra):
+    return ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
+            str(in_dir), str(out_dir), "--aligned", *extra]
+
+
+@pytest.mark.parametrize("where", ["the input folder", "inside the input folder"])
+def test_output_in_the_input_folder_is_refused_before_work(workspace, tmp_path, capsys, where):
+    faces = tmp_path / "faces"
+    shutil.copytree(workspace / "faces", faces)
+    out = faces if where == "the input folder" else faces / "sub" / "out"
+    before = snapshot(faces)
+    for command in (anonymize.main, recover.main):
+        assert commands.exit_status(command, aligned_args(workspace, faces, out, "--overwrite")) == 1
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: {out}: the output folder is") and str(faces) in line, line
+        assert snapshot(faces) == before  # the originals are untouched
+
+
+def test_a_failed_write_is_one_line_naming_the_file_and_cause(workspace, anonymizer, tmp_path, capsys):
+    """A file-size limit makes every PNG write fail the way a full disk does: after the
+    check of the folder (which writes a byte), during the run."""
+    out = tmp_path / "out"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a killed process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        status = commands.exit_status(lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, BATCH))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert status == 1
+    stderr = capsys.readouterr().err
+    [line] = [line for line in stderr.splitlines() if line.startswith("error: ")]  # the rest is the progress bar
+    assert "Traceback" not in stderr and re.fullmatch(rf"error: {re.escape(str(out))}/\S+\.png: cannot write it \(File too large\)", line), line
+    assert [p for p in out.rglob("*") if p.is_file()] == []  # nothing torn, no temporary left
+
+
+def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anonymizer, tmp_path):
+    """Named temporaries of a killed run (its process gone, or an older version's name
+    without a process) hold face pixels: the next run into the folder removes them and
+    says so. A running process's temporary is left alone."""
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    pixels_of_a_face = (workspace / "anonymized" / "a.png").read_bytes()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale = [out / f".a.png.{dead}.0123abcd.partial", out / "sub" / ".c.png.89abcdef.partial"]
+    running = out / f".b.png.{os.getpid()}.00000000.partial"
+    for path in stale + [running]:
+        path.write_bytes(pixels_of_a_face)
+    report = recover_folder(anonymizer, PASSWORD, workspace / "anonymized", out, BATCH)
+    assert not any(path.exists() for path in stale) and running.exists()
+    assert sorted(report.notes) == sorted(
+        f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)" for path in stale
+    )
+
+
+@pytest.mark.slow
+def test_recover_killed_while_writing_leaves_nothing_readable(workspace, anonymized, tmp_path):
+    """kill -9 of `recover` once its first output exists: every file left is a complete
+    output; no temporary with recovered pixels, hidden or not."""
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(48):
+        shutil.copy(workspace / "anonymized" / "a.png", many / f"{i:02d}.png")
+    out = tmp_path / "out"
+    run = subprocess.Popen([sys.executable, "-m", "dbaf_jax.recover", *aligned_args(workspace, many, out, "--batch-size", "1")],
+                           stderr=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        while run.poll() is None and not any(p.suffix == ".png" for p in out.glob("*")):
+            time.sleep(0.01)
+        run.kill()
+    finally:
+        run.wait()
+    left = [p for p in out.rglob("*") if p.is_file()]
+    assert left and len(left) < 48, "the run was not killed while writing"
+    for path in left:
+        assert not path.name.startswith(".") and path.suffix == ".png", path
+        assert pixels(path).shape == (SIZE, SIZE, 3)
+
+
+def damaged_sidecars(good: dict[str, np.ndarray]) -> dict[str, tuple[object, str]]:
+    """fault -> (what the sidecar holds: arrays, or bytes for a non-archive; words the
+    refusal must contain)."""
+    maps = sorted(name for name in good if name.startswith("attribute_map_"))
+    return {
+        "missing_map": ({k: v for k, v in good.items() if k != maps[-1]}, f"missing ['{maps[-1]}']"),
+        "extra_array": ({**good, "extra": np.zeros(3, np.float32)}, "unexpected ['extra']"),
+        "wrong_shape": ({**good, "attribute_code": good["attribute_code"][..., :-1]}, "attribute_code is float32"),
+        "extra_row": ({**good, "attribute_code": good["attribute_code"][None]}, "attribute_code is float32"),
+        "nan": ({**good, maps[0]: np.full_like(good[maps[0]], np.nan)}, f"{maps[0]} holds NaN or infinite values"),
+        "integer": ({**good, "attribute_code": good["attribute_code"].astype(np.int32)}, "attribute_code is int32"),
+        "text": (b"not an archive\n", "not a NumPy .npz archive"),
+    }
+
+
+def test_a_damaged_sidecar_skips_only_its_own_image(workspace, anonymized, recovered, anonymizer, tmp_path):
+    """One latent recovery run over three intact images and one per kind of damaged
+    sidecar: each damaged one is skipped naming its sidecar and the fault; the intact
+    ones are recovered as in a run without the damaged ones."""
+    source = tmp_path / "anonymized"
+    shutil.copytree(workspace / "anonymized", source)
+    with np.load(source / f"a{LATENTS_SUFFIX}") as saved:
+        good = {name: saved[name] for name in saved.files}
+    faults = damaged_sidecars(good)
+    for fault, (content, _) in faults.items():
+        shutil.copy(source / "a.png", source / f"{fault}.png")
+        side = source / f"{fault}{LATENTS_SUFFIX}"
+        if isinstance(content, bytes):
+            side.write_bytes(content)
+        else:
+            with open(side, "wb") as file:
+                np.savez(file, **content)
+    out = tmp_path / "out"
+    report = recover_folder(anonymizer, PASSWORD, source, out, BATCH, mode="latent")
+    reasons = {item.path.stem: item.reason for item in report.skipped}
+    assert sorted(reasons) == sorted(faults)
+    for fault, (_, words) in faults.items():
+        assert reasons[fault].startswith(f"{source / fault}{LATENTS_SUFFIX}: ") and words in reasons[fault], reasons[fault]
+    assert sorted(str(p.relative_to(out)) for p in report.written) == ["a.png", "b.png", "sub/c.png"]
+    for name in ("a.png", "b.png", "sub/c.png"):
+        assert np.abs(pixels(out / name) - pixels(workspace / "recovered_latent" / name)).max() <= 1

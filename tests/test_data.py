@@ -1,6 +1,7 @@
 """Dataset preparation (ArrayRecord via tfds, no TensorFlow) and the resumable, host-split loader."""
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from PIL import Image
 
 from dbaf_jax import data
+from dbaf_jax.errors import DatasetError
 
 SIZE = 16
 
@@ -173,3 +175,27 @@ def test_synthetic_loader():
     assert batches.shape == (3, 4, 24, 24, 3) and -1.0 <= batches.min() and batches.max() <= 1.0
     resumed = take(data.make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2)
     np.testing.assert_array_equal(resumed, batches[1:])
+
+
+def test_a_damaged_record_is_one_error_naming_dataset_and_record(prepared, tmp_path):
+    """Issue 21: bytes flipped inside the ArrayRecord file ended training in the
+    reader's traceback; now a DatasetError names the dataset and the record, also when
+    the record is read on the loader's worker threads."""
+    out, _ = prepared
+    damaged = tmp_path / "dataset"
+    shutil.copytree(out, damaged)
+    [records] = [p for p in damaged.rglob("*array_record*") if p.is_file()]
+    raw = bytearray(records.read_bytes())
+    middle = len(raw) // 2
+    raw[middle : middle + 64] = bytes(b ^ 0xFF for b in raw[middle : middle + 64])
+    records.write_bytes(bytes(raw))
+    source = data.PreparedImages(damaged)
+    failures = []
+    for index in range(len(source)):
+        try:
+            source[index]
+        except DatasetError as err:
+            failures.append(str(err))
+    assert failures and all(f.startswith(f"{damaged}: record ") and "is damaged" in f for f in failures), failures
+    with pytest.raises(DatasetError, match=f"{damaged}: record \\d+ is damaged"):
+        take(data.batches(source, 3, seed=0, process_index=0, process_count=1, num_epochs=1), 3)

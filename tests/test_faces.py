@@ -143,11 +143,11 @@ def test_read_photo_applies_exif_orientation(tmp_path, orientation, undo):
 
 
 def face_entry(**replace):
-    return {"index": 0, "transform": [0.5, 0.1, -3.0, -0.1, 0.5, 7.0], "size": 256, **replace}
+    return {"index": 0, "transform": [5.0, 0.5, -190.0, -0.5, 5.0, -102.0], "size": 256, **replace}
 
 
 def test_face_metadata_round_trip_and_refusals():
-    face = photos.AlignedFace(2, np.array([[0.5, 0.1, -3.0], [-0.1, 0.5, 7.0]]), 256)
+    face = photos.AlignedFace(2, np.array([[5.0, 0.5, -190.0], [-0.5, 5.0, -102.0]]), 256)  # a 51 px face at (60, 50)
     meta = photos.photo_metadata((100, 120, 3), [face])
     assert meta == {"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=2)]}
     (read,) = photos.faces_from_metadata(meta, (100, 120, 3), 256)
@@ -166,7 +166,27 @@ def test_face_metadata_round_trip_and_refusals():
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1, 2, 0, 2, 4, 0])]}, "invertible"),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry()]}, "repeat"),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(extra=1)]}, "exactly index"),
+        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1e300, 0, 0, 0, 1e300, 0])]}, "within"),
+        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[100.0, 0, -5872, 0, 100.0, -4872])]}, "below the 8 px"),
+        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[5.0, 0.5, -900.0, -0.5, 5.0, -102.0])]}, "outside"),
+        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry(index=1)]}, "overlap"),
+        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=i) for i in range(12)]}, "at most 11"),
     ]
     for meta, reason in bad:
         with pytest.raises(InputError, match=reason):
             photos.faces_from_metadata(meta, (100, 120, 3), 256)
+
+
+def test_one_photos_metadata_buys_no_more_faces_than_its_area_allows():
+    """Issue 21: a PNG whose metadata lists one valid face 1024 times cost minutes. Work
+    is counted in faces the metadata makes the run process: the same face repeated (as
+    many times as the area allows, or more) is refused, so it buys none."""
+    shape = (620, 487, 3)
+    honest = {"photo": {"height": 620, "width": 487}, "faces": [face_entry()]}
+    assert len(photos.faces_from_metadata(honest, shape, 256)) == 1
+    most = photos.max_recorded_faces(shape)
+    assert most == 620 * 487 // (32 * 32)
+    for count in (1024, most):
+        hostile = {"photo": {"height": 620, "width": 487}, "faces": [face_entry(index=i) for i in range(count)]}
+        with pytest.raises(InputError, match="at most|overlap"):
+            photos.faces_from_metadata(hostile, shape, 256)

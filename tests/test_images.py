@@ -1,5 +1,7 @@
 """Image folder reading, corrupt-file skipping and PNG metadata."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -79,3 +81,44 @@ def test_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         images.write_file(tmp_path / "x.png", failing)
     assert list(tmp_path.iterdir()) == []
+
+
+def _modes_of_a_photo(tmp_path):
+    """A real photo (tests/data/jf.jpg, reduced) saved in each mode PIL reads, in a
+    format that keeps that mode: (mode, path, the 8-bit grey or RGB it must read as)."""
+    with Image.open(Path(__file__).parent / "data" / "jf.jpg") as img:
+        rgb = img.convert("RGB").resize((96, 72))
+    grey = rgb.convert("L")
+    wide = np.asarray(grey, np.uint16) * 257  # the same picture at 16 bits
+    alpha = Image.fromarray(np.linspace(0, 255, 96 * 72).reshape(72, 96).astype(np.uint8))
+    cases = {
+        "L": (grey, "png", grey),
+        "P": (rgb.convert("P", palette=Image.ADAPTIVE), "png", rgb.convert("P", palette=Image.ADAPTIVE).convert("RGB")),
+        "RGBA": (Image.merge("RGBA", (*rgb.split(), alpha)), "png", rgb),
+        "LA": (Image.merge("LA", (grey, alpha)), "png", grey),
+        "CMYK": (rgb.convert("CMYK"), "tiff", rgb),
+        "I;16": (Image.fromarray(wide), "png", grey),
+        "I": (Image.fromarray(wide.astype(np.int32)), "tiff", grey),
+        "F": (Image.fromarray(np.asarray(grey, np.float32) / 255), "tiff", grey),
+        "1": (grey.convert("1"), "png", grey.convert("1").convert("L")),
+    }
+    for mode, (image, suffix, expected) in cases.items():
+        path = tmp_path / f"{mode.replace(';', '_')}.{suffix}"
+        image.save(path)
+        yield mode, path, np.asarray(expected.convert("RGB"), np.int16)
+
+
+def test_every_mode_reads_as_8_bit_rgb_with_its_range(tmp_path):
+    """16-bit greyscale used to read as almost all white (PIL clips at 255), so its face
+    was never looked at; RGBA lost its alpha without a word."""
+    seen = set()
+    for mode, path, expected in _modes_of_a_photo(tmp_path):
+        with Image.open(path) as img:
+            seen.add(img.mode)
+        photo, note = images.read_photo_noted(path)
+        assert photo.dtype == np.uint8 and photo.shape == expected.shape, mode
+        assert np.abs(photo.astype(np.int16) - expected).max() <= 1, mode
+        has_alpha = mode in ("RGBA", "LA")
+        assert (note is not None and "alpha" in note and str(path) in note) == has_alpha, (mode, note)
+        assert np.abs(images.read_image(path, 32).astype(np.float32)).max() <= 1.0
+    assert {"I;16", "I", "F", "RGBA", "LA", "CMYK", "P", "1", "L"} <= seen

@@ -194,6 +194,10 @@ def test_key_file_round_trip_and_refusals(tmp_path, capsys):
     (tmp_path / "text.key").write_text("not json")
     (tmp_path / "other.key").write_text(json.dumps({"format": "something else"}))
     (tmp_path / "bad.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": 1, "key": {"salt": "00"}}))
-    for name, reason in (("missing.key", "cannot read"), ("text.key", "not JSON"), ("other.key", "not a key file"), ("bad.key", "invalid key record")):
+    (tmp_path / "v_string.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": "1", "key": {}}))
+    (tmp_path / "huge.key").write_text('{"format": "x", "version": ' + "9" * 5000 + "}")
+    for name, reason in (("missing.key", "cannot read"), ("text.key", "not JSON"), ("other.key", "not a key file"), ("bad.key", "invalid key record"),
+                         ("v_string.key", "version '1' is not supported \\(this dbaf_jax reads the integer 1\\)"),
+                         ("huge.key", "huge.key is not a key file \\(not JSON, or a number too long")):
         with pytest.raises(InputError, match=reason):
             keys_module.read_key_file(tmp_path / name)

@@ -87,6 +87,7 @@ CORPUS = [
     ("a JSON string", '"anonymize"', ["not a JSON object"]),
     ("nested too deep", "[" * 100000 + "]" * 100000, ["not JSON"]),
     ("empty", "", ["not JSON"]),
+    ("a 5000-digit number", json.dumps(BASE).replace('"n": 32768', '"n": ' + "9" * 5000), ["not JSON", "number too long"]),
 ]
 
 

@@ -372,12 +372,16 @@ def test_no_maar_model_is_what_its_manifest_says(tmp_path, dbaf_modules, dbaf_va
     assert dbaf.load(directory)[0].maar is None
 
 
-def test_directory_without_manifest_is_read_as_before(model):
-    """Directories written before model.json: the networks present decide (documented)."""
+def test_directory_without_manifest_is_refused_unless_allowed(model):
+    """Issue 21: deleting model.json switched the completeness and integrity checks off
+    silently. Now it is refused; with the flag naming the risk, directories written
+    before model.json load as before: the networks present decide (documented)."""
     (model / model_directory.MODEL_FILE).unlink()
-    assert dbaf.load(model)[0].maar is not None
+    message = refusal(model)
+    assert message.startswith(f"{model}: no model.json") and "--allow-unchecked-model" in message
+    assert dbaf.load(model, without_manifest=True)[0].maar is not None
     shutil.rmtree(model / "maar")
-    assert dbaf.load(model)[0].maar is None
+    assert dbaf.load(model, without_manifest=True)[0].maar is None
     shutil.rmtree(model / "kria")
     assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['kria']"
 

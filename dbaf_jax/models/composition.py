@@ -30,12 +30,12 @@ def network_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls) if field.name != "compute_dtype")
 
 
-def load(cls: type[Model], directory, optional: tuple[str, ...]) -> tuple[Model, Variables]:
+def load(cls: type[Model], directory, optional: tuple[str, ...], without_manifest: bool = False) -> tuple[Model, Variables]:
     """(composition, {network: variables}) of a model directory of ``cls.FAMILY``; the
     ``optional`` networks are None when the directory has none. Raises ModelDirectoryError
     naming what is wrong (`model_directory.load_model`)."""
     names = network_names(cls)
     required = tuple(n for n in names if n not in optional)
-    networks = model_directory.load_model(directory, cls.FAMILY, required, optional)
+    networks = model_directory.load_model(directory, cls.FAMILY, required, optional, without_manifest)
     model = cls(**{name: networks[name].module if name in networks else None for name in names})
     return model, {name: network.variables for name, network in networks.items()}

@@ -298,7 +298,7 @@ OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
 FAMILY = DBAF.FAMILY
 
 
-def load(directory) -> tuple[DBAF, Variables]:
+def load(directory, without_manifest: bool = False) -> tuple[DBAF, Variables]:
     """Loads a DBAF model directory (``python -m convert.dbaf`` or a training export).
 
     Returns the composition and the variables of its networks plus the key generator's.
@@ -307,4 +307,4 @@ def load(directory) -> tuple[DBAF, Variables]:
     ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
     naming what is wrong; see `model_directory.load_model`.
     """
-    return composition.load(DBAF, directory, OPTIONAL_NETWORKS)
+    return composition.load(DBAF, directory, OPTIONAL_NETWORKS, without_manifest)

@@ -23,7 +23,7 @@ from dbaf_jax import model_directory
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.models import dbaf, ifadit
 
-LOADERS: dict[str, Callable[[Any], tuple[Any, dict]]] = {dbaf.FAMILY: dbaf.load, ifadit.FAMILY: ifadit.load}
+LOADERS: dict[str, Callable[[Any, bool], tuple[Any, dict]]] = {dbaf.FAMILY: dbaf.load, ifadit.FAMILY: ifadit.load}
 
 
 def family_of(directory: str | Path) -> str:
@@ -33,7 +33,7 @@ def family_of(directory: str | Path) -> str:
     return dbaf.FAMILY if manifest is None else manifest.get("family")
 
 
-def load(directory: str | Path) -> tuple[Any, dict]:
+def load(directory: str | Path, without_manifest: bool = False) -> tuple[Any, dict]:
     """(model, variables) of the model directory, whichever family it holds; the
     family's loader raises ModelDirectoryError for anything wrong inside it."""
     family = family_of(directory)
@@ -41,4 +41,4 @@ def load(directory: str | Path) -> tuple[Any, dict]:
         raise ModelDirectoryError(
             f"{Path(directory) / model_directory.MODEL_FILE}: family {family!r}, this dbaf_jax knows {sorted(LOADERS)}"
         )
-    return LOADERS[family](directory)
+    return LOADERS[family](directory, without_manifest)

@@ -226,11 +226,11 @@ OPTIONAL_NETWORKS = ("parser",)  # without it, no background refinement
 FAMILY = IFADIT.FAMILY
 
 
-def load(directory) -> tuple[IFADIT, Variables]:
+def load(directory, without_manifest: bool = False) -> tuple[IFADIT, Variables]:
     """Loads an iFADIT model directory (a phase-2 training export).
 
     Returns the composition and the variables of its networks. Raises
     ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
     naming what is wrong; see `model_directory.load_model`.
     """
-    return composition.load(IFADIT, directory, OPTIONAL_NETWORKS)
+    return composition.load(IFADIT, directory, OPTIONAL_NETWORKS, without_manifest)
