@@ -30,6 +30,8 @@ from dbaf_jax.faces.photos import MIN_FACE_SIZE
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.anonymize", __doc__)
     parser.add_argument("--save-latents", action="store_true", help="with --aligned: also write NAME.latents.npz (private!)")
+    parser.add_argument("--strict", action="store_true",
+                        help="a face hidden by the fallback (pixelated: the model cannot take it) fails the run (exit status 5)")
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.save_latents and not args.aligned:
@@ -44,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> Report:
     else:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = anonymize_photo_folder(
-            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops
+            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
+            args.strict,
         )
     report.print()
     return report
