@@ -120,6 +120,7 @@ class Report:
     faces_hidden: int = 0
     faces_left: int = 0
     strict: bool = False  # the fallback counts as a failure (EXIT_FALLBACK)
+    kept: list[Path] = dataclasses.field(default_factory=list)  # --resume: complete outputs of an earlier run
     operation: str = "anonymize"
 
     @property
@@ -145,8 +146,9 @@ class Report:
                 print(f"  {item.reason}", file=out)
         if self.photos:
             done = "anonymized" if self.operation == "anonymize" else "recovered"
+            resumed = f", {len(self.kept)} kept from an earlier run" if self.kept else ""
             print(
-                f"summary: {self.photos} photo(s) read, {len(self.written)} written, {len(self.skipped)} skipped; "
+                f"summary: {self.photos} photo(s) read, {len(self.written)} written{resumed}, {len(self.skipped)} skipped; "
                 f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
                 f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)",
                 file=out,
@@ -713,11 +715,12 @@ def _photo_run(
     report: Report,
     desc: str,
     save_crops: bool,
-    overwrite: bool,
+    overwrite: bool | Callable[[Path], bool],
 ) -> Report:
     """Runs ``process(source, photo)`` over ``sources`` (of ``plan``), decoding the next
     photos and encoding finished ones on worker threads; ``process`` returns the result
-    and its output's metadata, or a Skipped. Adds to and returns ``report``."""
+    and its output's metadata, or a Skipped. ``overwrite`` may be per target. Adds to
+    and returns ``report``."""
     with pipeline.Writer(max_pending=4) as writer:
         for source, photo in tqdm(pipeline.read_ahead(sources, images.read_photo, depth=4), total=len(sources), unit="photo", desc=desc):
             report.photos += 1
@@ -728,7 +731,8 @@ def _photo_run(
             result, meta = outcome
             report.notes += _photo_notes(source, result, meta)
             target = plan.targets[source]
-            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, overwrite))
+            replace = overwrite(target) if callable(overwrite) else overwrite
+            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, replace))
             report.written.append(target)
             report.faces += len(result.faces)
             report.faces_found += result.found
@@ -748,11 +752,24 @@ def anonymize_photo_folder(
     record: keys.KeyRecord | None = None,
     save_crops: bool = False,
     strict: bool = False,
+    resume: bool = False,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
     ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
-    faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK."""
-    plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+    faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK.
+    ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
+    kept and counted, the rest made, with the earlier run's salt."""
+    if resume and overwrite:
+        raise InputError("--resume keeps complete outputs and --overwrite replaces them: pass one of them")
+    if resume:
+        plan = plan_outputs(in_dir, out_dir)
+        kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
+        if record is not None and earlier is not None and earlier != record:
+            raise InputError(f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite")
+        record = record or earlier
+    else:
+        plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+        kept, redo = [], set()
     batch_size = batch_size or default_batch_size()
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
@@ -761,8 +778,42 @@ def anonymize_photo_folder(
     def process(source: Path, photo: np.ndarray):
         return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
 
-    report = Report(skipped=list(plan.skipped), strict=strict)
-    return _photo_run(plan, plan.sources, process, report, "anonymize", save_crops, overwrite)
+    report = Report(skipped=list(plan.skipped), strict=strict, kept=kept)
+    sources = [source for source in plan.sources if plan.targets[source] not in kept]
+    return _photo_run(plan, sources, process, report, "anonymize", save_crops, lambda target: overwrite or target in redo)
+
+
+def resumable_outputs(
+    anonymizer: FaceAnonymizer, plan: Plan, save_crops: bool
+) -> tuple[list[Path], set[Path], keys.KeyRecord | None]:
+    """What an interrupted anonymize run left in ``plan``'s outputs: (the complete
+    outputs to keep, the incomplete ones to make again, the run's key record or None).
+
+    Outputs are written atomically, so an existing photo output is whole; it is
+    complete when its metadata is this model's anonymization and, with ``save_crops``,
+    every face it records has its crop (the crops are written after the photo). An
+    existing file that is not this model's output raises OutputExistsError: resuming
+    never replaces what another run or tool wrote. Outputs with different salts are
+    refused too: one run, one salt."""
+    kept, redo, records = [], set(), set()
+    for target in plan.targets.values():
+        if not target.exists():
+            continue
+        try:
+            made = metadata.read_anonymization(target)
+        except InputError:
+            made = None
+        if made is None or not made.is_photo or made.fingerprint != anonymizer.fingerprint:
+            raise OutputExistsError(f"{target} exists and is not an output of this model's anonymize run; move it or pass --overwrite")
+        records.add(made.record)
+        indices = [face.get("index") for face in made.fields["faces"] if isinstance(face, dict)]
+        if save_crops and not all(crop_path(target, i).exists() for i in indices if isinstance(i, int)):
+            redo.add(target)
+        else:
+            kept.append(target)
+    if len(records) > 1:
+        raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+    return kept, redo, next(iter(records), None)
 
 
 def recover_photo_folder(

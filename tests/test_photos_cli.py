@@ -23,6 +23,7 @@ from dbaf_jax.anonymizer import (
     EXIT_FALLBACK,
     EXIT_SKIPPED,
     FaceAnonymizer,
+    anonymize_photo_folder,
     crop_path,
     load_photo_faces,
     pad_batch,
@@ -384,7 +385,6 @@ def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymize
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
-    from dbaf_jax.anonymizer import anonymize_photo_folder
     report = anonymize_photo_folder(anonymizer, hiding, PASSWORD, folder, tmp_path / "out", BATCH, strict=True)
     assert report.faces_hidden == 1 and report.faces == len(found.boxes) - 1 and report.faces_found == len(found.boxes)
     assert report.status == EXIT_FALLBACK
@@ -421,3 +421,39 @@ def test_missing_detector_names_the_command_that_writes_it(anonymizer, tmp_path)
         load_photo_faces(anonymizer, tmp_path / "dets")
     with pytest.raises(ModelDirectoryError, match=rf"convert.mtcnn --out {tmp_path} writes it"):
         load_photo_faces(anonymizer, tmp_path / "mtcnn")
+
+
+def test_resume_continues_an_interrupted_run_to_the_same_outputs(workspace, anonymized, anonymizer, faces, tmp_path):
+    """The state an interrupted run leaves (outputs are written atomically, so some
+    photos are done, one maybe without all its crops, the rest absent) is continued by
+    --resume to the outputs of the uninterrupted run (the `anonymized` fixture): the
+    earlier run's salt is taken from its outputs, complete outputs are kept and counted,
+    the incomplete one is made again. Without --resume the rerun is refused."""
+    fixed = keys.read_key_file(workspace / "fixed.key")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("empty.png", "office3.jpg"):
+        (partial / name).write_bytes((workspace / "photos" / name).read_bytes())
+    out = tmp_path / "out"
+    anonymize_photo_folder(anonymizer, faces, PASSWORD, partial, out, BATCH, record=fixed, save_crops=True)
+    crop_path(out / "office3.png", 2).unlink()  # killed between the photo and its crops
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(workspace / "photos"),
+            str(out), "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, "--save-crops"]
+    assert commands.exit_status(anonymize.main, args) == 1  # outputs exist: refused without --resume
+    report = anonymize.main([*args, "--resume"])
+    assert [p.name for p in report.kept] == ["empty.png"]
+    assert sorted(p.name for p in report.written) == ["office3.png", "rotated.png"] and not report.skipped
+    expected = sorted(p.relative_to(workspace / "anonymized") for p in (workspace / "anonymized").rglob("*.png"))
+    assert sorted(p.relative_to(out) for p in out.rglob("*.png")) == expected
+    for path in expected:
+        np.testing.assert_array_equal(pixels(out / path), pixels(workspace / "anonymized" / path))
+        assert images.read_metadata(out / path) == images.read_metadata(workspace / "anonymized" / path)
+
+
+def test_a_run_that_skipped_every_input_fails(workspace, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(b"not a jpeg")
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
+            str(tmp_path / "out")]
+    assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
