@@ -15,6 +15,12 @@ kept) carrying the salt, the model's fingerprint and each face's place, never th
 password; --key-file uses a key file's salt (``python -m dbaf_jax.keys new``) so that
 recovery works on copies that lost that metadata. ``python -m dbaf_jax.recover`` with
 the same password undoes it. Existing outputs are never replaced without --overwrite.
+
+Every face MTCNN reports is anonymized (small ones upsampled); one the model cannot take
+is pixelated (irreversible) and counted; --min-face-size N leaves smaller faces as they
+were, counted. The run ends with a summary; exit status 0 all done, 1 error, 2 usage,
+3 an input skipped, 4 a face left (--min-face-size), 5 a face hidden by the fallback
+with --strict. --resume continues an interrupted run.
 The Python API is `dbaf_jax.anonymizer`.
 """
 
