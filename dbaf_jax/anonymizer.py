@@ -101,6 +101,7 @@ def read_password(path: str | Path) -> str:
 EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...)
 EXIT_FACES_LEFT = 4  # a detected face was left as it was (--min-face-size)
 EXIT_FALLBACK = 5  # with --strict: a face was hidden by the fallback instead of anonymized
+UNVERIFIED = "photos without metadata are recovered by detection, unverified (docs/photos.md)"
 
 
 @dataclasses.dataclass
@@ -843,6 +844,8 @@ def recover_photo_folder(
             if record is None:
                 return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
             photo_record, recorded, meta = record, None, {"key": record.to_dict(), "detected": True}
+            if not any(w.startswith(UNVERIFIED) for w in report.warnings):
+                report.warnings.append(f"{UNVERIFIED}: any face detected there is recovered, also one that was never anonymized")
         elif not made.is_photo:
             return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
         else:

@@ -323,6 +323,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     # The command with the real detector runs the same path on the stripped copy.
     report = cli(recover, workspace, stripped, tmp_path / "rec_cli", "password.txt", "--key-file", str(key_file))
     assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
+    assert [w for w in report.warnings if "recovered by detection, unverified" in w]
 
 
 def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):
