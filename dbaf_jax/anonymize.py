@@ -15,6 +15,12 @@ kept) carrying the salt, the model's fingerprint and each face's place, never th
 password; --key-file uses a key file's salt (``python -m dbaf_jax.keys new``) so that
 recovery works on copies that lost that metadata. ``python -m dbaf_jax.recover`` with
 the same password undoes it. Existing outputs are never replaced without --overwrite.
+
+Every face MTCNN reports is anonymized (small ones upsampled); one the model cannot take
+is pixelated (irreversible) and counted; --min-face-size N leaves smaller faces as they
+were, counted. The run ends with a summary; exit status 0 all done, 1 error, 2 usage,
+3 an input skipped, 4 a face left (--min-face-size), 5 a face hidden by the fallback
+with --strict. --resume continues an interrupted run.
 The Python API is `dbaf_jax.anonymizer`.
 """
 
@@ -30,10 +36,16 @@ from dbaf_jax.faces.photos import MIN_FACE_SIZE
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.anonymize", __doc__)
     parser.add_argument("--save-latents", action="store_true", help="with --aligned: also write NAME.latents.npz (private!)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted photo run: complete outputs are kept and counted, the rest made")
+    parser.add_argument("--strict", action="store_true",
+                        help="a face hidden by the fallback (pixelated: the model cannot take it) fails the run (exit status 5)")
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.save_latents and not args.aligned:
         parser.error("--save-latents needs --aligned")
+    if args.resume and args.aligned:
+        parser.error("--resume is for photos (not --aligned)")
     password = read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
@@ -44,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> Report:
     else:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = anonymize_photo_folder(
-            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops
+            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
+            args.strict, args.resume,
         )
     report.print()
     return report

@@ -96,15 +96,44 @@ def read_password(path: str | Path) -> str:
     return password
 
 
+# Exit statuses of a run that finished but did not do all it was asked (README): 1 is
+# an error that stopped it, 2 a usage error (argparse).
+EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...)
+EXIT_FACES_LEFT = 4  # a detected face was left as it was (--min-face-size)
+EXIT_FALLBACK = 5  # with --strict: a face was hidden by the fallback instead of anonymized
+UNVERIFIED = "photos without metadata are recovered by detection, unverified (docs/photos.md)"
+
+
 @dataclasses.dataclass
 class Report:
-    """What a folder run did: written outputs, skipped inputs with reasons, warnings."""
+    """What a folder run did: written outputs, skipped inputs with reasons, warnings,
+    and for photos the faces found, processed (anonymized or recovered), hidden by
+    the fallback (`faces.paste.hide`) and left by the user's choice; `status` is the
+    command's exit status."""
 
     written: list[Path] = dataclasses.field(default_factory=list)
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)  # per photo: no face found, small faces left alone
-    faces: int = 0  # faces processed in photos
+    notes: list[str] = dataclasses.field(default_factory=list)  # per photo: no face found, faces hidden or left
+    faces: int = 0  # faces processed (anonymized or recovered) in photos
+    photos: int = 0  # photos read (0 for aligned runs)
+    faces_found: int = 0
+    faces_hidden: int = 0
+    faces_left: int = 0
+    strict: bool = False  # the fallback counts as a failure (EXIT_FALLBACK)
+    kept: list[Path] = dataclasses.field(default_factory=list)  # --resume: complete outputs of an earlier run
+    operation: str = "anonymize"
+
+    @property
+    def status(self) -> int:
+        """0 when every input was written and every face found was processed as asked."""
+        if self.skipped:
+            return EXIT_SKIPPED
+        if self.faces_left:
+            return EXIT_FACES_LEFT
+        if self.strict and self.faces_hidden:
+            return EXIT_FALLBACK
+        return 0
 
     def print(self, out=None) -> None:
         out = out or sys.stderr
@@ -112,13 +141,21 @@ class Report:
             print(f"warning: {warning}", file=out)
         for note in self.notes:
             print(f"note: {note}", file=out)
-        if self.faces:
-            print(f"processed {self.faces} face(s)", file=out)
-        print(f"wrote {len(self.written)} image(s)", file=out)
         if self.skipped:
             print(f"skipped {len(self.skipped)} file(s):", file=out)
             for item in self.skipped:
                 print(f"  {item.reason}", file=out)
+        if self.photos:
+            done = "anonymized" if self.operation == "anonymize" else "recovered"
+            resumed = f", {len(self.kept)} kept from an earlier run" if self.kept else ""
+            print(
+                f"summary: {self.photos} photo(s) read, {len(self.written)} written{resumed}, {len(self.skipped)} skipped; "
+                f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
+                f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)",
+                file=out,
+            )
+        else:
+            print(f"wrote {len(self.written)} image(s)", file=out)
 
 
 def _key_axes(key: jax.Array) -> jax.Array:
@@ -166,12 +203,18 @@ def _unpadded(outputs, count: int):
 @dataclasses.dataclass
 class PhotoResult:
     """A processed photo (H, W, 3) uint8, its faces, the processed crops (N, s, s, 3) in
-    [-1, 1] (s the generator's size) and the quad sides of faces left alone as too small."""
+    [-1, 1] (s the generator's size), the quad sides of faces left alone as too small
+    and the boxes of faces hidden by the fallback."""
 
     photo: np.ndarray
     faces: list[photos.AlignedFace]
     crops: np.ndarray
     too_small: list[float]
+    hidden: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+    @property
+    def found(self) -> int:
+        return len(self.faces) + len(self.too_small) + len(self.hidden)
 
 
 class FaceAnonymizer:
@@ -246,9 +289,17 @@ class FaceAnonymizer:
     def anonymize_photo(
         self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = CPU_BATCH
     ) -> PhotoResult:
-        """Anonymizes every large enough face of ``photo`` (H, W, 3) uint8, each with its
-        own key (``seed`` is `keys.derive_seed(password, record)`), pasted back."""
-        return self._process_photo(photo, seed, faces, faces.find(photo), lambda b, k: self.anonymize_async(b, k)[0], batch_size)
+        """Anonymizes every face of ``photo`` (H, W, 3) uint8 that detection finds, each
+        with its own key (``seed`` is `keys.derive_seed(password, record)`), pasted back;
+        those the model cannot take are hidden (`faces.paste.hide`)."""
+        return self.anonymize_found(photo, seed, faces, faces.find(photo), batch_size)
+
+    def anonymize_found(
+        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, batch_size: int = CPU_BATCH
+    ) -> PhotoResult:
+        """Anonymizes the faces ``found`` in ``photo`` (H, W, 3) uint8 (each face's key
+        from its index and ``seed``), pastes them back and hides ``found.unusable``."""
+        return self._process_photo(photo, seed, faces, found, lambda b, k: self.anonymize_async(b, k)[0], batch_size)
 
     def recover_photo(
         self,
@@ -264,13 +315,16 @@ class FaceAnonymizer:
         return self._process_photo(photo, seed, faces, found, self.recover_async, batch_size)
 
     def _process_photo(self, photo, seed, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size) -> PhotoResult:
-        if not found.faces:
-            return PhotoResult(photo.copy(), [], np.zeros((0, 0, 0, 3), np.float32), found.too_small)
-        crops = faces.crops(photo, found.faces)
-        face_keys = self.face_keys(seed, [face.index for face in found.faces])
-        results = self._batched(step, crops, face_keys, batch_size)
-        out = faces.paste(photo, found.faces, results, faces.masks(crops, results))
-        return PhotoResult(out, found.faces, results, found.too_small)
+        out = photo.copy()
+        results = np.zeros((0, 0, 0, 3), np.float32)
+        if found.faces:
+            crops = faces.crops(photo, found.faces)
+            face_keys = self.face_keys(seed, [face.index for face in found.faces])
+            results = self._batched(step, crops, face_keys, batch_size)
+            out = faces.paste(photo, found.faces, results, faces.masks(crops, results))
+        for box in found.unusable:
+            out = paste.hide(out, box)
+        return PhotoResult(out, found.faces, results, found.too_small, list(found.unusable))
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
@@ -349,9 +403,12 @@ def load_photo_faces(
     (default MODEL/mtcnn, `convert.mtcnn`), BiSeNet masks from ``parser_dir`` if given."""
     detector_dir = Path(detector_dir) if detector_dir is not None else anonymizer.model_dir / "mtcnn"
     if not detector_dir.is_dir():
-        raise ModelDirectoryError(
-            f"{detector_dir}: no MTCNN face detector (python -m convert.mtcnn --out {detector_dir.parent}, or --aligned for aligned crops)"
-        )
+        # convert.mtcnn --out D writes D/mtcnn: name the command that makes this very folder.
+        if detector_dir.name == "mtcnn":
+            hint = f"python -m convert.mtcnn --out {detector_dir.parent} writes it"
+        else:
+            hint = f"python -m convert.mtcnn --out {detector_dir} writes {detector_dir / 'mtcnn'}: pass that as --detector"
+        raise ModelDirectoryError(f"{detector_dir}: no MTCNN face detector ({hint}; or --aligned for aligned crops)")
     parser = paste.FaceParser.load(parser_dir) if parser_dir is not None else None
     return photos.PhotoFaces(FaceDetector.load(detector_dir), anonymizer.input_size, parser, min_face_size)
 
@@ -436,7 +493,7 @@ def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path],
 
 
 def _anonymization_metadata(anonymizer: FaceAnonymizer, record: keys.KeyRecord) -> dict:
-    return metadata.anonymization(record, anonymizer.model_dir, anonymizer.fingerprint)
+    return metadata.anonymization(record, anonymizer.fingerprint)
 
 
 def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) -> None:
@@ -620,13 +677,19 @@ def is_saved_crop(path: Path) -> bool:
         return False
 
 
-def _photo_notes(source: Path, result: PhotoResult) -> list[str]:
+def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
+    """What a photo's outcome needs said, in the words that are true of it."""
     notes = []
-    if not result.faces:
-        notes.append(f"{source}: no face found, copied unchanged")
+    if meta.get("operation") == "recover" and not meta.get("detected"):
+        if not result.faces:
+            notes.append(f"{source}: its metadata records no face; copied unchanged")
+    elif not result.found:
+        notes.append(f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged")
     if result.too_small:
         sides = ", ".join(f"{side:.0f}" for side in result.too_small)
-        notes.append(f"{source}: {len(result.too_small)} face(s) below the minimum size left alone (sides {sides} px)")
+        notes.append(f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)")
+    if result.hidden:
+        notes.append(f"{source}: {len(result.hidden)} face(s) the model cannot take (unusable landmarks) hidden by pixelation")
     return notes
 
 
@@ -657,13 +720,15 @@ def _photo_run(
     report: Report,
     desc: str,
     save_crops: bool,
-    overwrite: bool,
+    overwrite: bool | Callable[[Path], bool],
 ) -> Report:
     """Runs ``process(source, photo)`` over ``sources`` (of ``plan``), decoding the next
     photos and encoding finished ones on worker threads; ``process`` returns the result
-    and its output's metadata, or a Skipped. Adds to and returns ``report``."""
+    and its output's metadata, or a Skipped. ``overwrite`` may be per target. Adds to
+    and returns ``report``."""
     with pipeline.Writer(max_pending=4) as writer:
         for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
+            report.photos += 1
             if isinstance(read, ValueError):
                 report.skipped.append(images.Skipped(source, str(read)))
                 continue
@@ -674,11 +739,15 @@ def _photo_run(
                 report.skipped.append(outcome)
                 continue
             result, meta = outcome
-            report.notes += _photo_notes(source, result)
+            report.notes += _photo_notes(source, result, meta)
             target = plan.targets[source]
-            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, overwrite))
+            replace = overwrite(target) if callable(overwrite) else overwrite
+            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, replace))
             report.written.append(target)
             report.faces += len(result.faces)
+            report.faces_found += result.found
+            report.faces_hidden += len(result.hidden)
+            report.faces_left += len(result.too_small)
     return report
 
 
@@ -692,10 +761,25 @@ def anonymize_photo_folder(
     overwrite: bool = False,
     record: keys.KeyRecord | None = None,
     save_crops: bool = False,
+    strict: bool = False,
+    resume: bool = False,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
-    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run."""
-    plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
+    faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK.
+    ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
+    kept and counted, the rest made, with the earlier run's salt."""
+    if resume and overwrite:
+        raise InputError("--resume keeps complete outputs and --overwrite replaces them: pass one of them")
+    if resume:
+        plan = plan_outputs(in_dir, out_dir)
+        kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
+        if record is not None and earlier is not None and earlier != record:
+            raise InputError(f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite")
+        record = record or earlier
+    else:
+        plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+        kept, redo = [], set()
     batch_size = batch_size or default_batch_size()
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
@@ -704,7 +788,42 @@ def anonymize_photo_folder(
     def process(source: Path, photo: np.ndarray):
         return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
 
-    return _photo_run(plan, plan.sources, process, Report(skipped=list(plan.skipped), notes=list(plan.notes)), "anonymize", save_crops, overwrite)
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
+    sources = [source for source in plan.sources if plan.targets[source] not in kept]
+    return _photo_run(plan, sources, process, report, "anonymize", save_crops, lambda target: overwrite or target in redo)
+
+
+def resumable_outputs(
+    anonymizer: FaceAnonymizer, plan: Plan, save_crops: bool
+) -> tuple[list[Path], set[Path], keys.KeyRecord | None]:
+    """What an interrupted anonymize run left in ``plan``'s outputs: (the complete
+    outputs to keep, the incomplete ones to make again, the run's key record or None).
+
+    Outputs are written atomically, so an existing photo output is whole; it is
+    complete when its metadata is this model's anonymization and, with ``save_crops``,
+    every face it records has its crop (the crops are written after the photo). An
+    existing file that is not this model's output raises OutputExistsError: resuming
+    never replaces what another run or tool wrote. Outputs with different salts are
+    refused too: one run, one salt."""
+    kept, redo, records = [], set(), set()
+    for target in plan.targets.values():
+        if not target.exists():
+            continue
+        try:
+            made = metadata.read_anonymization(target)
+        except InputError:
+            made = None
+        if made is None or not made.is_photo or made.fingerprint != anonymizer.fingerprint:
+            raise OutputExistsError(f"{target} exists and is not an output of this model's anonymize run; move it or pass --overwrite")
+        records.add(made.record)
+        indices = [face.get("index") for face in made.fields["faces"] if isinstance(face, dict)]
+        if save_crops and not all(crop_path(target, i).exists() for i in indices if isinstance(i, int)):
+            redo.add(target)
+        else:
+            kept.append(target)
+    if len(records) > 1:
+        raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+    return kept, redo, next(iter(records), None)
 
 
 def recover_photo_folder(
@@ -725,7 +844,7 @@ def recover_photo_folder(
     plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    report = Report(skipped=list(plan.skipped), notes=list(plan.notes))
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover")
     anonymizations = _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
     def process(source: Path, photo: np.ndarray):
@@ -734,6 +853,8 @@ def recover_photo_folder(
             if record is None:
                 return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
             photo_record, recorded, meta = record, None, {"key": record.to_dict(), "detected": True}
+            if not any(w.startswith(UNVERIFIED) for w in report.warnings):
+                report.warnings.append(f"{UNVERIFIED}: any face detected there is recovered, also one that was never anonymized")
         elif not made.is_photo:
             return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
         else:

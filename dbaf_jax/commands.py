@@ -19,22 +19,25 @@ Main = Callable[[Sequence[str] | None], Any]
 
 
 def exit_status(main: Main, argv: Sequence[str] | None = None) -> int:
-    """Runs ``main(argv)`` with the compilation cache on: 0, or 1 after printing its
-    DbafError as ``error: <message>``."""
+    """Runs ``main(argv)`` with the compilation cache on: 1 after printing its
+    DbafError as ``error: <message>``; else the ``status`` of what it returns (a run
+    that finished without doing all it was asked, `anonymizer.Report.status`), or 0."""
     compilation_cache.enable()
     try:
-        main(argv)
+        result = main(argv)
     except DbafError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return 0
+    status = getattr(result, "status", 0)
+    return status if isinstance(status, int) else 0
 
 
 def run_main(main: Main, argv: Sequence[str] | None = None) -> None:
-    """`exit_status`, exiting the interpreter only on an error: on success it returns, so
-    a caller (a test, a notebook) can run several commands in one process."""
-    if exit_status(main, argv):
-        raise SystemExit(1)
+    """`exit_status`, exiting the interpreter only on a non-zero status: otherwise it
+    returns, so a caller (a test, a notebook) can run several commands in one process."""
+    status = exit_status(main, argv)
+    if status:
+        raise SystemExit(status)
 
 
 def positive_int(text: str) -> int:
@@ -65,7 +68,7 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")
     photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
     photos.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
-    photos.add_argument("--min-face-size", type=float, help="smaller faces (crop side in pixels) are left alone; default 64")
+    photos.add_argument("--min-face-size", type=float, help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face")
     photos.add_argument("--key-file", help="key file (python -m dbaf_jax.keys new) instead of a fresh salt")
     photos.add_argument("--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png")
     return parser

@@ -9,9 +9,14 @@ and never minutes of work for one image. The fields of a recovery's output are t
 checked ones only, so nothing unchecked is carried forward.
 
 Layout (JSON object): ``dbaf_jax`` (the writing version, a string), ``operation``
-(``"anonymize"``), ``key`` (`keys.KeyRecord.to_dict`), ``model`` (``{"path": str,
-"fingerprint": 16 hex digits}``), and for whole photos ``photo`` and ``faces``
+(``"anonymize"``), ``key`` (`keys.KeyRecord.to_dict`), ``model`` (``{"fingerprint":
+16 hex digits}``), and for whole photos ``photo`` and ``faces``
 (`faces.photos.photo_metadata`, checked by `faces.photos.faces_from_metadata`).
+
+Outputs are shared, so they carry no path, user or machine name: the model is named
+by its fingerprint alone. Files of earlier versions also recorded ``model.path``; it is
+still accepted when reading (checked, then dropped from `Anonymization.fields`, so a
+recovery's output does not carry it forward).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from dbaf_jax.errors import InputError
 ANONYMIZE = "anonymize"
 FIELDS = {"dbaf_jax", "operation", "key", "model"}
 PHOTO_FIELDS = {"photo", "faces"}
-MODEL_FIELDS = {"path", "fingerprint"}
+MODEL_FIELDS = {"fingerprint"}
+LEGACY_MODEL_FIELDS = {"path", "fingerprint"}
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 MAX_TEXT = 4096  # longest accepted version or model path string
 
@@ -46,14 +52,9 @@ class Anonymization:
         return "faces" in self.fields
 
 
-def anonymization(record: keys.KeyRecord, model_path: str | Path, fingerprint: str) -> dict[str, Any]:
+def anonymization(record: keys.KeyRecord, fingerprint: str) -> dict[str, Any]:
     """The metadata anonymize writes beside every output (photos add `photo_metadata`)."""
-    return {
-        "dbaf_jax": __version__,
-        "operation": ANONYMIZE,
-        "key": record.to_dict(),
-        "model": {"path": str(model_path), "fingerprint": fingerprint},
-    }
+    return {"dbaf_jax": __version__, "operation": ANONYMIZE, "key": record.to_dict(), "model": {"fingerprint": fingerprint}}
 
 
 def _text(value: Any, name: str) -> str:
@@ -82,13 +83,14 @@ def check_anonymization(meta: dict[str, Any]) -> Anonymization:
     except ValueError as err:
         raise ValueError(f"key: {err}") from None
     model = meta["model"]
-    if not isinstance(model, dict) or set(model) != MODEL_FIELDS:
+    if not isinstance(model, dict) or set(model) not in (MODEL_FIELDS, LEGACY_MODEL_FIELDS):
         raise ValueError(f"model must be an object with exactly {sorted(MODEL_FIELDS)}")
-    _text(model["path"], "model.path")
+    if "path" in model:
+        _text(model["path"], "model.path")
     fingerprint = model["fingerprint"]
     if not isinstance(fingerprint, str) or not FINGERPRINT.fullmatch(fingerprint):
         raise ValueError("model.fingerprint must be 16 hex digits")
-    return Anonymization(record, fingerprint, dict(meta))
+    return Anonymization(record, fingerprint, {**meta, "model": {"fingerprint": fingerprint}})
 
 
 def read_anonymization(path: str | Path) -> Anonymization | None:

@@ -20,7 +20,7 @@ SIZE = 64
 
 
 def valid_photo_meta() -> dict:
-    meta = metadata.anonymization(keys.KeyRecord(salt="ab" * keys.SALT_BYTES), "models/dbaf", FINGERPRINT)
+    meta = metadata.anonymization(keys.KeyRecord(salt="ab" * keys.SALT_BYTES), FINGERPRINT)
     face = photos.AlignedFace(0, np.array([[0.5, 0.1, 3.0], [-0.1, 0.5, 4.0]]), SIZE)
     return {**meta, **photos.photo_metadata((40, 30, 3), [face])}
 
@@ -77,6 +77,7 @@ CORPUS = [
     ("fingerprint a number", json.dumps(set_path(BASE, ("model", "fingerprint"), 7)), ["fingerprint"]),
     ("fingerprint long", json.dumps(set_path(BASE, ("model", "fingerprint"), "a" * 10000)), ["fingerprint"]),
     ("model path huge", json.dumps(set_path(BASE, ("model", "path"), "p" * 100000)), ["model.path"]),
+    ("model with another field", json.dumps(set_path(BASE, ("model", "user"), "jdoe")), ["model"]),
     ("version an object", json.dumps(set_path(BASE, ("dbaf_jax",), {"a": 1})), ["version"]),
     ("operation a list", json.dumps(set_path(BASE, ("operation",), ["anonymize"])), ["not an anonymized image"]),
     ("operation recover", json.dumps(set_path(BASE, ("operation",), "recover")), ["not an anonymized image"]),
@@ -167,3 +168,13 @@ def test_random_mutations_are_accepted_as_written_or_refused(tmp_path):
             continue
         assert all(np.isfinite(face.transform).all() for face in faces)
     assert refused > 400  # most single mutations of this schema break it
+
+
+def test_a_legacy_model_path_is_read_and_dropped(tmp_path):
+    """Earlier versions recorded the model's path; such files still recover, and the
+    path is not carried into what recovery writes."""
+    legacy = set_path(BASE, ("model", "path"), "/home/jdoe/models/dbaf")
+    made = metadata.read_anonymization(write_chunk(tmp_path / "old.png", json.dumps(legacy)))
+    assert made.fingerprint == FINGERPRINT and made.fields["model"] == {"fingerprint": FINGERPRINT}
+    assert "jdoe" not in json.dumps(made.fields)
+    assert "path" not in json.dumps(metadata.anonymization(made.record, FINGERPRINT))

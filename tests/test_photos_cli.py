@@ -6,6 +6,7 @@ outside the masks are not, each face's recovery in the photo matches the aligned
 recovery of the same face with the right password and not with a wrong one, metadata
 and key files, EXIF orientation, a photo without faces."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,19 @@ from benchmarks.jpeg_recovery import psnr
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, images, keys, recover
-from dbaf_jax.anonymizer import FaceAnonymizer, crop_path, load_photo_faces, pad_batch, recover_photo_folder
+from dbaf_jax import anonymize, commands, images, keys, recover
+from dbaf_jax.anonymizer import (
+    EXIT_FACES_LEFT,
+    EXIT_FALLBACK,
+    EXIT_SKIPPED,
+    FaceAnonymizer,
+    anonymize_photo_folder,
+    crop_path,
+    load_photo_faces,
+    pad_batch,
+    recover_photo_folder,
+)
+from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align, paste, photos
 from dbaf_jax.faces.detect import Detections
 from tests.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, pixels, temper_
@@ -138,6 +150,13 @@ def test_photo_without_faces_is_copied_and_reported(workspace, anonymized):
     np.testing.assert_array_equal(pixels(workspace / "anonymized" / "empty.png"), pixels(workspace / "photos" / "empty.png"))
     assert images.read_metadata(workspace / "anonymized" / "empty.png")["faces"] == []
     assert any("empty.png: no face found, copied unchanged" in note for note in anonymized.notes)
+    assert not any("office3.png: no face" in note for note in anonymized.notes)
+
+
+def test_recover_says_the_metadata_records_no_face(recovered):
+    notes = recovered["right"].notes
+    assert any("empty.png: its metadata records no face; copied unchanged" in note for note in notes)
+    assert not any("no face found" in note for note in notes)
 
 
 def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path):
@@ -146,8 +165,9 @@ def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     report = anonymize.main(["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
                              str(folder), str(tmp_path / "out"), "--min-face-size", "60"])
-    assert report.faces == 2
-    assert [n for n in report.notes if "2 face(s) below the minimum size left alone" in n]
+    assert report.faces == 2 and report.faces_left == 2 and report.faces_found == 4
+    assert [n for n in report.notes if "2 face(s) below --min-face-size left as they were" in n]
+    assert report.status == EXIT_FACES_LEFT  # leaving a face is the user's choice, and the exit status says it happened
     _, faces = recorded(tmp_path / "out" / "office3.png", anonymizer.input_size)
     assert len(faces) == 2
 
@@ -303,6 +323,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     # The command with the real detector runs the same path on the stripped copy.
     report = cli(recover, workspace, stripped, tmp_path / "rec_cli", "password.txt", "--key-file", str(key_file))
     assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
+    assert [w for w in report.warnings if "recovered by detection, unverified" in w]
 
 
 def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):
@@ -313,3 +334,127 @@ def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):
     images.write_png(folder / "bad.png", pixels(workspace / "anonymized" / "office3.png").astype(np.uint8), meta)
     report = cli(recover, workspace, folder, tmp_path / "out")
     assert not report.written and "invertible" in report.skipped[0].reason
+
+
+def test_every_small_face_is_anonymized_by_default(workspace, anonymizer, tmp_path):
+    """office5.jpg: ten faces, most under 64 px. With the default settings every face
+    MTCNN reports is anonymized (upsampled to the model's input and pasted back), none
+    left, and the run exits 0."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "office5.jpg").write_bytes((DATA / "office5.jpg").read_bytes())
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
+            str(tmp_path / "out"), "--batch-size", str(BATCH)]
+    assert commands.exit_status(anonymize.main, args) == 0
+    original = images.read_photo(folder / "office5.jpg").astype(np.int16)
+    result = pixels(tmp_path / "out" / "office5.png")
+    _, faces = recorded(tmp_path / "out" / "office5.png", anonymizer.input_size)
+    sides = [np.hypot(*np.linalg.inv(f.transform[:, :2])[:, 0]) * f.size for f in faces]
+    print("office5 face quad sides:", np.round(sorted(sides)))
+    assert len(faces) >= 10 and min(sides) < 64
+    for face in faces:
+        own = mask_in_photo([face], original.shape) > 0.999
+        assert own.sum() > 20 and np.abs(result[own] - original[own]).mean() > 10, face.index
+    alpha = mask_in_photo(faces, original.shape)
+    np.testing.assert_array_equal(result[alpha == 0], original[alpha == 0])
+
+
+def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymizer, faces, tmp_path):
+    """A detection whose landmarks are unusable (here NaN: what a degenerate O-net output
+    gives) is not left as it was: its box is pixelated, nothing outside it changes, the
+    report counts it, and --strict's status says the fallback was used."""
+    photo = images.read_photo(DATA / "office3.jpg")
+    found = faces.detector.detect(photo)
+    broken = found.landmarks.copy()
+    broken[0] = np.nan
+    detector = RecordedDetector(Detections(found.boxes, found.probs, broken))
+    hiding = photos.PhotoFaces(detector, faces.size, None, 0)
+    seed = keys.derive_seed(PASSWORD, keys.read_key_file(workspace / "fixed.key"))
+    result = anonymizer.anonymize_photo(photo, seed, hiding, BATCH)
+    assert len(result.faces) == len(found.boxes) - 1 and len(result.hidden) == 1
+    x1, y1, x2, y2 = found.boxes[0]
+    region = result.photo[int(y1) + 1 : int(y2), int(x1) + 1 : int(x2)]
+    cells = {tuple(p) for p in region.reshape(-1, 3)}
+    assert len(cells) <= paste.HIDE_CELLS**2  # flat blocks: the face's detail is gone
+    assert np.abs(region.astype(np.int16) - photo[int(y1) + 1 : int(y2), int(x1) + 1 : int(x2)]).mean() > 5
+    hidden_only = paste.hide(photo, found.boxes[0])
+    outside = np.all(hidden_only == photo, axis=-1)
+    grown = paste.HIDE_MARGIN * max(x2 - x1, y2 - y1)
+    rows, cols = np.nonzero(~outside)
+    assert rows.min() >= y1 - grown - 1 and rows.max() <= y2 + grown + 1 and cols.min() >= x1 - grown - 1 and cols.max() <= x2 + grown + 1
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    report = anonymize_photo_folder(anonymizer, hiding, PASSWORD, folder, tmp_path / "out", BATCH, strict=True)
+    assert report.faces_hidden == 1 and report.faces == len(found.boxes) - 1 and report.faces_found == len(found.boxes)
+    assert report.status == EXIT_FALLBACK
+    assert any("1 face(s) the model cannot take" in note for note in report.notes)
+
+
+def test_outputs_name_no_path_or_user(workspace, tmp_path):
+    """A run started from paths holding a user-like name: no byte of any output names
+    it or any part of the paths; the model is named by its fingerprint. An input that
+    cannot be read makes the run's exit status EXIT_SKIPPED."""
+    home = tmp_path / "home" / "jdoe-secret-user"
+    home.mkdir(parents=True)
+    (home / "model").symlink_to(workspace / "model", target_is_directory=True)
+    (home / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
+    folder = home / "photos"
+    folder.mkdir()
+    (folder / "jf.jpg").write_bytes((DATA / "jf.jpg").read_bytes())
+    (folder / "broken.jpg").write_bytes(b"not a jpeg")
+    args = ["--model", str(home / "model"), "--password-file", str(home / "password.txt"), str(folder), str(home / "out"),
+            "--batch-size", str(BATCH), "--save-crops"]
+    assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
+    outputs = sorted((home / "out").rglob("*"))
+    assert len(outputs) == 2  # the photo and its face's crop
+    for output in outputs:
+        data = output.read_bytes()
+        for secret in (b"jdoe", b"secret", str(tmp_path).encode(), b"home"):
+            assert secret not in data, (output.name, secret)
+        meta = images.read_metadata(output)
+        assert "path" not in json.dumps(meta)
+
+
+def test_missing_detector_names_the_command_that_writes_it(anonymizer, tmp_path):
+    with pytest.raises(ModelDirectoryError, match=rf"convert.mtcnn --out {tmp_path / 'dets'} writes {tmp_path / 'dets' / 'mtcnn'}"):
+        load_photo_faces(anonymizer, tmp_path / "dets")
+    with pytest.raises(ModelDirectoryError, match=rf"convert.mtcnn --out {tmp_path} writes it"):
+        load_photo_faces(anonymizer, tmp_path / "mtcnn")
+
+
+def test_resume_continues_an_interrupted_run_to_the_same_outputs(workspace, anonymized, anonymizer, faces, tmp_path):
+    """The state an interrupted run leaves (outputs are written atomically, so some
+    photos are done, one maybe without all its crops, the rest absent) is continued by
+    --resume to the outputs of the uninterrupted run (the `anonymized` fixture): the
+    earlier run's salt is taken from its outputs, complete outputs are kept and counted,
+    the incomplete one is made again. Without --resume the rerun is refused."""
+    fixed = keys.read_key_file(workspace / "fixed.key")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("empty.png", "office3.jpg"):
+        (partial / name).write_bytes((workspace / "photos" / name).read_bytes())
+    out = tmp_path / "out"
+    anonymize_photo_folder(anonymizer, faces, PASSWORD, partial, out, BATCH, record=fixed, save_crops=True)
+    crop_path(out / "office3.png", 2).unlink()  # killed between the photo and its crops
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(workspace / "photos"),
+            str(out), "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, "--save-crops"]
+    assert commands.exit_status(anonymize.main, args) == 1  # outputs exist: refused without --resume
+    report = anonymize.main([*args, "--resume"])
+    assert [p.name for p in report.kept] == ["empty.png"]
+    assert sorted(p.name for p in report.written) == ["office3.png", "rotated.png"] and not report.skipped
+    expected = sorted(p.relative_to(workspace / "anonymized") for p in (workspace / "anonymized").rglob("*.png"))
+    assert sorted(p.relative_to(out) for p in out.rglob("*.png")) == expected
+    for path in expected:
+        np.testing.assert_array_equal(pixels(out / path), pixels(workspace / "anonymized" / path))
+        assert images.read_metadata(out / path) == images.read_metadata(workspace / "anonymized" / path)
+
+
+def test_a_run_that_skipped_every_input_fails(workspace, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(b"not a jpeg")
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
+            str(tmp_path / "out")]
+    assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED

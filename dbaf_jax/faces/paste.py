@@ -11,6 +11,11 @@ and no photo pixel outside the crop's footprint is touched.
 
 `paste` warps a crop back with the inverse of its alignment transform and blends it;
 photo pixels where the warped mask is 0 keep their exact values.
+
+`hide` is the irreversible fallback for a face the model cannot take: its detection
+box, grown by `HIDE_MARGIN` on every side, becomes `HIDE_CELLS` x `HIDE_CELLS` blocks
+of their mean colour: one flat block by default, which dlib's recognizer matched less
+often than 4 x 4 blocks (docs/photos.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ FEATHER = 0.03  # ... and the Gaussian's sigma; 3 sigma < margin keeps the borde
 FACE_LABELS = tuple(range(1, 14))
 BISENET_KIND = "parsers:BiSeNet"
 PARSE_SIZE = 512  # BiSeNet's training resolution
+HIDE_MARGIN = 0.25  # of the box's side, added on each side: MTCNN's box stops at the brows and chin
+HIDE_CELLS = 1
 
 
 def feather(mask: np.ndarray, margin: float = BOX_MARGIN, sigma: float = FEATHER) -> np.ndarray:
@@ -118,4 +125,29 @@ def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.n
     original = photo[top:bottom, left:right].astype(np.float32)
     blended = np.clip(np.rint(original * (1 - alpha) + pixels * alpha), 0, 255).astype(np.uint8)
     result[top:bottom, left:right] = np.where(alpha > 0, blended, photo[top:bottom, left:right])
+    return result
+
+
+def hide(photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN) -> np.ndarray:
+    """``photo`` (H, W, 3) uint8 with the region of ``box`` (x1, y1, x2, y2) pixelated
+    to ``cells`` x ``cells`` blocks of their mean colour; returns a new photo. A box that
+    is not finite hides the whole photo (fail closed)."""
+    height, width = photo.shape[:2]
+    box = np.asarray(box, np.float64)
+    if np.isfinite(box).all():
+        grow = margin * max(box[2] - box[0], box[3] - box[1])
+        left, top = (int(np.floor(v - grow)) for v in box[:2])
+        right, bottom = (int(np.ceil(v + grow)) + 1 for v in box[2:])
+        top, left, bottom, right = max(top, 0), max(left, 0), min(bottom, height), min(right, width)
+    else:
+        top, left, bottom, right = 0, 0, height, width
+    result = photo.copy()
+    if top >= bottom or left >= right:
+        return result
+    rows = np.linspace(top, bottom, cells + 1).round().astype(int)
+    cols = np.linspace(left, right, cells + 1).round().astype(int)
+    for r0, r1 in zip(rows[:-1], rows[1:]):
+        for c0, c1 in zip(cols[:-1], cols[1:]):
+            if r0 < r1 and c0 < c1:
+                result[r0:r1, c0:c1] = np.rint(photo[r0:r1, c0:c1].reshape(-1, 3).mean(axis=0)).astype(np.uint8)
     return result

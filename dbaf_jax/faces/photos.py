@@ -2,10 +2,16 @@
 
 `PhotoFaces` bundles what the photo path needs besides the DBAF model: the MTCNN
 detector, an optional BiSeNet `FaceParser` for soft masks (else the box mask), the
-crop size (the encoder's input) and the smallest face worth anonymizing. Faces are
+crop size (the encoder's input) and the smallest face to anonymize (default 0: every
+face the detector reports, however small; a small face's crop is upsampled from the
+photo to the model's input size and pasted back at its own size). Faces are
 numbered left to right by the x of their eye centre among the faces kept, so that a
 re-detection on the anonymized photo (recovery without metadata) numbers them alike;
 the number selects the face's key (`dbaf_jax.keys.face_seed`).
+
+A detected face whose landmarks cannot be aligned (not finite, or a quad under
+`MIN_USABLE_SIDE` pixels) is not given to the model; `find` returns its box in
+`FoundFaces.unusable`, for the irreversible fallback (`paste.hide`).
 
 `AlignedFace` is what the output's metadata records per face (index, transform, crop
 size); `faces_from_metadata` validates it: image metadata is untrusted input.
@@ -23,7 +29,8 @@ from dbaf_jax.errors import ConfigError, InputError
 from dbaf_jax.faces import align, paste
 from dbaf_jax.faces.detect import FaceDetector
 
-MIN_FACE_SIZE = 64  # the FFHQ quad's side in photo pixels; smaller faces are left alone
+MIN_FACE_SIZE = 0.0  # default FFHQ quad side (pixels) below which faces are left alone: none is
+MIN_USABLE_SIDE = 4.0  # a smaller quad has landmarks too degenerate to align a face from
 MAX_FACES = 1024  # more in one image's metadata is refused as malformed
 # Recorded faces are checked as anonymize could have written them, so that one image's
 # metadata buys no more work than an honest photo of its size: each face's quad at
@@ -55,10 +62,18 @@ class AlignedFace:
 
 @dataclasses.dataclass(frozen=True)
 class FoundFaces:
-    """The faces of one photo to process, and the quad sides (pixels) of those left alone as too small."""
+    """The faces of one photo to process, the quad sides (pixels) of those left alone
+    as too small (the user's choice), and the (4,) boxes (x1, y1, x2, y2) of detected
+    faces the model cannot take (to hide by the fallback)."""
 
     faces: list[AlignedFace]
     too_small: list[float]
+    unusable: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+    @property
+    def found(self) -> int:
+        """Every face the detector reported."""
+        return len(self.faces) + len(self.too_small) + len(self.unusable)
 
 
 def _face_from_dict(entry: Any, size: int) -> AlignedFace:
@@ -149,12 +164,19 @@ class PhotoFaces:
 
     def find(self, photo: np.ndarray) -> FoundFaces:
         """Detects the faces of ``photo`` (H, W, 3) uint8 and aligns the large enough ones."""
-        landmarks = self.detector.detect(photo).landmarks
-        sides = [align.quad_side(points) for points in landmarks]
-        kept = [points for points, side in zip(landmarks, sides) if side >= self.min_face_size]
+        detections = self.detector.detect(photo)
+        kept, too_small, unusable = [], [], []
+        for box, points in zip(detections.boxes, detections.landmarks):
+            side = align.quad_side(points) if np.isfinite(points).all() else math.nan
+            if not side >= MIN_USABLE_SIDE:
+                unusable.append(np.asarray(box, np.float64))
+            elif side < self.min_face_size:
+                too_small.append(side)
+            else:
+                kept.append(points)
         kept.sort(key=lambda points: float(points[:2, 0].mean()))
         faces = [AlignedFace(i, align.alignment_transform(points, self.size), self.size) for i, points in enumerate(kept)]
-        return FoundFaces(faces, [side for side in sides if side < self.min_face_size])
+        return FoundFaces(faces, too_small, unusable)
 
     def crops(self, photo: np.ndarray, faces: Sequence[AlignedFace]) -> np.ndarray:
         """The faces' aligned crops (N, size, size, 3) in [-1, 1]."""
