@@ -6,7 +6,9 @@ Anonymizes the images (all below --images, or those a split list names, e.g. the
 rates200.txt of ``python -m dbaf_jax.evaluation.splits``) with a fixed test password,
 recovers them in both modes with it and with a wrong one, and writes into REPORT_DIR:
 report.json (every number, the options, the model's fingerprint, versions),
-report.md (the paper's Tables I-IV with the paper's values beside ours),
+report.md (the provenance of every network, identity at calibrated thresholds with
+dlib's held-out recogniser when requirements-eval.txt is installed, the paper's
+Tables I-IV with the paper's values beside ours), roc_<recogniser>.png,
 samples.png, key_grid.png and tsne_<recogniser>.png. --metrics-models holds the
 converted arcface, inception_fid, lpips_alex and mtcnn networks (and optionally
 facenet_vggface2, facenet_casia_webface); a missing one is refused with the
@@ -41,13 +43,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--keys", type=commands.positive_int, default=5, help="keys of the diversity study")
     parser.add_argument("--diversity-faces", type=commands.positive_int, default=5, help="faces of the diversity study")
     parser.add_argument("--seed", type=int, default=0, help="the diversity study's passwords and t-SNE")
+    parser.add_argument("--guesses", type=commands.positive_int, default=8, help="wrong passwords the attack tries")
+    parser.add_argument("--limit", type=commands.positive_int, help="evaluate only the first N images (a first try)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if (out / JSON_FILE).exists() and not args.overwrite:
         raise OutputExistsError(f"{out / JSON_FILE} exists; pass --overwrite to replace the report")
     paths = read_split(args.list, args.images) if args.list else input_images(Path(args.images))
-    options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed)
+    paths = paths[: args.limit] if args.limit else paths
+    options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed, args.guesses)
     results = evaluate(args.model, paths, args.metrics_models, out, options)
     json_path, md_path = write_report(out, results)
     print(f"wrote {json_path} and {md_path}")

@@ -50,6 +50,7 @@ FACE_SIZE = 256
 BATCH = 2
 KEYS = 3
 DIVERSITY_FACES = 2
+GUESSES = 2
 
 
 def random_network(path: Path, module, *inputs) -> None:
@@ -127,7 +128,8 @@ def workspace(tmp_path_factory, metrics_models):
 def report(workspace, metrics_models):
     argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
             "--metrics-models", str(metrics_models), "--out", str(workspace / "report"),
-            "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES)]
+            "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES),
+            "--guesses", str(GUESSES)]
     evaluate.main(argv)
     return workspace / "report"
 
@@ -149,7 +151,7 @@ def test_report_structure_and_ranges(report, workspace):
     results = json.loads((report / "report.json").read_text())
     assert results["images"] == 5 and results["skipped"] == []
     assert results["missing_recognisers"] == ["facenet_casia_webface"]
-    assert results["options"] == {"batch_size": BATCH, "keys": KEYS, "diversity_faces": DIVERSITY_FACES, "seed": 0}
+    assert results["options"] == {"batch_size": BATCH, "keys": KEYS, "diversity_faces": DIVERSITY_FACES, "seed": 0, "guesses": GUESSES}
     assert len(results["model"]["fingerprint"]) == 16 and results["model"]["output_size"] == 64
     assert set(results["versions"]) == {"dbaf_jax", "jax", "flax", "numpy"}
     for path, value in numbers(results):
@@ -181,9 +183,29 @@ def test_report_structure_and_ranges(report, workspace):
         assert grid.size == ((KEYS + 1) * 66 + 2, DIVERSITY_FACES * 66 + 2)
     with Image.open(report / "samples.png") as samples:  # first batch: original + the five sets
         assert samples.size == ((1 + len(IDENTITY_SETS)) * 66 + 2, BATCH * 66 + 2)
-    assert diversity["plots"] == ["key_grid.png", "tsne_facenet_vggface2.png", "tsne_arcface.png"]
+    assert diversity["plots"] == ["key_grid.png", "tsne_facenet_vggface2.png", "tsne_arcface.png", "tsne_dlib.png"]
     for name in diversity["plots"]:
         assert (report / name).is_file()
+    for recogniser in ("arcface", "facenet_vggface2", "dlib"):
+        calibrated = results["identity"][recogniser]["calibrated"]
+        assert calibrated["gallery_size"] == 5 and calibrated["impostor"]["pairs"] == 10
+        assert calibrated["genuine"]["pairs"] == 5 and set(calibrated["rank1"]) == set(IDENTITY_SETS)
+        for row in calibrated["at_far"].values():
+            assert not row["resolvable"]  # 10 impostor pairs cannot measure FAR 1e-2
+            assert row["protection_rate"] == pytest.approx(1 - row["anonymization_tar"])
+        assert (report / calibrated["plot"]).is_file()
+        attacks = results["identity"][recogniser]["attacks"]
+        assert attacks["password_guessing"]["guesses"] == GUESSES and attacks["linkability"]["faces"] == 5
+        assert 0 <= attacks["linkability"]["auc"] <= 1 and attacks["linkability"]["chance"] == 0.2
+    robust = results["robustness"]
+    assert set(robust["recovery"]) == {"jpeg95", "jpeg75", "jpeg50", "resize0.5", "blur1"}
+    assert set(robust["key_sensitivity"]) == {"password", "salt"}
+    for row in robust["key_sensitivity"].values():  # a one-bit change gives another anonymization
+        assert row["mean_levels"] > 1 and set(row["identity"]) == {"arcface", "facenet_vggface2", "dlib"}
+    provenance = results["provenance"]
+    assert provenance["arcface"]["random"] and provenance["model"]["parts"]
+    assert not provenance["dlib"]["random"] and all(len(p["sha256"]) == 64 for p in provenance["dlib"]["parts"])
+    assert results["key"]["salt"] == "646261662d6a6178206576616c6b6579"  # as published in docs/evaluation.md
 
 
 @pytest.mark.slow
@@ -191,7 +213,10 @@ def test_markdown_has_the_four_tables_with_paper_values(report):
     text = (report / "report.md").read_text()
     for title in ("Table I: recognition rate", "Table II: image quality", "Table III: utility", "Table IV: ablation"):
         assert f"## {title}" in text
-    assert "Not measured (network not converted): FaceNet CASIA." in text
+    assert "Not measured (network not converted, or for dlib: pip install -r requirements-eval.txt): FaceNet CASIA." in text
+    assert text.index("**random weights: a smoke test, not a measurement**") < text.index("## Table I")
+    assert "## Attacks" in text and "## Robustness and key sensitivity" in text and "## Provenance" in text and "## Identity at calibrated thresholds" in text and "`roc_dlib.png`" in text
+    assert "dlib (held out)" in text and "dbaf-jax evaluation password" in text
     # The paper's values sit beside ours: Table II's and Table IV's DBAF numbers appear.
     for value in (QUALITY["anonymization"]["psnr"], QUALITY["recovery"]["fid"], ABLATION["anonymization"]["fid"][0]):
         assert f"{value:.3f}" in text
@@ -201,13 +226,15 @@ def test_markdown_has_the_four_tables_with_paper_values(report):
 def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, workspace, metrics_models, capsys):
     argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
             "--metrics-models", str(metrics_models), "--batch-size", str(BATCH), "--keys", str(KEYS),
-            "--diversity-faces", str(DIVERSITY_FACES)]
+            "--diversity-faces", str(DIVERSITY_FACES), "--guesses", str(GUESSES)]
     assert commands.exit_status(evaluate.main, argv + ["--out", str(report)]) == 1
     assert "report.json exists; pass --overwrite" in capsys.readouterr().err
     again = evaluate.main(argv + ["--out", str(workspace / "again")])
     first = json.loads((report / "report.json").read_text())
     assert json.loads((workspace / "again" / "report.json").read_text())["identity"] == first["identity"]
     assert again["quality"]["anonymization"]["mse"] == pytest.approx(first["quality"]["anonymization"]["mse"], rel=1e-6)
+    one = evaluate.main(argv + ["--out", str(workspace / "one"), "--limit", "1"])
+    assert one["images"] == 1 and "calibrated" not in one["identity"]["arcface"]  # no impostor pair in one face
 
 
 def test_identical_images_give_known_values(metrics_models):
@@ -278,7 +305,7 @@ def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, t
     evaluate.main(argv)
     results = json.loads((tmp_path / "report" / "report.json").read_text())
     image_sets, latent_sets = [s for s in IDENTITY_SETS if "latent" not in s], [s for s in IDENTITY_SETS if "latent" in s]
-    assert set(results["identity"]["arcface"]) == {"tau", *image_sets}
+    assert set(results["identity"]["arcface"]) == {"tau", "calibrated", *image_sets}
     assert set(results["quality"]) == {s for s in QUALITY_SETS if s not in latent_sets}
     for path, value in numbers(results):
         assert math.isfinite(value), path

@@ -9,6 +9,10 @@
 - ``lpips_alex`` (required): LPIPS on AlexNet;
 - ``mtcnn`` (required): the face detector of the utility metrics.
 
+Beside them, dlib's ResNet descriptor (`dlib_recognition`, real weights from the optional
+extra of requirements-eval.txt, not from this folder) is a recogniser held out from the
+model's training; without the extra it is listed as missing with the install command.
+
 A missing required network is a `NetworkNotFoundError` whose message names the
 converter command that writes it. Every network runs on batches padded to one size,
 so each compiles once.
@@ -17,8 +21,10 @@ so each compiles once.
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -26,6 +32,7 @@ import numpy as np
 from dbaf_jax import model_directory
 from dbaf_jax.anonymizer import pad_batch
 from dbaf_jax.errors import NetworkNotFoundError
+from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detect import FaceDetector
 
 # network directory name -> the command that writes it ("{out}" is the metrics folder).
@@ -37,11 +44,34 @@ CONVERTER_COMMANDS = {
     "lpips_alex": "python -m convert.lpips --net alex --trunk alexnet-owt-7be5be79.pth --out {out}",
     "mtcnn": "python -m convert.mtcnn --out {out}",
 }
-# Identity recognisers, in the order of the paper's Table I; only ArcFace is required.
-RECOGNISERS = ("facenet_casia_webface", "facenet_vggface2", "arcface")
+# Identity recognisers, in the order of the paper's Table I, then the held-out dlib; only ArcFace is required.
+RECOGNISERS = ("facenet_casia_webface", "facenet_vggface2", "arcface", "dlib")
 REQUIRED = ("arcface", "inception_fid", "lpips_alex", "mtcnn")
 # Which of `recognition.THRESHOLDS` applies to each recogniser.
-THRESHOLD_NAMES = {"facenet_casia_webface": "facenet", "facenet_vggface2": "facenet", "arcface": "arcface"}
+THRESHOLD_NAMES = {"facenet_casia_webface": "facenet", "facenet_vggface2": "facenet", "arcface": "arcface", "dlib": "dlib"}
+
+
+# What report.md prints, in bold, for a network with random weights.
+RANDOM_WEIGHTS = "random weights: a smoke test, not a measurement"
+
+
+def network_provenance(path: Path) -> dict[str, Any]:
+    """Where one saved network came from: its recorded ``source`` (the converted checkpoint's
+    path, or "random ..." / none for an initialised one), its content sha256, and whether
+    its weights are random. MTCNN's three stages are listed by stage."""
+    single = path / model_directory.NETWORK_FILE
+    files = [single] if single.is_file() else sorted(path.glob(f"*/{model_directory.NETWORK_FILE}"))
+    records = []
+    for file in files:
+        info = json.loads(file.read_text())
+        source = info.get("source")
+        records.append({
+            "part": file.parent.relative_to(path).as_posix(),
+            "source": source,
+            "sha256": info.get(model_directory.HASH_FIELD),
+            "random": source is None or str(source).startswith("random"),
+        })
+    return {"parts": records, "random": any(r["random"] for r in records) or not records}
 
 
 def missing_message(folder: Path, name: str) -> str:
@@ -83,11 +113,12 @@ class BatchedNetwork:
 class MetricNetworks:
     """The loaded networks: identity recognisers by name, FID features, LPIPS, MTCNN."""
 
-    recognisers: dict[str, BatchedNetwork]
+    recognisers: dict[str, Callable[[np.ndarray], np.ndarray]]
     missing_recognisers: list[str]
     inception: BatchedNetwork
     lpips: BatchedNetwork
     detector: FaceDetector
+    provenance: dict[str, dict[str, Any]]
 
     @classmethod
     def load(cls, folder: str | Path, batch_size: int) -> MetricNetworks:
@@ -95,11 +126,21 @@ class MetricNetworks:
         folder = Path(folder)
         for name in REQUIRED:
             check_present(folder, name)
-        present = [name for name in RECOGNISERS if (folder / name).is_dir()]
+        recognisers = {name: BatchedNetwork.load(folder / name, batch_size) for name in RECOGNISERS if (folder / name).is_dir()}
+        dlib_missing = dlib_recognition.unavailable()
+        if dlib_missing is None:
+            recognisers["dlib"] = dlib_recognition.DlibRecognizer()
+        else:
+            print(f"dlib recogniser not measured: {dlib_missing}", file=sys.stderr)
+        present = [name for name in RECOGNISERS if name in recognisers]
         return cls(
-            recognisers={name: BatchedNetwork.load(folder / name, batch_size) for name in present},
+            recognisers={name: recognisers[name] for name in present},
             missing_recognisers=[name for name in RECOGNISERS if name not in present],
             inception=BatchedNetwork.load(folder / "inception_fid", batch_size),
             lpips=BatchedNetwork.load(folder / "lpips_alex", batch_size),
             detector=FaceDetector.load(folder / "mtcnn"),
+            provenance={
+                **{name: network_provenance(folder / name) for name in (*REQUIRED, *RECOGNISERS) if (folder / name).is_dir()},
+                **({"dlib": dlib_recognition.provenance()} if "dlib" in recognisers else {}),
+            },
         )

@@ -37,8 +37,8 @@ from tqdm import tqdm
 from dbaf_jax import __version__, images, keys
 from dbaf_jax.anonymizer import FaceAnonymizer, pad_batch
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.evaluation import diversity, fid, image_metrics, recognition
-from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks
+from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, recognition, robustness
+from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.dlib_detect import DlibDetector
 from dbaf_jax.models.inception import FEATURES
@@ -60,12 +60,14 @@ TSNE_MIN_POINTS = 4
 @dataclasses.dataclass(frozen=True)
 class EvaluationOptions:
     """batch_size: images per network call; keys and diversity_faces: the diversity
-    study's N keys and how many of the first faces it uses; seed: its passwords and t-SNE."""
+    study's N keys and how many of the first faces it uses; seed: its passwords and t-SNE;
+    guesses: wrong passwords of the password-guessing attack (`attacks`)."""
 
     batch_size: int = 8
     keys: int = 5
     diversity_faces: int = 5
     seed: int = 0
+    guesses: int = 8
 
 
 @jax.jit
@@ -100,7 +102,16 @@ class Accumulator:
 
     def __init__(self, recognisers: list[str], quality_sets: tuple[str, ...], identity_sets: tuple[str, ...]):
         self.quality_sets, self.identity_sets = quality_sets, identity_sets
-        self.embeddings = {r: {s: [] for s in ("original",) + identity_sets} for r in recognisers}
+        # "view": the originals' augmented views, the genuine pairs of `calibration`.
+        self.embeddings = {r: {s: [] for s in ("original", "view") + identity_sets} for r in recognisers}
+        # Attack and robustness sets: "linked_view" (the views anonymized under the test key),
+        # "guess<g>" (wrong-password recoveries), "robust_<transform>" (recoveries of transformed
+        # images), "flip_<password|salt>" (anonymized under a one-bit-changed key).
+        self.extra_embeddings = {r: {} for r in recognisers}
+        # Per image: PSNR against the originals ("robust_*"), mean 8-bit level change against the
+        # right key's anonymization ("flip_*"); and the flips' identity distance to it per recogniser.
+        self.extra_pixels: dict[str, list[np.ndarray]] = {}
+        self.flip_distances = {r: {} for r in recognisers}
         self.pixels = {s: {m: [] for m in PIXEL_METRICS} for s in quality_sets}
         self.fid = {s: fid.FeatureStatistics(FEATURES) for s in ("original",) + quality_sets}
 
@@ -134,6 +145,12 @@ def evaluate(
     record = keys.KeyRecord(salt=TEST_SALT)
     key, wrong_key = anonymizer.key_for(TEST_PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
     totals = Accumulator(list(networks.recognisers), *image_sets(anonymizer.latent_recovery))
+    # The attacker's wrong passwords: distinct from the test and wrong-key ones, fixed by the seed.
+    guess_keys = [anonymizer.key_for(p, record) for p in diversity.key_passwords(options.guesses, options.seed + 1)]
+    flip_keys = {
+        "flip_password": anonymizer.key_for(robustness.flip_bit(TEST_PASSWORD), record),
+        "flip_salt": anonymizer.key_for(TEST_PASSWORD, keys.KeyRecord(salt=robustness.flip_salt_bit(TEST_SALT))),
+    }
     utility = {"mtcnn": DetectionUtility(networks.detector)}
     dlib_missing = DlibDetector.unavailable()
     if dlib_missing is None:
@@ -165,6 +182,30 @@ def evaluate(
                 outputs["wrong_key_latent"] = anonymizer.recover_from_latents(latents, wrong_key)
             outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
             _accumulate(totals, networks, originals, outputs, batch_size)
+            # Attacks: the same faces' second views under the same key (linkability), and
+            # recoveries with the attacker's guessed passwords.
+            views = pad_batch(calibration.augmented_views(batch), batch_size)
+            attack_outputs = {"linked_view": anonymizer.anonymize(views, key)[0]}
+            attack_outputs.update({f"guess{g}": anonymizer.recover(stored, k) for g, k in enumerate(guess_keys)})
+            for name, transform in robustness.TRANSFORMS.items():
+                attack_outputs[f"robust_{name}"] = anonymizer.recover(pad_batch(transform(stored[:n]), batch_size), key)
+            attack_outputs.update({name: anonymizer.anonymize(pad_batch(batch, batch_size), k)[0] for name, k in flip_keys.items()})
+            for name, x in attack_outputs.items():
+                x = as_stored(x[:n], output_size)
+                embedded = {r: recogniser(x) for r, recogniser in networks.recognisers.items()}
+                for r, e in embedded.items():
+                    totals.extra_embeddings[r].setdefault(name, []).append(e)
+                if name.startswith("robust_"):
+                    psnr = np.asarray(pixel_metrics(pad_batch(originals, batch_size), pad_batch(x, batch_size))[1])[:n]
+                    totals.extra_pixels.setdefault(name, []).append(psnr)
+                elif name.startswith("flip_"):
+                    levels = np.abs(x - outputs["anonymization"]).mean(axis=(1, 2, 3)) * 127.5
+                    totals.extra_pixels.setdefault(name, []).append(levels)
+                    for r, recogniser in networks.recognisers.items():
+                        distance = calibration.pair_distances(
+                            recogniser(outputs["anonymization"]), embedded[r], r not in recognition.RAW_L2
+                        )
+                        totals.flip_distances[r].setdefault(name, []).append(distance)
             for measure in utility.values():
                 measure.update(originals, outputs["anonymization"])
             if not diversity_faces:
@@ -183,7 +224,11 @@ def evaluate(
         "skipped": [s.reason for s in skipped],
         "model": {"path": str(model_dir), "fingerprint": anonymizer.fingerprint, "output_size": output_size},
         "key": record.to_dict(),
-        "identity": _identity(totals),
+        "test_password": TEST_PASSWORD,
+        "wrong_password": WRONG_PASSWORD,
+        "provenance": {"model": network_provenance(model_dir), **networks.provenance},
+        "identity": (identity := _identity(totals, out_dir)),
+        "robustness": _robustness(totals, identity),
         "missing_recognisers": networks.missing_recognisers,
         "quality": _quality(totals),
         "utility": {
@@ -198,6 +243,7 @@ def evaluate(
 def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, outputs, batch_size: int) -> None:
     for name, recogniser in networks.recognisers.items():
         totals.embeddings[name]["original"].append(recogniser(originals))
+        totals.embeddings[name]["view"].append(recogniser(calibration.augmented_views(originals)))
         for s in totals.identity_sets:
             totals.embeddings[name][s].append(recogniser(outputs[s]))
     totals.fid["original"].update(networks.inception(originals))
@@ -209,15 +255,72 @@ def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, output
         totals.fid[s].update(networks.inception(outputs[s]))
 
 
-def _identity(totals: Accumulator) -> dict[str, Any]:
+def roc_file(recogniser: str) -> str:
+    return f"roc_{recogniser}.png"
+
+
+def _identity(totals: Accumulator, out_dir: Path) -> dict[str, Any]:
+    """The paper's fixed-tau rates and the calibrated measures per recogniser; writes the ROC plots."""
     report = {}
     for name, sets in totals.embeddings.items():
         tau = recognition.threshold(THRESHOLD_NAMES[name])
+        unit = name not in recognition.RAW_L2
         originals = np.concatenate(sets["original"])
         report[name] = {"tau": tau}
-        for s in totals.identity_sets:
-            report[name][s] = recognition.recognition_report(originals, np.concatenate(sets[s]), tau)
+        outputs = {s: np.concatenate(sets[s]) for s in totals.identity_sets}
+        for s, embeddings in outputs.items():
+            report[name][s] = recognition.recognition_report(originals, embeddings, tau, unit=unit)
+        if len(originals) >= 2:  # impostor pairs need two faces
+            views = np.concatenate(sets["view"])
+            report[name]["calibrated"] = calibration.calibrated_report(originals, views, outputs, unit=unit)
+            genuine = calibration.pair_distances(originals, views, unit)
+            curves = {"genuine (view)": genuine}
+            curves.update({s: calibration.pair_distances(originals, outputs[s], unit) for s in outputs})
+            impostor = calibration.impostor_distances(originals, unit)
+            images.write_png(out_dir / roc_file(name), calibration.roc_image(curves, impostor), {"recogniser": name})
+            report[name]["calibrated"]["plot"] = roc_file(name)
+            report[name]["attacks"] = _attacks(
+                totals.extra_embeddings[name], originals, outputs["anonymization"], report[name]["calibrated"], unit
+            )
     return report
+
+
+def _robustness(totals: Accumulator, identity: dict[str, Any]) -> dict[str, Any]:
+    """Recovery after each `robustness.TRANSFORMS` (PSNR, identity distance, TAR at the
+    calibrated thresholds) and the one-bit key changes (8-bit levels and identity distance
+    between the changed key's anonymization and the right key's)."""
+    report: dict[str, Any] = {"recovery": {}, "key_sensitivity": {}}
+    for name, values in totals.extra_pixels.items():
+        per_recogniser = {}
+        for r, sets in totals.extra_embeddings.items():
+            if name.startswith("robust_"):
+                unit = r not in recognition.RAW_L2
+                originals = np.concatenate(totals.embeddings[r]["original"])
+                distances = calibration.pair_distances(originals, np.concatenate(sets[name]), unit)
+                row = {"mean_distance": float(distances.mean())}
+                if "calibrated" in identity[r]:
+                    row["tar"] = {far: calibration.accept_rate(distances, at["threshold"])
+                                  for far, at in identity[r]["calibrated"]["at_far"].items()}
+                per_recogniser[r] = row
+            else:
+                per_recogniser[r] = {"mean_distance": _mean(totals.flip_distances[r][name])}
+        if name.startswith("robust_"):
+            report["recovery"][name.removeprefix("robust_")] = {"psnr": _mean(values), "identity": per_recogniser}
+        else:
+            report["key_sensitivity"][name.removeprefix("flip_")] = {"mean_levels": _mean(values), "identity": per_recogniser}
+    return report
+
+
+def _attacks(embeddings: dict[str, list[np.ndarray]], originals, anonymized, calibrated: dict, unit: bool) -> dict:
+    """Password guessing and linkability (`attacks`) for one recogniser; originals and
+    anonymized (N, D), calibrated: its `calibration.calibrated_report`."""
+    guesses = np.stack([np.concatenate(v) for k, v in sorted(embeddings.items()) if k.startswith("guess")])
+    thresholds = {far: row["threshold"] for far, row in calibrated["at_far"].items()}
+    first = np.concatenate(embeddings["linked_view"])
+    return {
+        "password_guessing": attacks.password_guessing(originals, guesses, thresholds, unit),
+        "linkability": attacks.linkability(anonymized, first, unit),
+    }
 
 
 def _quality(totals: Accumulator) -> dict[str, Any]:
@@ -235,7 +338,7 @@ def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> di
     record = keys.KeyRecord(salt=TEST_SALT)
     passwords = diversity.key_passwords(options.keys, options.seed)
     anonymized = []
-    for password in passwords:
+    for password in tqdm(passwords, unit="key", desc="diversity"):
         key = anonymizer.key_for(password, record)
         chunks = [
             anonymizer.anonymize(pad_batch(faces[i : i + options.batch_size], options.batch_size), key)[0]

@@ -9,9 +9,12 @@ form is computed and reported, each against the same tau:
 - ``squared_l2``: ||a - b||^2 (the FaceNet paper trains and compares on it);
 - ``cosine``: 1 - cos(a, b).
 
-Embeddings are L2-normalised first (both recognisers' embeddings are unit vectors
+Embeddings are L2-normalised first (the FaceNet and ArcFace embeddings are unit vectors
 already; normalising makes the L2 forms comparable to the thresholds whatever the
-caller passes), so l2 is in [0, 2], squared_l2 = 2 * cosine is in [0, 4].
+caller passes), so l2 is in [0, 2], squared_l2 = 2 * cosine is in [0, 4]. dlib's
+descriptors are the exception (`RAW_L2`): dlib documents its 0.6 threshold on the
+Euclidean distance of its raw descriptors (norms near 1.3), so their l2 and squared_l2
+are taken unnormalised.
 
 Rates (fractions in [0, 1]):
 - de-identification rate: the fraction of anonymized images recognised as their
@@ -28,10 +31,13 @@ from typing import Mapping
 import jax.numpy as jnp
 
 from dbaf_jax.errors import ConfigError
+from dbaf_jax.evaluation import dlib_recognition
 
 DISTANCE_FORMS = ("l2", "squared_l2", "cosine")
 # The paper's thresholds (Table I), by recogniser; a config may override them.
-THRESHOLDS = {"facenet": 1.1, "arcface": 0.8}
+THRESHOLDS = {"facenet": 1.1, "arcface": 0.8, "dlib": dlib_recognition.THRESHOLD}
+# Recognisers whose threshold applies to the Euclidean distance of unnormalised embeddings.
+RAW_L2 = ("dlib",)
 NORM_EPS = 1e-12
 
 
@@ -41,11 +47,16 @@ def normalize(embeddings: jnp.ndarray) -> jnp.ndarray:
     return embeddings / jnp.maximum(jnp.linalg.norm(embeddings, axis=-1, keepdims=True), NORM_EPS)
 
 
-def distances(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray) -> dict[str, jnp.ndarray]:
-    """Every distance form between row pairs: (B, D) x2 -> {form: (B,)}."""
+def distances(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray, unit: bool = True) -> dict[str, jnp.ndarray]:
+    """Every distance form between row pairs: (B, D) x2 -> {form: (B,)}; ``unit=False``
+    takes l2 and squared_l2 on the embeddings as given (`RAW_L2`)."""
     cosine_similarity = jnp.sum(normalize(embeddings0) * normalize(embeddings1), axis=-1)
-    # ||a - b||^2 = 2 - 2 cos for unit vectors; clipped at 0 against rounding.
-    squared_l2 = jnp.maximum(2.0 - 2.0 * cosine_similarity, 0.0)
+    if unit:
+        # ||a - b||^2 = 2 - 2 cos for unit vectors; clipped at 0 against rounding.
+        squared_l2 = jnp.maximum(2.0 - 2.0 * cosine_similarity, 0.0)
+    else:
+        difference = jnp.asarray(embeddings0, jnp.float32) - jnp.asarray(embeddings1, jnp.float32)
+        squared_l2 = jnp.sum(difference * difference, axis=-1)
     return {"l2": jnp.sqrt(squared_l2), "squared_l2": squared_l2, "cosine": 1.0 - cosine_similarity}
 
 
@@ -74,12 +85,13 @@ def recognition_rate(originals: jnp.ndarray, others: jnp.ndarray, tau: float, fo
     return float(jnp.mean(recognised(distance(originals, others, form), tau)))
 
 
-def recognition_report(originals: jnp.ndarray, others: jnp.ndarray, tau: float) -> dict[str, dict[str, float]]:
-    """For every form: the mean distance and the rate within ``tau``; embeddings (B, D) x2.
+def recognition_report(originals: jnp.ndarray, others: jnp.ndarray, tau: float, unit: bool = True) -> dict[str, dict[str, float]]:
+    """For every form: the mean distance and the rate within ``tau``; embeddings (B, D) x2
+    (``unit``: see `distances`).
 
     Returns ``{form: {"mean_distance": ..., "rate": ...}}`` for the forms of `DISTANCE_FORMS`.
     """
     return {
         form: {"mean_distance": float(jnp.mean(values)), "rate": float(jnp.mean(recognised(values, tau)))}
-        for form, values in distances(originals, others).items()
+        for form, values in distances(originals, others, unit).items()
     }

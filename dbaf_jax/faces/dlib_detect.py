@@ -1,8 +1,8 @@
 """dlib's frontal face detector and 68-point shape predictor, an optional extra for the
 utility measures (the DBAF paper's Table III reports Dlib beside MTCNN).
 
-Needs the ``dlib`` package and ``face_recognition_models`` (which ships
-``shape_predictor_68_face_landmarks.dat``); neither is a dependency of this project.
+Needs the optional extra of requirements-eval.txt: ``dlib`` (the ``dlib-bin`` wheels) and
+``face_recognition_models`` (which ships ``shape_predictor_68_face_landmarks.dat``).
 `DlibDetector.unavailable()` says why it cannot run, so the evaluation can skip it with
 that message instead of failing.
 """
@@ -16,7 +16,7 @@ import numpy as np
 
 from dbaf_jax.faces.detect import Detections
 
-INSTALL_HINT = "pip install dlib face_recognition_models"
+INSTALL_HINT = "pip install -r requirements-eval.txt"
 
 
 class DlibDetector:
