@@ -154,24 +154,26 @@ class StepPrograms:
 
 
 class FirstCallAnnounced:
-    """A jitted function of the state whose first call (its compile) is announced and
-    timed: the sampler and the evaluator."""
+    """A jitted function whose first call (its compile) is announced and timed: the
+    sampler and the evaluator."""
 
     def __init__(self, jitted, what: str, announce: Callable[[str], Any]):
         self._jitted, self._what, self._announce = jitted, what, announce
         self._program = None
 
-    def __call__(self, state):
+    def __call__(self, *args):
         if self._program is None:
-            self._program = progress_lib.compile_announced(self._jitted, self._what, self._announce, state)
-        return self._program(state)
+            self._program = progress_lib.compile_announced(self._jitted, self._what, self._announce, *args)
+        return self._program(*args)
 
 
-def make_sampler(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
-    """A jitted function state -> list of image batches (B, H, W, 3), one per grid column
-    (``stage.sample_columns``). The batch and the random keys are fixed, so successive
-    grids show the same faces."""
-    return jax.jit(lambda state: stage.sample(state.variables(frozen), frozen, images, rng))
+def make_sampler(stage: AdversarialStage, rng: jax.Array):
+    """A jitted function (state, frozen, images) -> list of image batches (B, H, W, 3),
+    one per grid column (``stage.sample_columns``). The loop passes one fixed batch and
+    the random keys are fixed, so successive grids show the same faces. The frozen
+    networks and images are arguments, not constants of the program: XLA would spend
+    minutes folding constants that large."""
+    return jax.jit(lambda state, frozen, images: stage.sample(state.variables(frozen), frozen, images, rng))
 
 
 def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray:
@@ -181,9 +183,10 @@ def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray
     return images_lib.label_columns(grid, labels, cell_width=stacked.shape[3])
 
 
-def make_evaluator(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
-    """A jitted function state -> {metric: scalar} on the held-out ``images`` (replicated)."""
-    return jax.jit(lambda state: stage.evaluate(state.variables(frozen), frozen, images, rng))
+def make_evaluator(stage: AdversarialStage, rng: jax.Array):
+    """A jitted function (state, frozen, held-out images (replicated)) -> {metric: scalar}
+    (arguments rather than constants, as in `make_sampler`)."""
+    return jax.jit(lambda state, frozen, images: stage.evaluate(state.variables(frozen), frozen, images, rng))
 
 
 def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
@@ -254,11 +257,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     sampling = config.sample_every > 0
     if sampling:
         sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
-        sampler = FirstCallAnnounced(make_sampler(stage, frozen, sample_images, sample_rng), "the sample grid", announce)
+        sampler = FirstCallAnnounced(make_sampler(stage, sample_rng), "the sample grid", announce)
     if held_out is not None:
-        evaluator = FirstCallAnnounced(
-            make_evaluator(stage, frozen, jax.device_put(held_out, sharding.replicated(mesh)), eval_rng), "the evaluation", announce
-        )
+        held_out_images = jax.device_put(held_out, sharding.replicated(mesh))
+        evaluator = FirstCallAnnounced(make_evaluator(stage, eval_rng), "the evaluation", announce)
         best = evaluation.BestModel(workdir, config.best_metric, config.best_mode) if config.best_metric else None
     writer = metrics_lib.MetricsWriter(workdir / "metrics", clock, print_fn=progress.write)
     step = start
@@ -286,7 +288,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                     scalars.update(jax.device_get(step_metrics))
                 if evaluating:
                     with clock.other("evaluation"):
-                        evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state)).items()}
+                        evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state, frozen, held_out_images)).items()}
                         scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
                         if best is not None and best.improves(evaluated) and primary:
                             export(workdir, stage, state_lib.exported_variables(state, exported_frozen), evaluation.BEST_EXPORT)
@@ -295,7 +297,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                     append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
                 if sampling_now:
                     with clock.other("sample grids"):
-                        writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state), stage.sample_columns)})
+                        writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state, frozen, sample_images), stage.sample_columns)})
                 with clock.other("checkpoints"):
                     checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
                 rate = clock.steps_per_sec()
