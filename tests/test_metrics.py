@@ -46,7 +46,7 @@ def test_make_grid_layout():
 def test_writer_scalars_images_and_rate(tmp_path):
     lines = []
     grid = make_grid(np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)), rows=2)
-    clock = progress.StepClock(total_steps=100, start_step=10)
+    clock = progress.StepClock(total_steps=100)
     with clock.training(steps=10):
         pass
     clock.train_seconds = 5.0  # 2 steps/s, so 80 steps to go take 40 s
@@ -86,7 +86,7 @@ def test_format_duration():
 
 
 def test_step_clock_counts_training_steps_only():
-    clock = progress.StepClock(total_steps=30, start_step=0)
+    clock = progress.StepClock(total_steps=30)
     with clock.training(steps=3):
         pass
     with clock.other("evaluation"):
@@ -96,4 +96,4 @@ def test_step_clock_counts_training_steps_only():
     clock.train_seconds, clock.other_seconds["evaluation"] = 6.0, 100.0
     assert clock.steps_per_sec() == 0.5 and clock.eta_seconds(3) == 54.0
     assert clock.summary() == "training 6.0 s (3 steps, 0.5 steps/s); evaluation 100.0 s"
-    assert progress.StepClock(30, 0).summary().startswith("training 0.0 s (0 steps, nan")
+    assert progress.StepClock(30).summary().startswith("training 0.0 s (0 steps, nan")

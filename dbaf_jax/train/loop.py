@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -217,6 +218,7 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
+    started = time.perf_counter()  # the final line's total includes building and initialising the networks
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
@@ -250,7 +252,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
     )
     announce = progress.write if primary else (lambda message: None)
-    clock = progress_lib.StepClock(total_steps, start)
+    clock = progress_lib.StepClock(total_steps, started)
     step_fn = StepPrograms(stage, mesh, state, frozen, announce)
     profile = profiling.StepProfile(workdir, start, config.profile_steps if primary else 0)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
@@ -318,10 +320,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         progress.close()
     if primary:
         out = export(workdir, stage, state_lib.exported_variables(state, exported_frozen))
-        if evaluated is not None and config.eval_every > 0:
-            line = stage.evaluation_summary(evaluated, len(held_out))
-            if line:
-                print(line)
+        line = stage.evaluation_summary(evaluated, len(held_out)) if evaluated is not None else None
+        if line:
+            print(line)
         print(f"done in {metrics_lib.format_duration(clock.elapsed())}: {clock.summary()}")
         print(f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
               f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})")

@@ -29,13 +29,13 @@ def compile_announced(jitted, what: str, announce: Callable[[str], Any], *args):
 class StepClock:
     """Seconds spent in training steps, and in everything else by name."""
 
-    def __init__(self, total_steps: int, start_step: int):
+    def __init__(self, total_steps: int, started: float | None = None):
+        """``started``: the `time.perf_counter()` the run's total time counts from (default: now)."""
         self.total_steps = total_steps
-        self.start_step = start_step
-        self.steps = 0
+        self.steps = 0  # timed by this run (a resumed run counts from where it resumed)
         self.train_seconds = 0.0
         self.other_seconds: dict[str, float] = {}
-        self._started = time.perf_counter()
+        self._started = time.perf_counter() if started is None else started
 
     @contextlib.contextmanager
     def training(self, steps: int = 1):
