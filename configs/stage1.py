@@ -65,6 +65,7 @@ VARIANTS = {
     "reference": reference,
     "paper": paper,
     "tiny": common.tiny,
+    "quickstart": common.quickstart,
     "tokens": common.tokens,
     "no_cid": common.no_cid,
     "no_maar": common.no_maar,

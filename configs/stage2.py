@@ -71,6 +71,7 @@ VARIANTS = {
     "reference": reference,
     "paper": paper,
     "tiny": common.tiny,
+    "quickstart": common.quickstart,
     "single_stage": single_stage,
     "frozen_generator": frozen_generator,
     "tokens": common.tokens,

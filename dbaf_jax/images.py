@@ -15,10 +15,10 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from PIL import Image, ImageOps, PngImagePlugin
+from PIL import Image, ImageDraw, ImageFont, ImageOps, PngImagePlugin
 
 from dbaf_jax import pipeline
 from dbaf_jax.errors import OutputExistsError, OutputWriteError
@@ -135,6 +135,35 @@ def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float 
         top, left = padding + (i // cols) * (h + padding), padding + (i % cols) * (w + padding)
         grid[top : top + h, left : left + w] = image
     return to_uint8(grid)
+
+
+def label_columns(grid: np.ndarray, labels: Sequence[str], cell_width: int, padding: int = 2) -> np.ndarray:
+    """A uint8 grid (`make_grid`) with a white strip above it naming each column
+    (``cell_width`` pixels wide, ``padding`` between), in PIL's built-in font, wrapped to
+    the column's width."""
+    font = ImageFont.load_default()
+    wrapped = [_wrap(label, font, cell_width) for label in labels]
+    line_height = font.getbbox("Ag")[3] + 2
+    strip_height = max(len(lines) for lines in wrapped) * line_height + 4
+    strip = Image.new("RGB", (grid.shape[1], strip_height), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    for column, lines in enumerate(wrapped):
+        left = padding + column * (cell_width + padding)
+        for row, line in enumerate(lines):
+            draw.text((left, 2 + row * line_height), line, fill=(0, 0, 0), font=font)
+    return np.concatenate([np.asarray(strip), grid], axis=0)
+
+
+def _wrap(text: str, font, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` pixels, broken at spaces."""
+    lines = [""]
+    for word in text.split():
+        candidate = f"{lines[-1]} {word}".strip()
+        if lines[-1] and font.getlength(candidate) > width:
+            lines.append(word)
+        else:
+            lines[-1] = candidate
+    return lines
 
 
 class NoMetadataError(ValueError):

@@ -122,3 +122,15 @@ def test_every_mode_reads_as_8_bit_rgb_with_its_range(tmp_path):
         assert (note is not None and "alpha" in note and str(path) in note) == has_alpha, (mode, note)
         assert np.abs(images.read_image(path, 32).astype(np.float32)).max() <= 1.0
     assert {"I;16", "I", "F", "RGBA", "LA", "CMYK", "P", "1", "L"} <= seen
+
+
+def test_label_columns_names_each_column_above_an_unchanged_grid():
+    grid = images.make_grid(np.zeros((6, 16, 16, 3), np.float32), rows=2)
+    labelled = images.label_columns(grid, ("original", "anonymized", "right password"), cell_width=16)
+    strip = labelled[: labelled.shape[0] - grid.shape[0]]
+    np.testing.assert_array_equal(labelled[strip.shape[0] :], grid)
+    # Each column's part of the strip holds dark text pixels; long labels wrap to more lines.
+    columns = [strip[:, 2 + c * 18 : 2 + c * 18 + 16] for c in range(3)]
+    assert all((column < 128).any() for column in columns)
+    single = images.label_columns(grid, ("a", "b", "c"), cell_width=16)
+    assert single.shape[0] < labelled.shape[0]

@@ -2,14 +2,13 @@
 
 import io
 import struct
-import time
 
 import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
 from dbaf_jax.images import make_grid
-from dbaf_jax.train import metrics
+from dbaf_jax.train import metrics, progress
 
 
 def read_events(path):
@@ -47,12 +46,17 @@ def test_make_grid_layout():
 def test_writer_scalars_images_and_rate(tmp_path):
     lines = []
     grid = make_grid(np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)), rows=2)
-    with metrics.MetricsWriter(tmp_path, total_steps=100, start_step=10, print_fn=lines.append, is_primary=True) as writer:
-        time.sleep(0.01)
+    clock = progress.StepClock(total_steps=100)
+    with clock.training(steps=10):
+        pass
+    clock.train_seconds = 5.0  # 2 steps/s, so 80 steps to go take 40 s
+    with clock.other("evaluation"):
+        pass
+    with metrics.MetricsWriter(tmp_path, clock, print_fn=lines.append, is_primary=True) as writer:
         values = writer.write_scalars(20, {"g_total": jnp.asarray(1.5), "d/r1": 0.25})
         (png,) = writer.write_images(20, {"samples/anonymize": grid})
-    assert values["g_total"] == 1.5 and values["steps_per_sec"] > 0
-    assert lines[0].startswith("step 20/100 | ") and "steps/s | ETA " in lines[0]
+    assert values["g_total"] == 1.5 and values["steps_per_sec"] == 2.0
+    assert lines[0].startswith("step 20/100 | 2 steps/s | ETA 0:00:40 | ")
     assert lines[0].endswith("g_total 1.5 | d/r1 0.25")
     np.testing.assert_array_equal(np.asarray(Image.open(png)), grid)
     assert png == tmp_path / "samples" / "samples_anonymize_00000020.png"
@@ -79,3 +83,17 @@ def test_non_primary_process_writes_nothing(tmp_path):
 def test_format_duration():
     assert metrics.format_duration(3723.4) == "1:02:03"
     assert metrics.format_duration(float("inf")) == "?"
+
+
+def test_step_clock_counts_training_steps_only():
+    clock = progress.StepClock(total_steps=30)
+    with clock.training(steps=3):
+        pass
+    with clock.other("evaluation"):
+        pass
+    with clock.other("evaluation"):
+        pass
+    clock.train_seconds, clock.other_seconds["evaluation"] = 6.0, 100.0
+    assert clock.steps_per_sec() == 0.5 and clock.eta_seconds(3) == 54.0
+    assert clock.summary() == "training 6.0 s (3 steps, 0.5 steps/s); evaluation 100.0 s"
+    assert progress.StepClock(30).summary().startswith("training 0.0 s (0 steps, nan")

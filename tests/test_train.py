@@ -387,10 +387,10 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
     config = small_config(1, num_steps=4, log_every=10_000, sample_every=0)
     gap = {"open": False, "fetches": 0, "steps": 0}
     guard = contextlib.ExitStack()
-    make_step, device_get = loop.make_step, jax.device_get
+    compile_step, device_get = loop.StepPrograms.compile, jax.device_get
 
-    def watched_make_step(*args, **variant):
-        step_fn = make_step(*args, **variant)
+    def watched_compile(self, *args):
+        step_fn = compile_step(self, *args)
 
         def step(*inputs):
             guard.close()
@@ -408,7 +408,7 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
         gap["fetches"] += gap["open"]
         return device_get(tree)
 
-    monkeypatch.setattr(loop, "make_step", watched_make_step)
+    monkeypatch.setattr(loop.StepPrograms, "compile", watched_compile)
     monkeypatch.setattr(jax, "device_get", counted_device_get)
     try:
         loop.train_and_evaluate(config, tmp_path)

@@ -168,6 +168,10 @@ class AdversarialStage:
         """Scalar measures (inference mode) of how well the stage does on held-out ``images``."""
         raise NotImplementedError
 
+    def evaluation_summary(self, evaluated: dict[str, float], count: int) -> str | None:
+        """One line for the user about the last evaluation (of ``count`` held-out faces), or None."""
+        return None
+
     # ---- shared
 
     def critics(self, frozen: Variables) -> Critics:

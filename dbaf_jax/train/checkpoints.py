@@ -159,6 +159,10 @@ class TrainingCheckpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def due(self, step: int) -> bool:
+        """Whether `save` at ``step`` writes a checkpoint (a multiple of ``save_every``)."""
+        return self._manager.should_save(step)
+
     def save(self, step: int, state: Any, rng: jax.Array, force: bool = False) -> bool:
         """Saves when ``step`` is a multiple of ``save_every`` (any step with ``force``); True if it did."""
         if force and step == self.latest_step():

@@ -22,8 +22,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
+from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.adversarial import AdversarialStage
 
@@ -128,38 +130,64 @@ def make_step(stage: AdversarialStage, mesh, state, frozen, **variant):
 
 class StepPrograms:
     """A stage's jitted steps, one per `stage.step_variant` (lazy R1: with and without
-    the penalty), each made on first use: ``(step_number, state, frozen, images,
-    index_in_epoch) -> (state, metrics)``."""
+    the penalty), each compiled on first use, saying so through ``announce``:
+    ``(step_number, state, frozen, images, index_in_epoch) -> (state, metrics)``."""
 
-    def __init__(self, stage: AdversarialStage, mesh, state, frozen):
+    def __init__(self, stage: AdversarialStage, mesh, state, frozen, announce: Callable[[str], Any] = print):
         self._make = functools.partial(make_step, stage, mesh, state, frozen)
         self._variant = stage.step_variant
+        self._announce = announce
         self._programs = {}
 
-    def __call__(self, step: int, state, frozen, images: jax.Array, index_in_epoch: jax.Array):
+    def compile(self, step: int, state, frozen, images: jax.Array, index_in_epoch: jax.Array):
+        """The program of ``step`` (compiled now, and announced, if it was not yet)."""
         variant = self._variant(step)
         key = tuple(sorted(variant.items()))
-        if key not in self._programs:
-            self._programs[key] = self._make(**variant)
-        return self._programs[key](state, frozen, images, index_in_epoch)
+        if key in self._programs:
+            return self._programs[key]
+        what = "the training step" + ("" if variant.get("take_r1", True) else " without R1 (lazy R1)")
+        args = (state, frozen, images, index_in_epoch)
+        self._programs[key] = progress_lib.compile_announced(self._make(**variant), what, self._announce, *args)
+        return self._programs[key]
+
+    def __call__(self, step: int, state, frozen, images: jax.Array, index_in_epoch: jax.Array):
+        return self.compile(step, state, frozen, images, index_in_epoch)(state, frozen, images, index_in_epoch)
 
 
-def make_sampler(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
-    """A jitted function state -> list of image batches (B, H, W, 3), one per grid column
-    (``stage.sample_columns``). The batch and the random keys are fixed, so successive
-    grids show the same faces."""
-    return jax.jit(lambda state: stage.sample(state.variables(frozen), frozen, images, rng))
+class FirstCallAnnounced:
+    """A jitted function whose first call (its compile) is announced and timed: the
+    sampler and the evaluator."""
+
+    def __init__(self, jitted, what: str, announce: Callable[[str], Any]):
+        self._jitted, self._what, self._announce = jitted, what, announce
+        self._program = None
+
+    def __call__(self, *args):
+        if self._program is None:
+            self._program = progress_lib.compile_announced(self._jitted, self._what, self._announce, *args)
+        return self._program(*args)
 
 
-def sample_grid(columns: list[jax.Array]) -> np.ndarray:
-    """One row per face, one column per output -> a uint8 grid."""
+def make_sampler(stage: AdversarialStage, rng: jax.Array):
+    """A jitted function (state, frozen, images) -> list of image batches (B, H, W, 3),
+    one per grid column (``stage.sample_columns``). The loop passes one fixed batch and
+    the random keys are fixed, so successive grids show the same faces. The frozen
+    networks and images are arguments, not constants of the program: XLA would spend
+    minutes folding constants that large."""
+    return jax.jit(lambda state, frozen, images: stage.sample(state.variables(frozen), frozen, images, rng))
+
+
+def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray:
+    """One row per face, one column per output, each column named by ``labels`` -> a uint8 grid."""
     stacked = np.stack([np.asarray(c) for c in jax.device_get(columns)], axis=1)  # (B, columns, H, W, 3)
-    return images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
+    grid = images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
+    return images_lib.label_columns(grid, labels, cell_width=stacked.shape[3])
 
 
-def make_evaluator(stage: AdversarialStage, frozen, images: jax.Array, rng: jax.Array):
-    """A jitted function state -> {metric: scalar} on the held-out ``images`` (replicated)."""
-    return jax.jit(lambda state: stage.evaluate(state.variables(frozen), frozen, images, rng))
+def make_evaluator(stage: AdversarialStage, rng: jax.Array):
+    """A jitted function (state, frozen, held-out images (replicated)) -> {metric: scalar}
+    (arguments rather than constants, as in `make_sampler`)."""
+    return jax.jit(lambda state, frozen, images: stage.evaluate(state.variables(frozen), frozen, images, rng))
 
 
 def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
@@ -190,6 +218,7 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
+    started = time.perf_counter()  # the final line's total includes building and initialising the networks
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
@@ -212,47 +241,74 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         state, start = restored.state, restored.step
         print(f"resumed from {checkpointer.directory / str(start)}")
 
-    step_fn = StepPrograms(stage, mesh, state, frozen)
-    profile = profiling.StepProfile(workdir, start, config.profile_steps if jax.process_index() == 0 else 0)
+    primary = jax.process_index() == 0
+    progress = tqdm.tqdm(
+        total=total_steps,
+        initial=start,
+        unit="step",
+        desc=stages.name(config),
+        disable=not primary,
+        # tqdm's own rate would count compiling, evaluation and checkpoints as steps.
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
+    )
+    announce = progress.write if primary else (lambda message: None)
+    clock = progress_lib.StepClock(total_steps, started)
+    step_fn = StepPrograms(stage, mesh, state, frozen, announce)
+    profile = profiling.StepProfile(workdir, start, config.profile_steps if primary else 0)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
     sampling = config.sample_every > 0
     if sampling:
         sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
-        sampler = make_sampler(stage, frozen, sample_images, sample_rng)
+        sampler = FirstCallAnnounced(make_sampler(stage, sample_rng), "the sample grid", announce)
     if held_out is not None:
-        evaluator = make_evaluator(stage, frozen, jax.device_put(held_out, sharding.replicated(mesh)), eval_rng)
+        held_out_images = jax.device_put(held_out, sharding.replicated(mesh))
+        evaluator = FirstCallAnnounced(make_evaluator(stage, eval_rng), "the evaluation", announce)
         best = evaluation.BestModel(workdir, config.best_metric, config.best_mode) if config.best_metric else None
-    progress = tqdm.tqdm(
-        total=total_steps, initial=start, unit="step", desc=stages.name(config), disable=jax.process_index() != 0
-    )
-    writer = metrics_lib.MetricsWriter(workdir / "metrics", total_steps, start, print_fn=progress.write)
+    writer = metrics_lib.MetricsWriter(workdir / "metrics", clock, print_fn=progress.write)
     step = start
+    evaluated = None
     try:
         with checkpoints.catch_sigterm():
             for step in range(start, total_steps):
                 images = sharding.put_batch(mesh, next(batches))
                 index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
                 profile.before(step)
-                state, step_metrics = step_fn(step, state, frozen, images, index_in_epoch)
+                with clock.other("compiling"):  # announced and timed apart; a lookup once compiled
+                    program = step_fn.compile(step, state, frozen, images, index_in_epoch)
                 done = step + 1
+                logging_now = done % config.log_every == 0 or done == total_steps
+                evaluating = held_out is not None and (done % config.eval_every == 0 or done == total_steps)
+                sampling_now = sampling and (done % config.sample_every == 0 or done == total_steps)
+                with clock.training():
+                    state, step_metrics = program(state, frozen, images, index_in_epoch)
+                    if logging_now or evaluating or sampling_now or checkpointer.due(done):
+                        # Wait for the step here, so that its time is not counted as the evaluation's.
+                        jax.block_until_ready(step_metrics)
                 profile.after(done, state)
                 scalars = {}
-                if done % config.log_every == 0 or done == total_steps:
+                if logging_now:
                     scalars.update(jax.device_get(step_metrics))
-                if held_out is not None and (done % config.eval_every == 0 or done == total_steps):
-                    evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state)).items()}
-                    scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
-                    if best is not None and best.improves(evaluated) and jax.process_index() == 0:
-                        export(workdir, stage, state_lib.exported_variables(state, exported_frozen), evaluation.BEST_EXPORT)
-                        best.record(done, evaluated)
+                if evaluating:
+                    with clock.other("evaluation"):
+                        evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state, frozen, held_out_images)).items()}
+                        scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
+                        if best is not None and best.improves(evaluated) and primary:
+                            export(workdir, stage, state_lib.exported_variables(state, exported_frozen), evaluation.BEST_EXPORT)
+                            best.record(done, evaluated)
                 if scalars:
                     append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
-                if sampling and (done % config.sample_every == 0 or done == total_steps):
-                    writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state))})
-                checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
+                if sampling_now:
+                    with clock.other("sample grids"):
+                        writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state, frozen, sample_images), stage.sample_columns)})
+                with clock.other("checkpoints"):
+                    checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
+                rate = clock.steps_per_sec()
+                if np.isfinite(rate):
+                    progress.set_postfix_str(f"{rate:.3g} steps/s, ETA {metrics_lib.format_duration(clock.eta_seconds(done))}", refresh=False)
                 progress.update(1)
                 step = done
-            checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
+            with clock.other("checkpoints"):
+                checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
     except KeyboardInterrupt:
         logging.warning("interrupted at step %d: saving a checkpoint", step)
         save_interrupted(checkpointer, state)
@@ -262,7 +318,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         checkpointer.close()  # waits for the asynchronous writes
         writer.close()
         progress.close()
-    if jax.process_index() == 0:
+    if primary:
         out = export(workdir, stage, state_lib.exported_variables(state, exported_frozen))
-        print(f"exported the trained model to {out}")
+        line = stage.evaluation_summary(evaluated, len(held_out)) if evaluated is not None else None
+        if line:
+            print(line)
+        print(f"done in {metrics_lib.format_duration(clock.elapsed())}: {clock.summary()}")
+        print(f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
+              f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})")
     return state

@@ -16,7 +16,6 @@ writer does nothing, so every host can call it unconditionally.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from dbaf_jax.images import to_uint8
+from dbaf_jax.train.progress import StepClock
 
 SAMPLES_DIR = "samples"
 
@@ -40,15 +40,14 @@ def format_duration(seconds: float) -> str:
 class MetricsWriter:
     """Scalars (stdout + TensorBoard), images (PNG + TensorBoard), steps/s and ETA.
 
-    ``total_steps`` gives the ETA; ``start_step`` is where this run (re)started, so
-    the first rate covers the steps since then (it includes compilation).
+    ``clock`` (a `dbaf_jax.train.progress.StepClock`) gives steps/s and the ETA from
+    training steps only; without one neither is logged.
     """
 
     def __init__(
         self,
         logdir: str | Path,
-        total_steps: int | None = None,
-        start_step: int = 0,
+        clock: StepClock | None = None,
         tensorboard: bool = True,
         print_fn: Callable[[str], Any] = print,
         is_primary: bool | None = None,
@@ -58,10 +57,9 @@ class MetricsWriter:
 
             is_primary = jax.process_index() == 0
         self.logdir = Path(logdir)
-        self.total_steps = total_steps
+        self.clock = clock
         self.is_primary = is_primary
         self._print = print_fn
-        self._last = (start_step, time.perf_counter())
         self._tb = None
         if is_primary:
             self.logdir.mkdir(parents=True, exist_ok=True)
@@ -72,19 +70,15 @@ class MetricsWriter:
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
         """Logs ``scalars`` (numbers or 0-d arrays) at ``step`` plus steps_per_sec; returns them as floats."""
-        now = time.perf_counter()
-        last_step, last_time = self._last
-        self._last = (step, now)
         if not self.is_primary:
             return {}
         values = {name: float(np.asarray(value)) for name, value in scalars.items()}
-        rate = (step - last_step) / (now - last_time) if step > last_step and now > last_time else float("nan")
-        parts = [f"step {step}" + (f"/{self.total_steps}" if self.total_steps else "")]
+        parts = [f"step {step}" + (f"/{self.clock.total_steps}" if self.clock else "")]
+        rate = self.clock.steps_per_sec() if self.clock else float("nan")
         if math.isfinite(rate):
             values["steps_per_sec"] = rate
             parts.append(f"{rate:.3g} steps/s")
-            if self.total_steps:
-                parts.append(f"ETA {format_duration((self.total_steps - step) / rate)}")
+            parts.append(f"ETA {format_duration(self.clock.eta_seconds(step))}")
         parts += [f"{name} {values[name]:.5g}" for name in scalars]
         self._print(" | ".join(parts))
         if self._tb is not None:

@@ -138,6 +138,9 @@ class Stage1(AdversarialStage):
                 metrics["identity_transfer_similarity"] = jnp.mean(similarity)
         return metrics
 
+    def evaluation_summary(self, evaluated: dict[str, float], count: int) -> str:
+        return f"reconstruction of {count} held-out faces: {evaluated['reconstruction_psnr']:.1f} dB (PSNR against the originals)"
+
     def exported_networks(self) -> tuple[str, ...]:
         """Everything stage 2 starts from; KRIA is not trained yet."""
         return tuple(n for n in self.networks.model.networks() if n != "kria") + (DISCRIMINATOR,)
