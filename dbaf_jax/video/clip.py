@@ -184,7 +184,7 @@ class Writer:
                 return
             if packet.dts is None:
                 continue  # the demuxer's flush packets
-            if until is not None and packet.time is not None and packet.time > until:
+            if until is not None and float(packet.dts * packet.time_base) > until:
                 self._pending = packet
                 return
             packet.stream = self._audio_map[packet.stream.index]

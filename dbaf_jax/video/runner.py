@@ -89,6 +89,8 @@ def _processed(
     pending: list[_Pending] = []
 
     def flush() -> Iterator[np.ndarray]:
+        if not pending:
+            return
         crops = np.concatenate([p.crops for p in pending])
         face_keys = np.stack([track_keys[f.index] for p in pending for f in p.faces]) if len(crops) else None
         results = [

@@ -55,16 +55,22 @@ class Tracker:
 
     def __init__(self, frame_rate: float, min_face_size: float = 0.0):
         self.min_face_size = min_face_size
-        self._tracker = sv.ByteTrack(
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (requirements.txt)
+            self._tracker = self._bytetrack(frame_rate)
+        self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
+        self._order: list[object] = []
+        self._frame = 0
+
+    @staticmethod
+    def _bytetrack(frame_rate: float):
+        return sv.ByteTrack(
             track_activation_threshold=0.0,  # every detection MTCNN kept starts a track
             lost_track_buffer=int(LOST_SECONDS * 30),  # ByteTrack counts it in frames at 30 fps
             minimum_matching_threshold=0.8,
             frame_rate=max(1, int(round(frame_rate))),
             minimum_consecutive_frames=1,
         )
-        self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
-        self._order: list[object] = []
-        self._frame = 0
 
     def add(self, found: Detections) -> None:
         """The next frame's detections."""
