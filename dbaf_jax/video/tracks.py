@@ -32,6 +32,7 @@ from dbaf_jax.faces import align
 from dbaf_jax.faces.detect import Detections
 
 DEFAULT_SIGMA = 2.0  # frames
+CONTINUE_IOU = 0.3  # see Tracker._identity
 LOST_SECONDS = 1.0  # a track missing this long ends; the person gets a new track (and key) after
 
 
@@ -60,6 +61,8 @@ class Tracker:
             self._tracker = self._bytetrack(frame_rate)
         self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
         self._order: list[object] = []
+        self._alias: dict[int, object] = {}  # ByteTrack id -> the track it continues
+        self._unmatched: list[tuple[object, np.ndarray]] = []  # the last frame's unmatched faces and their boxes
         self._frame = 0
 
     @staticmethod
@@ -75,20 +78,36 @@ class Tracker:
     def add(self, found: Detections) -> None:
         """The next frame's detections."""
         keep = [i for i, points in enumerate(found.landmarks) if align.quad_side(points) >= self.min_face_size]
+        boxes = np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4)
         detections = sv.Detections(
-            xyxy=np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4),
-            confidence=np.asarray(found.probs, np.float32)[keep],
-            data={"row": np.asarray(keep, np.int64)},
+            xyxy=boxes, confidence=np.asarray(found.probs, np.float32)[keep], data={"row": np.arange(len(keep))}
         )
         tracked = self._tracker.update_with_detections(detections)
+        rows = tracked.data.get("row", ())  # an empty result carries no data
         matched = set()
-        for tracker_id, row in zip(tracked.tracker_id, tracked.data["row"]):
-            self._note(int(tracker_id), found.landmarks[row])
+        for tracker_id, row in zip(tracked.tracker_id, rows):
+            self._note(self._identity(int(tracker_id), boxes[row]), found.landmarks[keep[row]])
             matched.add(int(row))
-        for row in keep:
-            if row not in matched:  # never left unanonymized: a track of its own
-                self._note(("unmatched", len(self._order)), found.landmarks[row])
+        unmatched = []
+        for row, index in enumerate(keep):
+            if row not in matched:  # never left unanonymized: a track of its own ...
+                identity = ("unmatched", self._frame, row)
+                self._note(identity, found.landmarks[index])
+                unmatched.append((identity, boxes[row]))
+        self._unmatched = unmatched  # ... which ByteTrack's next frame may continue
         self._frame += 1
+
+    def _identity(self, tracker_id: int, box: np.ndarray) -> object:
+        """ByteTrack confirms a new face only on its second frame; a new id that overlaps a
+        face left unmatched on the frame before continues that face's track."""
+        if tracker_id not in self._alias:
+            self._alias[tracker_id] = tracker_id
+            if tracker_id not in self._seen:
+                for identity, previous in self._unmatched:
+                    if sv.box_iou_batch(box[None], previous[None])[0, 0] >= CONTINUE_IOU:
+                        self._alias[tracker_id] = identity
+                        break
+        return self._alias[tracker_id]
 
     def _note(self, tracker_id: object, landmarks: np.ndarray) -> None:
         if tracker_id not in self._seen:
