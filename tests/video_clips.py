@@ -14,9 +14,9 @@ DATA = Path(__file__).parent / "data"
 WIDTH, HEIGHT = 320, 240
 
 
-def pan_frames(count: int, photo: str = "office3.jpg", zoom: float = 1.1) -> list[np.ndarray]:
+def pan_frames(count: int, photo: str = "office3.jpg", zoom: float = 1.1, travel: float = 1.0) -> list[np.ndarray]:
     """``count`` frames (HEIGHT, WIDTH, 3) uint8: a window sliding left to right over
-    ``photo`` while zooming in by ``zoom``."""
+    ``travel`` of ``photo``'s free width while zooming in by ``zoom``."""
     with Image.open(DATA / photo) as img:
         source = img.convert("RGB")
     frames = []
@@ -24,7 +24,7 @@ def pan_frames(count: int, photo: str = "office3.jpg", zoom: float = 1.1) -> lis
         t = i / max(count - 1, 1)
         scale = 1 + (zoom - 1) * t
         w, h = WIDTH / scale * 1.2, HEIGHT / scale * 1.2
-        x = (source.width - w) * t
+        x = (source.width - w) * travel * t
         y = (source.height - h) / 2
         frames.append(np.asarray(source.resize((WIDTH, HEIGHT), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))))
     return frames
