@@ -15,11 +15,11 @@ from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import anonymize_video, keys, recover_video
-from dbaf_jax.anonymizer import FaceAnonymizer, pad_batch
+from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces, pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, paste
 from dbaf_jax.faces.detect import Detections
-from dbaf_jax.video import clip, sidecar, tracks
+from dbaf_jax.video import clip, runner, sidecar, tracks
 from tests.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
@@ -95,7 +95,7 @@ def test_anonymize_keeps_the_clip_and_changes_only_faces(ws, anonymized):
         assert container.streams.video[0].codec_context.pix_fmt == "yuv420p"
     side = sidecar.read(sidecar.path_for(ws / "anon.mp4"))
     assert side.frames == FRAMES and anonymized.frames == FRAMES
-    assert anonymized.tracks >= 3 and len(side.tracks) == anonymized.tracks
+    assert anonymized.tracks >= 2 and len(side.tracks) == anonymized.tracks
     masks = face_masks(side)
     before, after = decoded(ws / "pan.mp4"), decoded(ws / "anon.mp4")
     assert len(after) == FRAMES
@@ -135,7 +135,7 @@ def test_recover_with_the_password(ws, anonymized, recovered):
         face = anonymizer.recover(pad_batch(crop, BATCH), pad_batch(np.asarray(anonymizer.face_keys(seed, [number])), BATCH))[:1]
         alone = paste.paste(np.zeros_like(frame), face[0], paste.box_mask(face.shape[1]), align.scaled(stack[0], face.shape[1] / side.size))
         weight = paste.paste(np.zeros_like(frame), np.ones_like(face[0]), paste.box_mask(face.shape[1]),
-                             align.scaled(stack[0], face.shape[1] / side.size))[..., 0] > 250
+                             align.scaled(stack[0], face.shape[1] / side.size))[..., 0] >= 254
         assert np.abs(right[first][weight] - alone[weight]).mean() < 4, f"track {number}"
 
 
@@ -257,3 +257,27 @@ def test_rotation_frame_times_and_audio_streams_kept(tmp_path):
 def test_not_a_video_name():
     with pytest.raises(Exception, match="not a video file name"):
         clip.muxer("out.png")
+
+
+def test_a_long_clip_streams(ws, anonymized):
+    """Frames are encoded as their faces are done: however long the clip, no more than
+    the runner's bound (a few batches) waits at once."""
+    anonymizer = FaceAnonymizer(ws / "model")
+    faces = load_photo_faces(anonymizer)
+    count, transform = 25 * BATCH, align.alignment_transform(FACE + [100, 60], faces.size)
+    consumed = []
+
+    def frames():
+        for i in range(count):
+            consumed.append(i)
+            yield clip.Frame(i, i, np.full((HEIGHT, WIDTH, 3), i % 256, np.uint8))
+
+    placed = [(0, 0, np.stack([transform] * count))]
+    track_keys = runner._track_keys(anonymizer, bytes(32), placed)
+    waiting = []
+    for done, pixels in enumerate(runner._processed(anonymizer, faces, frames(), placed, track_keys,
+                                                    runner._anonymize_step(anonymizer), BATCH)):
+        waiting.append(len(consumed) - done)
+        assert pixels.shape == (HEIGHT, WIDTH, 3)
+    assert len(waiting) == count
+    assert max(waiting) <= BATCH  # one face a frame: a batch of frames at a time
