@@ -73,10 +73,10 @@ def _video_stream(container, path: Path):
     return container.streams.video[0]
 
 
-def _rotation(value) -> int:
+def _rotation(value, path: Path) -> int:
     rotation = int(round(float(value or 0))) % 360
     if rotation % 90:
-        raise InputError(f"a display rotation of {rotation} degrees is not a multiple of 90")
+        raise InputError(f"{path}: a display rotation of {rotation} degrees is not a multiple of 90")
     return rotation
 
 
@@ -90,7 +90,7 @@ def probe(path: str | Path) -> ClipInfo:
         if first is None:
             raise InputError(f"{path}: holds no decodable video frame")
         rate = stream.average_rate or stream.guessed_rate or Fraction(25)
-        return ClipInfo(first.width, first.height, _rotation(first.rotation), Fraction(rate), Fraction(stream.time_base),
+        return ClipInfo(first.width, first.height, _rotation(first.rotation, path), Fraction(rate), Fraction(stream.time_base),
                         len(container.streams.audio))
 
 
