@@ -1,0 +1,40 @@
+"""Anonymize every face of a video with a password, one key per tracked person.
+
+    python -m dbaf_jax.anonymize_video --model DIR --password-file F IN.mp4 OUT.mp4
+
+MTCNN (``--detector``, default DIR/mtcnn) finds the faces of every frame; ByteTrack
+links them into tracks, each anonymized with its own key (password + the clip's salt +
+track number) so a person keeps one face while in view; frames a track misses are
+interpolated, never shown as they were, and landmarks are smoothed along each track
+(``--smooth``). The output keeps the size, frame times, rotation and audio (copied);
+its codec is ``--codec``/``--crf``/``--pix-fmt`` (H.264, CRF 18, yuv420p by default).
+``OUT.mp4.dbaf.json`` beside it records the tracks and the key record (never the
+password) for ``python -m dbaf_jax.recover_video``. See docs/video.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dbaf_jax import commands, keys
+from dbaf_jax.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces, read_password
+from dbaf_jax.video import options, runner
+
+
+def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
+    parser = options.parser("python -m dbaf_jax.anonymize_video", __doc__)
+    args = parser.parse_args(argv)
+    password = read_password(args.password_file)
+    record = keys.read_key_file(args.key_file) if args.key_file else None
+    anonymizer = FaceAnonymizer(args.model, args.dtype)
+    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
+    report = runner.anonymize_video(
+        anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
+        args.overwrite, record, options.encoding(args), args.smooth,
+    )
+    report.print()
+    return report
+
+
+if __name__ == "__main__":
+    commands.run_main(main)

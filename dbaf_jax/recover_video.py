@@ -1,0 +1,40 @@
+"""Recover a video anonymized by ``python -m dbaf_jax.anonymize_video``.
+
+    python -m dbaf_jax.recover_video --model DIR --password-file F ANON.mp4 OUT.mp4
+
+The sidecar ``ANON.mp4.dbaf.json`` (or ``--sidecar``) gives the salt and every
+track's place in every frame, so only the password is needed; each face is recovered
+with its track's key and pasted back, and no pixel outside the faces' masks is
+changed before encoding. Without a sidecar, ``--key-file`` (the one anonymize used)
+lets the faces be found again by detection and tracking. A wrong password is not an
+error: it gives other faces. See docs/video.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dbaf_jax import commands, keys
+from dbaf_jax.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces, read_password
+from dbaf_jax.video import options, runner
+
+
+def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
+    parser = options.parser("python -m dbaf_jax.recover_video", __doc__)
+    parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json")
+    parser.add_argument("--ignore-model-mismatch", action="store_true", help="recover a clip another model anonymized")
+    args = parser.parse_args(argv)
+    password = read_password(args.password_file)
+    record = keys.read_key_file(args.key_file) if args.key_file else None
+    anonymizer = FaceAnonymizer(args.model, args.dtype)
+    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
+    report = runner.recover_video(
+        anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
+        args.overwrite, record, args.sidecar, options.encoding(args), args.smooth, args.ignore_model_mismatch,
+    )
+    report.print()
+    return report
+
+
+if __name__ == "__main__":
+    commands.run_main(main)

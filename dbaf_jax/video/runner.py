@@ -1,0 +1,215 @@
+"""Anonymize a clip with per-track keys, and recover it: what the video commands call.
+
+The clip is read twice and never held whole: the first pass detects the faces of
+each frame and links them into tracks (`tracks.Tracker`), keeping only landmarks; the
+tracks are then filled and smoothed and give every face of every frame its transform.
+The second pass crops those faces, runs the model on batches gathered across frames
+and tracks (each face with its track's key), pastes them back through the mask and
+encodes the frames as they complete, before any lossy step of ours. The output is
+written to a hidden temporary file renamed into place when whole
+(`images.write_file`), then the sidecar beside it. Recovery reads the sidecar (or,
+with a key file and no sidecar, re-detects and re-tracks the anonymized clip) and
+changes only the pixels under the faces' masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import jax
+import numpy as np
+
+from dbaf_jax import images, keys, metadata
+from dbaf_jax.anonymizer import FaceAnonymizer, check_outputs, pad_batch
+from dbaf_jax.errors import InputError, ModelMismatchError
+from dbaf_jax.faces import photos
+from dbaf_jax.video import clip, sidecar, tracks
+
+# Frames waiting for their faces are bounded by this many per batch of faces.
+FRAMES_PER_BATCH = 4
+
+
+@dataclasses.dataclass
+class VideoReport:
+    written: list[Path] = dataclasses.field(default_factory=list)
+    frames: int = 0
+    tracks: int = 0
+    faces: int = 0  # faces processed over all frames
+    interpolated: int = 0  # of those, on frames where their track was not detected
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def print(self, out=None) -> None:
+        out = out or sys.stderr
+        for note in self.notes:
+            print(f"note: {note}", file=out)
+        print(f"processed {self.faces} face(s) in {self.frames} frame(s), {self.tracks} track(s)"
+              f" ({self.interpolated} interpolated)", file=out)
+        for path in self.written:
+            print(f"wrote {path}", file=out)
+
+
+Placed = list[tuple[int, int, np.ndarray]]  # (track number, first frame, transforms (T, 2, 3))
+
+
+def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int]:
+    """First pass: the clip's tracks, their smoothed transforms, and its frame count."""
+    tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
+    count = 0
+    for frame in clip.frames(source, info):
+        tracker.add(faces.detector.detect(frame.pixels))
+        count += 1
+    found = tracker.tracks()
+    return found, [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found], count
+
+
+def _track_keys(anonymizer: FaceAnonymizer, seed: bytes, placed: Placed) -> dict[int, np.ndarray]:
+    if not placed:
+        return {}
+    numbers = [number for number, _, _ in placed]
+    return dict(zip(numbers, np.asarray(anonymizer.face_keys(seed, numbers))))
+
+
+@dataclasses.dataclass
+class _Pending:
+    frame: clip.Frame
+    faces: list[photos.AlignedFace]
+    crops: np.ndarray
+
+
+def _processed(
+    anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, frames: Iterator[clip.Frame], placed: Placed,
+    track_keys: dict[int, np.ndarray], step: Callable, batch_size: int,
+) -> Iterator[np.ndarray]:
+    """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in order."""
+    by_frame = tracks.by_frame(placed)
+    size = anonymizer.padded_size(batch_size)
+    pending: list[_Pending] = []
+
+    def flush() -> Iterator[np.ndarray]:
+        if not pending:
+            return
+        crops = np.concatenate([p.crops for p in pending])
+        face_keys = np.stack([track_keys[f.index] for p in pending for f in p.faces]) if len(crops) else None
+        results = [
+            np.asarray(step(pad_batch(crops[i : i + size], size), pad_batch(face_keys[i : i + size], size)))[: len(crops[i : i + size])]
+            for i in range(0, len(crops), size)
+        ]
+        results = np.concatenate(results) if results else crops
+        start = 0
+        for p in pending:
+            done = results[start : start + len(p.faces)]
+            start += len(p.faces)
+            if p.faces:
+                yield faces.paste(p.frame.pixels, p.faces, done, faces.masks(p.crops, done))
+            else:
+                yield p.frame.pixels
+        pending.clear()
+
+    for frame in frames:
+        here = [photos.AlignedFace(number, transform, faces.size) for number, transform in by_frame.get(frame.index, [])]
+        pending.append(_Pending(frame, here, faces.crops(frame.pixels, here)))
+        if sum(len(p.faces) for p in pending) >= size or len(pending) >= FRAMES_PER_BATCH * size:
+            yield from flush()
+    yield from flush()
+
+
+def _rewrite(
+    anonymizer, faces, source: Path, target: Path, info: clip.ClipInfo, encoding: clip.Encoding, placed: Placed,
+    track_keys, step, batch_size: int, frame_count: int, overwrite: bool,
+) -> None:
+    format, codec = clip.muxer(target), encoding.codec_for(target)
+    originals: list[clip.Frame] = []  # the frame being written: its time
+
+    def source_frames() -> Iterator[clip.Frame]:
+        for frame in clip.frames(source, info):
+            originals.append(frame)
+            yield frame
+
+    def write(tmp: Path) -> None:
+        writer = clip.Writer(source, tmp, format, info, encoding, codec)
+        try:
+            written = 0
+            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size):
+                writer.write(pixels, originals.pop(0).pts)
+                written += 1
+            if written != frame_count:
+                raise InputError(f"{source}: decoded {written} frames, not the {frame_count} of the first pass")
+            writer.finish()
+        except BaseException:
+            writer.close()
+            raise
+
+    images.write_file(target, write, overwrite)
+
+
+def _anonymize_step(anonymizer: FaceAnonymizer):
+    return lambda crops, face_keys: anonymizer.anonymize_async(crops, jax.numpy.asarray(face_keys))[0]
+
+
+def _recover_step(anonymizer: FaceAnonymizer):
+    return lambda crops, face_keys: anonymizer.recover_async(crops, jax.numpy.asarray(face_keys))
+
+
+def _count(placed: Placed) -> int:
+    return sum(len(stack) for _, _, stack in placed)
+
+
+def anonymize_video(
+    anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, password: str, source: str | Path, target: str | Path,
+    batch_size: int, overwrite: bool = False, record: keys.KeyRecord | None = None,
+    encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA,
+) -> VideoReport:
+    """Anonymizes every tracked face of the clip ``source`` into ``target`` (same size,
+    rate, rotation, audio) and writes ``target``'s sidecar. ``record``: a key file's
+    (else a fresh salt)."""
+    source, target = Path(source), Path(target)
+    clip.muxer(target)
+    side = sidecar.path_for(target)
+    check_outputs([target, side], overwrite)
+    info = clip.probe(source)
+    found, placed, count = find_tracks(faces, source, info, sigma)
+    record = record or keys.new_key_record()
+    track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count, overwrite)
+    made = metadata.anonymization(record, anonymizer.model_dir, anonymizer.fingerprint)
+    sidecar.write(side, sidecar.content(made, info.upright_shape, count, faces.size, placed), overwrite)
+    report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found))
+    if not found:
+        report.notes.append(f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged")
+    return report
+
+
+def recover_video(
+    anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, password: str, source: str | Path, target: str | Path,
+    batch_size: int, overwrite: bool = False, record: keys.KeyRecord | None = None, sidecar_path: str | Path | None = None,
+    encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA, ignore_model_mismatch: bool = False,
+) -> VideoReport:
+    """Recovers the anonymized clip ``source`` into ``target``: at the sidecar's places
+    (default ``source`` + `sidecar.SUFFIX`), or, with ``record`` (a key file's) and no
+    sidecar, where detection and tracking find the faces again."""
+    source, target = Path(source), Path(target)
+    clip.muxer(target)
+    check_outputs([target], overwrite)
+    info = clip.probe(source)
+    side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
+    if side.exists() or sidecar_path is not None:
+        recorded = sidecar.read(side)
+        if recorded.made.fingerprint != anonymizer.fingerprint and not ignore_model_mismatch:
+            raise ModelMismatchError(
+                f"{side}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"
+            )
+        if recorded.shape != info.upright_shape or recorded.size != faces.size:
+            raise InputError(f"{side}: records a {recorded.shape} clip and {recorded.size}-pixel crops, not this clip's {info.upright_shape} and the model's {faces.size}")
+        record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
+        tracked = len(placed)
+    elif record is not None:
+        found, placed, count = find_tracks(faces, source, info, sigma)
+        tracked = len(found)
+    else:
+        raise InputError(f"{source}: no sidecar {side}; give the key file (--key-file) to find the faces again")
+    track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite)
+    return VideoReport([target], count, tracked, _count(placed))

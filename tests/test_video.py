@@ -1,0 +1,286 @@
+"""Reversible video (dbaf_jax/video, the anonymize_video and recover_video commands) on
+a short clip panning and zooming over a group photo (tests/video_clips.py), with the
+real MTCNN and the tempered tiny DBAF model of the photo tests. The end-to-end tests
+share one anonymization and its recoveries (module fixtures); the tracker, smoothing,
+sidecar and I/O tests need no model."""
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from convert.common import run
+from convert.dbaf import main as convert_main
+from convert.mtcnn import main as convert_mtcnn
+from dbaf_jax import anonymize_video, keys, recover_video
+from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces, pad_batch
+from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.faces import align, paste
+from dbaf_jax.faces.detect import Detections
+from dbaf_jax.video import clip, runner, sidecar, tracks
+from tests.test_anonymize_cli import PASSWORD, temper_
+from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
+
+FRAMES = 12
+GAP = 6  # a blank frame: every track misses it
+BATCH = 4
+CRF = 10  # the encoder's changes stay under a mean of 2 levels outside the faces
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("video")
+    ref = reduced_reference(seed=30)
+    temper_(ref, np.random.default_rng(4))
+    run(convert_main, convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"))
+    run(convert_mtcnn, ["--out", str(tmp / "model")])
+    frames = pan_frames(FRAMES, travel=0.5)  # faces move ~10 px a frame: ByteTrack links them across the gap
+    frames[GAP] = np.full_like(frames[GAP], 128)
+    write_clip(tmp / "pan.mp4", frames)
+    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
+    keys.write_key_file(tmp / "fixed.key", keys.KeyRecord(salt="5a" * keys.SALT_BYTES))
+    return tmp
+
+
+def cli(command, ws, source, target, password="password.txt", *extra):
+    return command.main(["--model", str(ws / "model"), "--password-file", str(ws / password), str(source), str(target),
+                         "--batch-size", str(BATCH), *extra])
+
+
+@pytest.fixture(scope="module")
+def anonymized(ws):
+    return cli(anonymize_video, ws, ws / "pan.mp4", ws / "anon.mp4", "password.txt", "--key-file", str(ws / "fixed.key"),
+               "--crf", str(CRF))
+
+
+@pytest.fixture(scope="module")
+def recovered(ws, anonymized):
+    return cli(recover_video, ws, ws / "anon.mp4", ws / "right.mkv", "password.txt", "--crf", str(CRF))
+
+
+def decoded(path):
+    info = clip.probe(path)
+    return np.stack([f.pixels.astype(np.float64) for f in clip.frames(path, info)])
+
+
+def face_masks(side: sidecar.Sidecar) -> np.ndarray:
+    """(F, H, W) weight of the pasted faces in each frame, from the sidecar's transforms."""
+    masks = np.zeros((side.frames, *side.shape))
+    box = paste.box_mask(side.size)
+    ones = np.ones((side.size, side.size, 3), np.float32)
+    for _, first, stack in side.tracks:
+        for offset, transform in enumerate(stack):
+            layer = paste.paste(np.zeros((*side.shape, 3), np.uint8), ones, box, transform)[..., 0] / 255.0
+            masks[first + offset] = np.maximum(masks[first + offset], layer)
+    return masks
+
+
+def audio_packets(path):
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(container.streams.audio[0]) if p.size]
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_anonymize_keeps_the_clip_and_changes_only_faces(ws, anonymized):
+    source, out = clip.probe(ws / "pan.mp4"), clip.probe(ws / "anon.mp4")
+    assert (out.width, out.height, out.rate, out.audio_streams) == (WIDTH, HEIGHT, source.rate, 1)
+    assert audio_packets(ws / "anon.mp4") == audio_packets(ws / "pan.mp4")  # copied, not re-encoded
+    with av.open(str(ws / "anon.mp4")) as container:
+        assert container.streams.video[0].codec_context.name == "h264"
+        assert container.streams.video[0].codec_context.pix_fmt == "yuv420p"
+    side = sidecar.read(sidecar.path_for(ws / "anon.mp4"))
+    assert side.frames == FRAMES and anonymized.frames == FRAMES
+    assert anonymized.tracks >= 2 and len(side.tracks) == anonymized.tracks
+    masks = face_masks(side)
+    before, after = decoded(ws / "pan.mp4"), decoded(ws / "anon.mp4")
+    assert len(after) == FRAMES
+    diff = np.abs(after - before).mean(axis=-1)
+    assert diff[masks > 0.9].mean() > 20  # faces changed
+    assert diff[masks == 0].mean() < 2  # the rest only by the encoder
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_tracks_bridge_a_missed_frame(ws, anonymized):
+    """The blank frame has no detection; tracks seen on both sides keep their number
+    (and key) across it and are still anonymized there."""
+    side = sidecar.read(sidecar.path_for(ws / "anon.mp4"))
+    spanning = [n for n, first, stack in side.tracks if first < GAP < first + len(stack) - 1]
+    assert spanning, "no track spans the blank frame"
+    assert anonymized.interpolated >= len(spanning)
+    assert len(side.tracks) == anonymized.tracks  # no new track after the gap
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_recover_with_the_password(ws, anonymized, recovered):
+    """Each face is recovered with its own track's key at the recorded place (checked
+    against the Python API on one frame per track; random weights do not give the
+    original back; a wrong key would give another face there), and nothing outside the
+    masks changes but the encoder's rounding."""
+    side = sidecar.read(sidecar.path_for(ws / "anon.mp4"))
+    masks = face_masks(side)
+    after = decoded(ws / "anon.mp4")
+    right = decoded(ws / "right.mkv")
+    assert np.abs(right - after).mean(axis=-1)[masks > 0.9].mean() > 5  # faces changed
+    assert np.abs(right - after).mean(axis=-1)[masks == 0].mean() < 2
+    assert recovered.faces == anonymized.faces
+    anonymizer = FaceAnonymizer(ws / "model")
+    seed = keys.derive_seed(PASSWORD, side.made.record)
+    for number, first, stack in side.tracks:
+        frame = after[first].astype(np.uint8)
+        crop = align.crop(frame, stack[0], side.size)[None].astype(np.float32) / np.float32(127.5) - 1
+        face = anonymizer.recover(pad_batch(crop, BATCH), pad_batch(np.asarray(anonymizer.face_keys(seed, [number])), BATCH))[:1]
+        alone = paste.paste(np.zeros_like(frame), face[0], paste.box_mask(face.shape[1]), align.scaled(stack[0], face.shape[1] / side.size))
+        weight = paste.paste(np.zeros_like(frame), np.ones_like(face[0]), paste.box_mask(face.shape[1]),
+                             align.scaled(stack[0], face.shape[1] / side.size))[..., 0] >= 254
+        assert np.abs(right[first][weight] - alone[weight]).mean() < 4, f"track {number}"
+
+
+@pytest.mark.slow  # needs the module's model
+def test_outputs_are_not_replaced(ws, anonymized):
+    with pytest.raises(OutputExistsError):
+        cli(anonymize_video, ws, ws / "pan.mp4", ws / "anon.mp4")
+
+
+@pytest.mark.slow  # needs the module's model
+def test_clip_without_faces(ws, anonymized):
+    write_clip(ws / "flat.mov", [np.full((HEIGHT, WIDTH, 3), 90, np.uint8)] * 3, audio_streams=0)
+    report = cli(anonymize_video, ws, ws / "flat.mov", ws / "flat_out.mov")
+    assert report.tracks == 0 and report.faces == 0 and report.notes
+    assert clip.probe(ws / "flat_out.mov").audio_streams == 0
+    assert len(decoded(ws / "flat_out.mov")) == 3
+
+
+@pytest.mark.slow  # needs the module's model
+def test_truncated_clip_fails_with_one_line(ws, tmp_path):
+    data = (ws / "pan.mp4").read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(data[: len(data) // 3])
+    with pytest.raises(InputError, match="cut.mp4"):
+        cli(anonymize_video, ws, tmp_path / "cut.mp4", tmp_path / "out.mp4")
+    assert not (tmp_path / "out.mp4").exists()
+    assert not list(tmp_path.glob(".out.mp4*"))  # no partial output left
+
+
+# ------------------------------------------------------------------ without a model
+
+
+def _detections(points_list):
+    """Detections of faces given by their landmarks (5, 2), boxes around them."""
+    if not points_list:
+        return Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros((0, 5, 2), np.float32))
+    landmarks = np.asarray(points_list, np.float32)
+    boxes = np.concatenate([landmarks.min(1) - 20, landmarks.max(1) + 20], axis=1)
+    return Detections(boxes, np.full(len(landmarks), 0.99, np.float32), landmarks)
+
+
+FACE = np.array([[30, 40], [60, 40], [45, 55], [33, 70], [57, 70]], np.float64)
+
+
+def test_a_newcomer_changes_nobody_elses_track_and_gaps_are_filled():
+    tracker = tracks.Tracker(frame_rate=12)
+    for frame in range(10):
+        moving = FACE + [2 * frame, 0]
+        faces = [] if frame == 4 else [moving]  # frame 4: missed
+        if frame >= 6:
+            faces.append(FACE + [200, 30])  # someone enters
+        tracker.add(_detections(faces))
+    found = tracker.tracks()
+    assert [t.number for t in found] == [0, 1]
+    first, newcomer = found
+    assert (first.first, first.last, newcomer.first) == (0, 9, 6)
+    assert not first.detected[4] and first.detected.sum() == 9
+    np.testing.assert_allclose(first.landmarks[4], FACE + [8, 0], atol=1e-6)  # interpolated
+
+
+def test_smoothing_steadies_a_still_face():
+    rng = np.random.default_rng(0)
+    jittered = FACE + rng.normal(0, 1.5, (40, 5, 2))
+    track = tracks.Track(0, 0, jittered, np.ones(40, bool))
+    raw = tracks.transforms(track, 64, sigma=0)
+    smooth = tracks.transforms(track, 64, sigma=tracks.DEFAULT_SIGMA)
+    step = lambda stack: np.abs(np.diff(stack, axis=0)).mean()
+    assert step(smooth) < step(raw) / 3
+
+
+def _sidecar_data():
+    made = {"dbaf_jax": "0", "operation": "anonymize", "key": keys.KeyRecord(salt="5a" * keys.SALT_BYTES).to_dict(),
+            "model": {"path": "m", "fingerprint": "0" * 16}}
+    stack = np.stack([align.alignment_transform(FACE, 64)] * 3)
+    return sidecar.content(made, (HEIGHT, WIDTH), 5, 64, [(0, 1, stack)])
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (lambda d: d.update(format="x"), "not a dbaf-jax-video"),
+        (lambda d: d["tracks"][0].update(first=4), "runs past"),
+        (lambda d: d["tracks"][0]["transforms"][0].__setitem__(0, float("nan")), "6 finite"),
+        (lambda d: d["tracks"].append(dict(d["tracks"][0])), "repeats"),
+        (lambda d: d["tracks"][0]["transforms"].__setitem__(1, [0, 0, 1, 0, 0, 1]), "not invertible"),
+        (lambda d: d["anonymization"]["key"].update(salt="zz"), "salt"),
+        (lambda d: d["clip"].update(frames=-1), "clip.frames"),
+    ],
+)
+def test_sidecar_is_checked(tmp_path, spoil, message):
+    data = _sidecar_data()
+    assert sidecar.check(data).tracks[0][0] == 0
+    spoil(data)
+    path = tmp_path / "x.mp4.dbaf.json"
+    sidecar.write(path, data, overwrite=False)
+    with pytest.raises(InputError, match=message):
+        sidecar.read(path)
+
+
+def test_rotation_frame_times_and_audio_streams_kept(tmp_path):
+    """A portrait phone clip (stored turned, rotation flag), variable frame times, two
+    audio streams: frames come out upright and the writer restores all three."""
+    frames = pan_frames(4)
+    pts = [0, 1, 3, 7]
+    source = write_clip(tmp_path / "phone.mp4", frames, rotation=90, audio_streams=2, pts=pts)
+    info = clip.probe(source)
+    assert (info.rotation, info.upright_shape, info.audio_streams) == (90, (HEIGHT, WIDTH), 2)
+    got = list(clip.frames(source, info))
+    assert np.abs(got[1].pixels.astype(float) - frames[1]).mean() < 3
+    target = tmp_path / "out.mkv"
+    writer = clip.Writer(source, target, clip.muxer(target), info, clip.Encoding(), "libx264")
+    for frame in got:
+        writer.write(frame.pixels, frame.pts)
+    writer.finish()
+    out = clip.probe(target)
+    assert (out.rotation, out.width, out.height, out.audio_streams) == (90, info.width, info.height, 2)
+    times = [float(f.pts * out.time_base) for f in clip.frames(target, out)]
+    # Matroska may start the clip later (the encoder's delay); the intervals are kept.
+    np.testing.assert_allclose(np.diff(times), np.diff(pts) / 12, atol=1e-3)
+    assert np.abs(decoded(target)[1] - frames[1]).mean() < 4
+
+
+def test_not_a_video_name():
+    with pytest.raises(Exception, match="not a video file name"):
+        clip.muxer("out.png")
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_a_long_clip_streams(ws, anonymized):
+    """Frames are encoded as their faces are done: however long the clip, no more than
+    the runner's bound (a few batches) waits at once."""
+    anonymizer = FaceAnonymizer(ws / "model")
+    faces = load_photo_faces(anonymizer)
+    count, transform = 6 * BATCH, align.alignment_transform(FACE + [100, 60], faces.size)
+    consumed = []
+
+    def frames():
+        for i in range(count):
+            consumed.append(i)
+            yield clip.Frame(i, i, np.full((HEIGHT, WIDTH, 3), i % 256, np.uint8))
+
+    placed = [(0, 0, np.stack([transform] * count))]
+    track_keys = runner._track_keys(anonymizer, bytes(32), placed)
+    waiting = []
+    for done, pixels in enumerate(runner._processed(anonymizer, faces, frames(), placed, track_keys,
+                                                    runner._anonymize_step(anonymizer), BATCH)):
+        waiting.append(len(consumed) - done)
+        assert pixels.shape == (HEIGHT, WIDTH, 3)
+    assert len(waiting) == count
+    assert max(waiting) <= BATCH  # one face a frame: a batch of frames at a time
