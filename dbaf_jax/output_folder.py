@@ -2,7 +2,7 @@
 
 The output folder must not be the input folder nor inside it (outputs would replace
 originals, or be read as inputs by the next run), no output may be one of the inputs,
-and the folder must exist or be makeable and take a file. Temporaries a killed run
+and the folder (or the one it will be made in) must take a file. Temporaries a killed run
 left there (`images.remove_stale_partials`: they may hold face pixels) are removed at
 the start, and the user is told.
 """
@@ -24,8 +24,8 @@ def _inside(path: Path, folder: Path) -> bool:
 def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets: Iterable[Path]) -> None:
     """InputError naming the folder when ``out_dir`` is ``in_dir`` or inside it, an
     output would be one of the inputs, or ``out_dir`` cannot be made or written to
-    (the system's reason: permission denied, read-only file system, ...). Makes
-    ``out_dir`` if it is missing."""
+    (the system's reason: permission denied, read-only file system, ...), probed with
+    an unnamed temporary file in it or, when missing, in the folder it will be made in."""
     inside = _inside(out_dir.resolve(), in_dir.resolve())
     if inside:
         where = "is" if out_dir.resolve() == in_dir.resolve() else "is inside"
@@ -34,14 +34,12 @@ def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets
     for target in targets:
         if target.resolve() in inputs:
             raise InputError(f"{target}: an output would replace this input; choose another output folder")
-    for parent in (out_dir, *out_dir.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{out_dir}: cannot be the output folder, {parent} is a file")
-            break
+    existing = next(parent for parent in (out_dir, *out_dir.parents) if parent.exists())
+    if not existing.is_dir():
+        raise InputError(f"{out_dir}: cannot be the output folder, {existing} is a file")
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir) as probe:  # a byte, so a full disk shows here too
+        # In the folder, or where it will be made: nothing is created before the run is sure to start.
+        with tempfile.TemporaryFile(dir=existing) as probe:  # a byte, so a full disk shows here too
             probe.write(b"\0")
             probe.flush()
     except OSError as err:
