@@ -164,7 +164,7 @@ def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     report = anonymize.main(["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-                             str(folder), str(tmp_path / "out"), "--min-face-size", "60"])
+                             str(folder), str(tmp_path / "out"), "--min-face-size", "60", "--batch-size", str(BATCH)])
     assert report.faces == 2 and report.faces_left == 2 and report.faces_found == 4
     assert [n for n in report.notes if "2 face(s) below --min-face-size left as they were" in n]
     assert report.status == EXIT_FACES_LEFT  # leaving a face is the user's choice, and the exit status says it happened
