@@ -98,6 +98,7 @@ def small_faces(faces):  # noqa: F811
     return images.to_float(np.stack([np.asarray(Image.fromarray(f).resize((112, 112), Image.BILINEAR)) for f in faces]))
 
 
+@pytest.mark.long  # two trainings at 112 px: minutes on a shared 2-core CPU
 def test_learned_inversion_controls(recognizer, small_faces):  # noqa: F811
     """Trained on two faces' pairs, scored on the other two: an invertible stand-in
     (colours negated) is undone and re-identified; noise in place of the face is not."""
