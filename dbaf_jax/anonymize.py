@@ -13,7 +13,9 @@ training data and the evaluation use; --save-latents (aligned only) also writes
 Writes one PNG per input below OUT_DIR (``photo.jpg`` -> ``photo.png``, sub-folders
 kept) carrying the salt, the model's fingerprint and each face's place, never the
 password; --key-file uses a key file's salt (``python -m dbaf_jax.keys new``) so that
-recovery works on copies that lost that metadata. ``python -m dbaf_jax.recover`` with
+recovery works on copies that lost that metadata, and appends each photo's anonymized
+faces to the key file's face ledger (``KEY.faces.jsonl``, `dbaf_jax.faces.ledger`),
+which recovery needs to tell them from faces that were never anonymized. ``python -m dbaf_jax.recover`` with
 the same password undoes it. Existing outputs are never replaced without --overwrite.
 
 Every face MTCNN reports is anonymized (small ones upsampled); one the model cannot take
@@ -30,6 +32,7 @@ from typing import Sequence
 
 from dbaf_jax import commands, keys
 from dbaf_jax.anonymizer import FaceAnonymizer, Report, anonymize_folder, anonymize_photo_folder, load_photo_faces, read_password
+from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
 
 
@@ -57,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = anonymize_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.strict, args.resume,
+            args.strict, args.resume, ledger.ledger_path(args.key_file) if args.key_file else None,
         )
     report.print()
     return report

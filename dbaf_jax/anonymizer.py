@@ -52,7 +52,7 @@ from tqdm import tqdm
 
 from dbaf_jax import images, keys, metadata, model_directory, output_folder, pipeline, precision, sharding, sidecars
 from dbaf_jax.errors import InputError, ModelDirectoryError, ModelMismatchError, OutputExistsError, PasswordFileError
-from dbaf_jax.faces import paste, photos
+from dbaf_jax.faces import ledger, paste, photos
 from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.models import dbaf, families
 
@@ -101,7 +101,6 @@ def read_password(path: str | Path) -> str:
 EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...)
 EXIT_FACES_LEFT = 4  # a detected face was left as it was (--min-face-size)
 EXIT_FALLBACK = 5  # with --strict: a face was hidden by the fallback instead of anonymized
-UNVERIFIED = "photos without metadata are recovered by detection, unverified (docs/photos.md)"
 
 
 @dataclasses.dataclass
@@ -123,6 +122,7 @@ class Report:
     strict: bool = False  # the fallback counts as a failure (EXIT_FALLBACK)
     kept: list[Path] = dataclasses.field(default_factory=list)  # --resume: complete outputs of an earlier run
     operation: str = "anonymize"
+    unverified: int = 0  # recovery without metadata: detections not matched to the key file's face ledger
 
     @property
     def status(self) -> int:
@@ -151,7 +151,8 @@ class Report:
             print(
                 f"summary: {self.photos} photo(s) read, {len(self.written)} written{resumed}, {len(self.skipped)} skipped; "
                 f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
-                f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)",
+                f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)"
+                + (f", {self.unverified} detection(s) not verified as anonymized faces, left as they are" if self.unverified else ""),
                 file=out,
             )
         else:
@@ -203,18 +204,22 @@ def _unpadded(outputs, count: int):
 @dataclasses.dataclass
 class PhotoResult:
     """A processed photo (H, W, 3) uint8, its faces, the processed crops (N, s, s, 3) in
-    [-1, 1] (s the generator's size), the quad sides of faces left alone as too small
-    and the boxes of faces hidden by the fallback."""
+    [-1, 1] (s the generator's size), the quad sides of faces left alone as too small,
+    the boxes of faces hidden by the fallback and the count of detections recovery left
+    unverified."""
 
     photo: np.ndarray
     faces: list[photos.AlignedFace]
     crops: np.ndarray
     too_small: list[float]
     hidden: list[np.ndarray] = dataclasses.field(default_factory=list)
+    # Recovery without metadata: detections that match no face of the key file's ledger.
+    unverified: int = 0
+    unverified_why: str = ""
 
     @property
     def found(self) -> int:
-        return len(self.faces) + len(self.too_small) + len(self.hidden)
+        return len(self.faces) + len(self.too_small) + len(self.hidden) + self.unverified
 
 
 class FaceAnonymizer:
@@ -690,6 +695,8 @@ def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
         notes.append(f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)")
     if result.hidden:
         notes.append(f"{source}: {len(result.hidden)} face(s) the model cannot take (unusable landmarks) hidden by pixelation")
+    if result.unverified:
+        notes.append(f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are")
     return notes
 
 
@@ -748,6 +755,7 @@ def _photo_run(
             report.faces_found += result.found
             report.faces_hidden += len(result.hidden)
             report.faces_left += len(result.too_small)
+            report.unverified += result.unverified
     return report
 
 
@@ -763,10 +771,13 @@ def anonymize_photo_folder(
     save_crops: bool = False,
     strict: bool = False,
     resume: bool = False,
+    face_ledger: Path | None = None,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
     ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
     faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK.
+    ``face_ledger`` (with a key file: `ledger.ledger_path`) gets each photo's anonymized
+    faces, which recovery without metadata needs to tell them from any other face.
     ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
     kept and counted, the rest made, with the earlier run's salt."""
     if resume and overwrite:
@@ -786,7 +797,12 @@ def anonymize_photo_folder(
     meta = _anonymization_metadata(anonymizer, record)
 
     def process(source: Path, photo: np.ndarray):
-        return anonymizer.anonymize_photo(photo, seed, faces, batch_size), meta
+        result = anonymizer.anonymize_photo(photo, seed, faces, batch_size)
+        if face_ledger is not None and result.faces:  # what recovery without metadata may touch (`ledger`)
+            published = faces.crops(result.photo, result.faces)
+            transforms = [face.transform for face in result.faces]
+            ledger.append(face_ledger, ledger.entries(photo.shape, [face.index for face in result.faces], transforms, published))
+        return result, meta
 
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
@@ -837,24 +853,43 @@ def recover_photo_folder(
     record: keys.KeyRecord | None = None,
     save_crops: bool = False,
     ignore_model_mismatch: bool = False,
+    face_ledger: list[ledger.Entry] | None = None,
 ) -> Report:
     """Recovers the photos of an anonymize run. A photo's own metadata gives its key
-    record and face transforms; without metadata (e.g. re-encoded after sharing),
-    ``record`` (a key file's) gives the key and detection finds the faces again."""
+    record and face transforms. Without metadata (e.g. re-encoded after sharing),
+    ``record`` (a key file's) gives the key, detection finds candidate faces, and only
+    those that match an entry of ``face_ledger`` (the key file's, `ledger`) are
+    recovered, each with that entry's key index; every other detection is left as it
+    is and counted (without a ledger, all of them)."""
     plan = _plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover")
     anonymizations = _checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
+    def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], int]:
+        """The re-detected faces of ``photo`` that match the ledger (with its key indices),
+        and how many did not."""
+        found = faces.find(photo)
+        if not found.faces or not face_ledger:
+            return [], len(found.faces)
+        transforms = [face.transform for face in found.faces]
+        candidates = ledger.entries(photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces))
+        verified, taken = [], set()
+        for face, candidate in zip(found.faces, candidates):
+            position = ledger.match(face_ledger, candidate, taken)
+            if position is not None:
+                taken.add(position)
+                verified.append(photos.AlignedFace(face_ledger[position].index, face.transform, face.size))
+        return verified, len(found.faces) - len(verified)
+
     def process(source: Path, photo: np.ndarray):
         made = anonymizations[source]
         if made is None:
             if record is None:
                 return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
-            photo_record, recorded, meta = record, None, {"key": record.to_dict(), "detected": True}
-            if not any(w.startswith(UNVERIFIED) for w in report.warnings):
-                report.warnings.append(f"{UNVERIFIED}: any face detected there is recovered, also one that was never anonymized")
+            photo_record, meta = record, {"key": record.to_dict(), "detected": True}
+            recorded, unverified = verified_candidates(photo)
         elif not made.is_photo:
             return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
         else:
@@ -866,6 +901,9 @@ def recover_photo_folder(
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
         result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size)
+        if made is None:
+            result.unverified = unverified
+            result.unverified_why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
         return result, {**meta, "operation": "recover", "mode": "image"}
 
     return _photo_run(plan, list(anonymizations), process, report, "recover", save_crops, overwrite)

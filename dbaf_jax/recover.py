@@ -6,7 +6,9 @@ Photos (the default): each output's metadata gives its salt and every face's pla
 so only the password is needed; each face is re-cropped there, recovered with its own
 key and pasted back. A photo that lost its metadata (re-encoded, shared online) is
 recovered with --key-file (the one anonymize used): its faces are then found again by
-detection. --aligned recovers aligned crops, with --mode image (the default, the
+detection, and only those that match the key file's face ledger (written by anonymize
+--key-file) are recovered; every other detection is left exactly as it is, and counted.
+--aligned recovers aligned crops, with --mode image (the default, the
 paper's recovery from the image alone) or --mode latent (the reference's; needs
 ``anonymize --aligned --save-latents``). A wrong password is not an error: it gives
 other faces. Images another model anonymized are refused (naming both models'
@@ -28,7 +30,15 @@ from dbaf_jax.anonymizer import (
     recover_folder,
     recover_photo_folder,
 )
+from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
+
+
+def face_ledger(key_file: str | None) -> list[ledger.Entry] | None:
+    """The entries of ``key_file``'s face ledger; None without a key file or ledger."""
+    if key_file is None or not ledger.ledger_path(key_file).is_file():
+        return None
+    return ledger.read(ledger.ledger_path(key_file))
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
@@ -51,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = recover_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.ignore_model_mismatch,
+            args.ignore_model_mismatch, face_ledger(args.key_file),
         )
     report.print()
     return report

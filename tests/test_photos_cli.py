@@ -30,7 +30,7 @@ from dbaf_jax.anonymizer import (
     recover_photo_folder,
 )
 from dbaf_jax.errors import ModelDirectoryError
-from dbaf_jax.faces import align, paste, photos
+from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.faces.detect import Detections
 from tests.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.test_parsers import convert_parser, random_reference
@@ -315,15 +315,53 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     original = images.read_photo(folder / "office3.jpg")
     redetecting = photos.PhotoFaces(RecordedDetector(faces.detector.detect(original)), faces.size, None, faces.min_face_size)
     record = keys.read_key_file(key_file)
-    without = recover_photo_folder(anonymizer, redetecting, PASSWORD, stripped, tmp_path / "rec_key", BATCH, record=record)
-    assert without.faces == with_metadata.faces == 4
+    without = recover_photo_folder(anonymizer, redetecting, PASSWORD, stripped, tmp_path / "rec_key", BATCH, record=record,
+                                   face_ledger=ledger.read(ledger.ledger_path(key_file)))
+    assert without.faces == with_metadata.faces == 4 and without.unverified == 0
     np.testing.assert_array_equal(pixels(tmp_path / "rec_key" / "office3.png"), pixels(tmp_path / "rec_meta" / "office3.png"))
     assert images.read_metadata(tmp_path / "rec_key" / "office3.png")["detected"] is True
 
     # The command with the real detector runs the same path on the stripped copy.
     report = cli(recover, workspace, stripped, tmp_path / "rec_cli", "password.txt", "--key-file", str(key_file))
     assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
-    assert [w for w in report.warnings if "recovered by detection, unverified" in w]
+    assert report.faces + report.unverified == report.faces_found
+
+
+def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(workspace, anonymizer, faces, tmp_path):
+    """The original photo (never anonymized, no metadata) given to recover with the key
+    file: MTCNN finds its four faces, none matches the key file's face ledger, so no
+    pixel changes and all four are reported. Without a ledger nothing is recovered
+    either. A JPEG (quality 90) of the anonymized photo, re-detected at the original's
+    places, matches every face to its ledger entry and key."""
+    key_file = tmp_path / "own.key"
+    keys.write_key_file(key_file, keys.KeyRecord(salt="3c" * keys.SALT_BYTES))
+    folder, never = tmp_path / "in", tmp_path / "never"
+    folder.mkdir(), never.mkdir()
+    (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    original = images.read_photo(folder / "office3.jpg")
+    Image.fromarray(original).save(never / "office3.png")
+    cli(anonymize, workspace, folder, tmp_path / "anonymized", "password.txt", "--key-file", str(key_file))
+    assert len(ledger.read(ledger.ledger_path(key_file))) == 4
+
+    report = cli(recover, workspace, never, tmp_path / "out", "password.txt", "--key-file", str(key_file))
+    np.testing.assert_array_equal(pixels(tmp_path / "out" / "office3.png"), original)
+    assert (report.faces_found, report.faces, report.unverified) == (4, 0, 4)
+    assert [n for n in report.notes if "4 detected face(s) not verified as anonymized" in n]
+    assert not [n for n in report.notes if "no face found" in n]
+
+    elsewhere = tmp_path / "elsewhere.key"  # the same salt, no ledger
+    keys.write_key_file(elsewhere, keys.KeyRecord(salt="3c" * keys.SALT_BYTES))
+    report = cli(recover, workspace, never, tmp_path / "out2", "password.txt", "--key-file", str(elsewhere))
+    np.testing.assert_array_equal(pixels(tmp_path / "out2" / "office3.png"), original)
+    assert report.unverified == 4 and [n for n in report.notes if "no face ledger" in n]
+
+    jpeg = tmp_path / "jpeg"
+    jpeg.mkdir()
+    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(jpeg / "office3.jpg", quality=90)
+    redetecting = photos.PhotoFaces(RecordedDetector(faces.detector.detect(original)), faces.size, None, 0.0)
+    report = recover_photo_folder(anonymizer, redetecting, PASSWORD, jpeg, tmp_path / "rec_jpeg", BATCH,
+                                  record=keys.read_key_file(key_file), face_ledger=ledger.read(ledger.ledger_path(key_file)))
+    assert (report.faces, report.unverified) == (4, 0)
 
 
 def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):

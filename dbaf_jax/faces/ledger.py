@@ -1,0 +1,167 @@
+"""The face ledger: how recovery without metadata knows which faces it may touch.
+
+A photo that lost its metadata (re-saved by a sharing site, re-encoded as JPEG,
+rescaled) is recovered with a key file: detection finds the faces again. Detection
+alone cannot tell an anonymized face from one that never was (a face left by
+``--min-face-size``, a photo never anonymized, a false detection on a wall), and its
+left-to-right numbering shifts every key after a missed face. So anonymize with
+``--key-file K`` also appends to ``K.faces.jsonl`` one line per photo: for each face,
+its key index, where it sits in the photo (centre and side as fractions of the photo's
+width, and the photo's aspect ratio: all unchanged by rescaling) and a coarse
+signature of the anonymized face as published (`signature`: the centre of its aligned
+crop, grey, 8 x 8, normalised; robust to JPEG). Recovery restores a re-detected
+candidate only when one ledger entry matches it in place, size and signature
+(`match`), and then with that entry's key index; other candidates are left exactly as
+they are and counted. The ledger holds nothing that the published photos do not show,
+but it lives beside the key file, with the user. It is read as untrusted input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dbaf_jax.errors import InputError
+from dbaf_jax.faces import align
+
+SUFFIX = ".faces.jsonl"
+GRID = 8  # signature cells per side
+CENTRE = 0.5  # the signature reads the crop's central half: the face, not its background
+# A candidate matches an entry within these (measured in docs/photos.md):
+MAX_ASPECT_CHANGE = 0.02  # relative change of the photo's width/height
+MAX_CENTRE_SHIFT = 0.3  # of the face's side
+MAX_SIDE_CHANGE = math.log(1.35)  # |log(side ratio)|
+MIN_CORRELATION = 0.8  # of the signatures: high, so an unmatched face stays as it is (fails closed)
+MAX_LINE = 1 << 20  # bytes per ledger line (a photo's faces)
+MAX_ENTRIES = 1 << 20
+
+
+def ledger_path(key_file: str | Path) -> Path:
+    """The ledger of ``key_file``: ``KEY.faces.jsonl`` beside it."""
+    key_file = Path(key_file)
+    return key_file.with_name(key_file.name + SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One anonymized face: its key index, the photo's aspect ratio (W / H), the face's
+    centre (x, y) and side as fractions of the photo's width, its signature (GRID**2,)."""
+
+    index: int
+    aspect: float
+    centre: tuple[float, float]
+    side: float
+    signature: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "aspect": round(self.aspect, 6),
+            "centre": [round(v, 6) for v in self.centre],
+            "side": round(self.side, 6),
+            "signature": [round(float(v), 4) for v in self.signature],
+        }
+
+
+def signature(crop: np.ndarray) -> np.ndarray:
+    """(GRID**2,) zero-mean, unit-norm grey means over the central half of an aligned
+    crop (S, S, 3) (any range); zeros for a flat crop."""
+    size = crop.shape[0]
+    lo, hi = round(size * (1 - CENTRE) / 2), round(size * (1 + CENTRE) / 2)
+    grey = np.asarray(crop[lo:hi, lo:hi], np.float64).mean(axis=-1)
+    edges = np.linspace(0, grey.shape[0], GRID + 1).round().astype(int)
+    cells = np.array([[grey[a:b, c:d].mean() for c, d in zip(edges[:-1], edges[1:])] for a, b in zip(edges[:-1], edges[1:])])
+    cells = cells.reshape(-1) - cells.mean()
+    norm = np.linalg.norm(cells)
+    return cells / norm if norm > 1e-9 else np.zeros_like(cells)
+
+
+def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple[float, tuple[float, float], float]:
+    """(aspect, centre, side) of the face an aligned crop of ``size`` holds (see `Entry`)."""
+    height, width = photo_shape[:2]
+    inverse = align.invert(transform)
+    centre = align.apply(inverse, np.array([[size / 2, size / 2]]))[0]
+    side = size * math.sqrt(abs(np.linalg.det(inverse[:, :2])))
+    return width / height, (float(centre[0]) / width, float(centre[1]) / width), side / width
+
+
+def entries(photo_shape: Sequence[int], indices: Sequence[int], transforms: Sequence[np.ndarray], crops: np.ndarray) -> list[Entry]:
+    """The ledger entries of a photo's anonymized faces: their key ``indices``, alignment
+    ``transforms`` and ``crops`` (N, S, S, 3) of the *output* photo at those transforms."""
+    size = crops.shape[1] if len(crops) else 0
+    made = []
+    for index, transform, crop in zip(indices, transforms, crops):
+        aspect, centre, side = place(photo_shape, transform, size)
+        made.append(Entry(int(index), aspect, centre, side, signature(crop)))
+    return made
+
+
+def append(path: Path, photo_entries: Sequence[Entry]) -> None:
+    """Adds one photo's entries to the ledger at ``path`` (one line, appended)."""
+    if not photo_entries:
+        return
+    line = json.dumps([entry.to_dict() for entry in photo_entries], separators=(",", ":"))
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(line + "\n")
+
+
+def _entry(value: Any) -> Entry:
+    if not isinstance(value, dict) or set(value) != {"index", "aspect", "centre", "side", "signature"}:
+        raise ValueError("an entry must be an object with exactly index, aspect, centre, side and signature")
+    index, aspect, centre, side, sig = (value[k] for k in ("index", "aspect", "centre", "side", "signature"))
+    numbers = [aspect, side, *(centre if isinstance(centre, list) else [None]), *(sig if isinstance(sig, list) else [None])]
+    if type(index) is not int or not 0 <= index < MAX_ENTRIES:
+        raise ValueError(f"index must be an integer in [0, {MAX_ENTRIES})")
+    if not isinstance(centre, list) or len(centre) != 2 or not isinstance(sig, list) or len(sig) != GRID * GRID:
+        raise ValueError(f"centre must hold 2 numbers and signature {GRID * GRID}")
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (aspect > 0 and side > 0):
+        raise ValueError("aspect, centre, side and signature must be finite numbers, aspect and side positive")
+    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64))
+
+
+def read(path: Path) -> list[Entry]:
+    """Every entry of the ledger at ``path``; InputError naming the file and line when a
+    line is not what `append` writes."""
+    found: list[Entry] = []
+    try:
+        with open(path, "rb") as file:
+            for number, raw in enumerate(file, 1):
+                if len(raw) > MAX_LINE:
+                    raise InputError(f"{path}: line {number} is longer than {MAX_LINE} bytes: not a face ledger")
+                try:
+                    values = json.loads(raw)
+                    if not isinstance(values, list):
+                        raise ValueError("a line must be a list of entries")
+                    found += [_entry(value) for value in values]
+                except ValueError as err:
+                    raise InputError(f"{path}: line {number}: {err}") from None
+                if len(found) > MAX_ENTRIES:
+                    raise InputError(f"{path}: more than {MAX_ENTRIES} faces: not a face ledger")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the face ledger ({err.strerror})") from None
+    return found
+
+
+def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset()) -> int | None:
+    """The position in ``ledger`` of the entry ``candidate`` (from a re-detected face)
+    is, or None: the best signature correlation, at least `MIN_CORRELATION`, among
+    entries within the place and size bounds and not ``taken``."""
+    best, best_correlation = None, MIN_CORRELATION
+    for position, entry in enumerate(ledger):
+        if position in taken:
+            continue
+        if abs(candidate.aspect / entry.aspect - 1) > MAX_ASPECT_CHANGE:
+            continue
+        if math.dist(candidate.centre, entry.centre) > MAX_CENTRE_SHIFT * entry.side:
+            continue
+        if abs(math.log(candidate.side / entry.side)) > MAX_SIDE_CHANGE:
+            continue
+        correlation = float(candidate.signature @ entry.signature)
+        if correlation >= best_correlation:
+            best, best_correlation = position, correlation
+    return best

@@ -1,0 +1,48 @@
+"""The face ledger (dbaf_jax/faces/ledger.py): what recovery without metadata matches
+re-detected faces against, read as untrusted input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dbaf_jax.errors import InputError
+from dbaf_jax.faces import ledger
+
+
+def entry(index=0, centre=(0.5, 0.3), side=0.1, aspect=1.5, seed=0):
+    return ledger.Entry(index, aspect, centre, side, ledger.signature(np.random.default_rng(seed).normal(size=(64, 64, 3))))
+
+
+def test_round_trip_and_match_by_place_size_and_signature(tmp_path):
+    path = ledger.ledger_path(tmp_path / "me.key")
+    assert path.name == "me.key.faces.jsonl"
+    faces = [entry(0, seed=1), entry(1, centre=(0.8, 0.3), seed=2)]
+    ledger.append(path, faces)
+    read = ledger.read(path)
+    assert [e.index for e in read] == [0, 1]
+    np.testing.assert_allclose(read[1].signature, faces[1].signature, atol=1e-4)
+    assert ledger.match(read, faces[1]) == 1
+    assert ledger.match(read, faces[1], taken={1}) is None  # one detection per entry
+    moved = entry(1, centre=(0.8 + 0.05, 0.3), seed=2)  # half a face's side away
+    assert ledger.match(read, moved) is None
+    other_face = entry(1, centre=(0.8, 0.3), seed=3)  # the same place, another face
+    assert ledger.match(read, other_face) is None
+    cropped = entry(1, centre=(0.8, 0.3), aspect=1.0, seed=2)  # another photo's shape
+    assert ledger.match(read, cropped) is None
+
+
+@pytest.mark.parametrize("line, words", [
+    ("{not json", "line 1"),
+    (json.dumps({"index": 0}), "list of entries"),
+    (json.dumps([{"index": -1, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 64}]), "index"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 3}]), "signature"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, "x"], "side": 1, "signature": [0] * 64}]), "finite"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 64, "extra": 1}]), "exactly"),
+])
+def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, words):
+    path = tmp_path / "me.key.faces.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError, match=words) as error:
+        ledger.read(path)
+    assert str(path) in str(error.value)
