@@ -442,7 +442,8 @@ def convert_dbaf(
         raise ConversionError("\n".join(errors))
 
     sources = {name: files[name].name for name in networks}
-    save_model(out_dir, FAMILY, networks, sources, overwrite=overwrite)
+    # The authors' stage 2 trains latent recovery (KRIA applied again to the kept codes).
+    save_model(out_dir, FAMILY, networks, sources, overwrite=overwrite, recovery="latent")
     return [out_dir / name for name in networks]
 
 

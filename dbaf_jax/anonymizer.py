@@ -245,6 +245,7 @@ class FaceAnonymizer:
         self.model_dir = Path(model_dir)
         model, variables = families.load(self.model_dir, without_manifest)  # without_manifest: `model_directory.load_model`
         self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
+        self.trained_recovery = model_directory.trained_recovery(self.model_dir)  # None: not recorded
         self.dtype = dtype
         self.model = model.for_inference().with_compute_dtype(dtype)
         variables = self.model.compute_variables(variables)  # cast once, not per batch

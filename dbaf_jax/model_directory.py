@@ -74,6 +74,10 @@ FORMAT_VERSION = 1
 NETWORK_FILE = "network.json"
 VARIABLES_DIR = "variables"
 MODEL_FILE = "model.json"
+# What recovery a model was trained for (``model.json``'s "recovery"): from the
+# anonymized image alone, from the latents anonymize saved beside it, or none (a DBAF
+# stage-1 model). Absent in directories written before it was recorded.
+RECOVERY = ("image", "latent", "none")
 HASH_FIELD = "content_sha256"
 FILES_FIELD = "variables_sha256"  # sha256 of every file Orbax wrote, by path in VARIABLES_DIR
 # What a save writes before renaming into place; finding one means a save was interrupted.
@@ -291,9 +295,11 @@ def save_model(
     networks: Mapping[str, tuple[nn.Module, Mapping[str, Any]]],
     sources: Mapping[str, str | None],
     overwrite: bool = False,
+    recovery: str | None = None,
 ) -> Path:
     """Writes ``networks`` (name -> (module, variables)) as the model ``directory`` of
-    ``family`` (e.g. 'dbaf'), each network with `save_network` and its ``sources[name]``.
+    ``family`` (e.g. 'dbaf'), each network with `save_network` and its ``sources[name]``;
+    ``recovery`` (one of `RECOVERY`) is the recovery it was trained for, when known.
 
     ``model.json`` goes first, listing every network's content hash, so a write that
     is interrupted leaves a directory `load_model` refuses rather than a mix of old and
@@ -308,6 +314,10 @@ def save_model(
     directory.mkdir(parents=True, exist_ok=True)
     hashes = {name: content_hash(module, variables) for name, (module, variables) in networks.items()}
     manifest = {"format_version": FORMAT_VERSION, "family": family, "networks": hashes}
+    if recovery is not None:
+        if recovery not in RECOVERY:
+            raise ValueError(f"recovery {recovery!r}: expected one of {RECOVERY}")
+        manifest["recovery"] = recovery
     tmp = directory / (MODEL_FILE + PARTIAL_SUFFIX)
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     os.replace(tmp, directory / MODEL_FILE)
@@ -333,7 +343,16 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         raise ModelDirectoryError(
             f"{manifest_file}: format_version {manifest.get('format_version')!r}, this dbaf_jax reads {FORMAT_VERSION}"
         )
+    if manifest.get("recovery", RECOVERY[0]) not in RECOVERY:
+        raise ModelDirectoryError(f"{manifest_file}: damaged, recovery {str(manifest.get('recovery'))[:40]!r} is none of {RECOVERY}")
     return manifest
+
+
+def trained_recovery(directory: str | Path) -> str | None:
+    """The recovery the model ``directory`` was trained for (`RECOVERY`); None when its
+    ``model.json`` does not say (written before it did, or missing)."""
+    manifest = read_manifest(Path(directory))
+    return None if manifest is None else manifest.get("recovery")
 
 
 def load_model(

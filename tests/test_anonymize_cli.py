@@ -117,8 +117,9 @@ def recovered(workspace, anonymized):
     """Recovery of the anonymized folder: image mode with both passwords, latent mode."""
     ws = workspace
     return {
-        "right": run_recover(ws, ws / "anonymized", ws / "recovered_right"),
-        "wrong": run_recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
+        # The converted reference model records latent recovery: image mode is asked for.
+        "right": run_recover(ws, ws / "anonymized", ws / "recovered_right", "password.txt", "--mode", "image", "--untrained-mode"),
+        "wrong": run_recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt", "--mode", "image", "--untrained-mode"),
         "latent": run_recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
     }
 
@@ -324,6 +325,26 @@ def cli(module, args):
         [sys.executable, "-m", module, *args], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
     )
     return result.returncode, result.stderr.strip().splitlines()
+
+
+def test_recover_runs_the_mode_the_model_was_trained_for_and_refuses_another(workspace, anonymized, recovered, tmp_path, capsys):
+    """The converted reference model records latent recovery (model.json): recover
+    --aligned runs it without --mode and says so; image mode is refused in one line
+    unless --untrained-mode, which warns."""
+    assert model_directory.trained_recovery(workspace / "model") == "latent"
+    report = run_recover(workspace, workspace / "anonymized", tmp_path / "default")
+    assert report.notes[0] == "recovery mode: latent (the mode the model was trained for)"
+    assert report.written
+    for path in report.written:
+        np.testing.assert_array_equal(pixels(path), pixels(workspace / "recovered_latent" / path.name))
+    capsys.readouterr()
+    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
+            str(workspace / "anonymized"), str(tmp_path / "image"), "--aligned", "--mode", "image"]
+    assert commands.exit_status(recover.main, args) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "trained for latent recovery, not image recovery" in lines[0] and "--untrained-mode" in lines[0]
+    assert not (tmp_path / "image").exists()
+    assert [w for w in recovered["right"].warnings if "--untrained-mode runs it anyway" in w]
 
 
 def test_recovery_with_another_model_is_refused(workspace, anonymized, anonymizer, other_model, tmp_path, capsys):

@@ -70,8 +70,10 @@ def workspace(tmp_path_factory):
 
 
 def cli(command, ws, in_dir, out, password="password.txt", *extra):
+    # The converted reference model records latent recovery; photos recover from the image.
+    untrained = ["--untrained-mode"] if command is recover else []
     return command.main(["--model", str(ws / "model"), "--password-file", str(ws / password), str(in_dir), str(out),
-                         "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, *extra])
+                         "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, *untrained, *extra])
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,7 @@ class Phase:
     networks: IFADITNetworks
     optimizers: Optimizers
     remat: str
+    trained_recovery = "image"  # iFADIT's recovery is the flow's exact inverse, on the image
 
     sample_columns: ClassVar[tuple[str, ...]]
 

@@ -202,7 +202,7 @@ def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = 
     exported = {n: (named[n], variables[n]) for n in stage.exported_networks()}
     sources = dict.fromkeys(exported, f"{type(stage).__name__} training")
     family = stage.networks.model.FAMILY  # 'dbaf' or 'ifadit': what model.json names
-    return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True)
+    return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True, recovery=stage.trained_recovery)
 
 
 def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:

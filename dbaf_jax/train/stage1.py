@@ -58,6 +58,7 @@ class Stage1(AdversarialStage):
 
     terms = losses.STAGE1_TERMS
     sample_columns = ("identity", "attributes", "mixed")
+    trained_recovery = "none"  # stage 1 trains anonymization only (`model_directory.RECOVERY`)
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers) -> "Stage1":

@@ -60,6 +60,11 @@ def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, shape: tu
 class Stage2(AdversarialStage):
     recovery: str
 
+    @property
+    def trained_recovery(self) -> str:
+        """What the exported model's ``model.json`` records (`model_directory.RECOVERY`)."""
+        return self.recovery
+
     terms = losses.STAGE2_TERMS
     sample_columns = ("input", "anonymized 1", "anonymized 2", "recovered", "wrong key 1", "wrong key 2")
 
