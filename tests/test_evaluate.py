@@ -233,8 +233,9 @@ def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, worksp
     first = json.loads((report / "report.json").read_text())
     assert json.loads((workspace / "again" / "report.json").read_text())["identity"] == first["identity"]
     assert again["quality"]["anonymization"]["mse"] == pytest.approx(first["quality"]["anonymization"]["mse"], rel=1e-6)
-    one = evaluate.main(argv + ["--out", str(workspace / "one"), "--limit", "1"])
-    assert one["images"] == 1 and "calibrated" not in one["identity"]["arcface"]  # no impostor pair in one face
+    # Two images: the fewest FID's covariance takes; one impostor pair.
+    two = evaluate.main(argv + ["--out", str(workspace / "two"), "--limit", "2"])
+    assert two["images"] == 2 and two["identity"]["arcface"]["calibrated"]["impostor"]["pairs"] == 1
 
 
 def test_identical_images_give_known_values(metrics_models):
