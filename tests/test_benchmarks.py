@@ -146,13 +146,13 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     stand_in.chmod(0o755)
     out = tmp_path / "out"
     script = Path(__file__).parents[1] / "benchmarks" / "gpu_figures.sh"
-    parts = ["train-f32", "reference-train", "bogus", "anonymize-bf16"]
+    parts = ["train2-f32", "reference-train", "bogus", "anonymize-bf16"]
     env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(["bash", str(script), "--out", str(out), *parts], env=env, capture_output=True, text=True)
     assert result.returncode == 1
     assert (out / "anonymize-bf16.md").read_text() == (
-        "-m benchmarks.anonymize --batches 1 8 32 --dtype bfloat16 --find-max-batch\n"
+        "-m benchmarks.anonymize --batches 1 8 32 --dtype bfloat16\n"
     )
-    assert "train-f32 failed" in result.stderr and "reference-train needs --reference-repo" in result.stderr
+    assert "train2-f32 failed" in result.stderr and "reference-train needs --reference-repo" in result.stderr
     assert "unknown part bogus" in result.stderr
     assert not (out / "reference-train.md").exists()

@@ -174,7 +174,7 @@ def anonymize_video(
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count, overwrite)
-    made = metadata.anonymization(record, anonymizer.model_dir, anonymizer.fingerprint)
+    made = metadata.anonymization(record, anonymizer.fingerprint)
     sidecar.write(side, sidecar.content(made, info.upright_shape, count, faces.size, placed), overwrite)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found))
     if not found:
