@@ -8,7 +8,7 @@ the largest batch that fits.
 
 What is timed is the device computation of `FaceAnonymizer.anonymize` (the public
 API; ``dtype`` as given, weights placed on the devices once, the batch split over every
-local accelerator): its jitted `dbaf_jax.anonymizer.anonymize_program` (e4e, CID with each
+local accelerator): its jitted `dbaf_jax.inference.programs.anonymize_program` (e4e, CID with each
 image alone, MAAR, KRIA with one key, the generator) compiled for the batch and called
 on aligned images and a key already on the devices. The model is the ``reference``
 stage-2 config (the full 256 px model with the public checkpoints' widths unless the
@@ -46,7 +46,8 @@ import numpy as np
 from benchmarks import device_info, timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import compilation_cache, model_directory
-from dbaf_jax.anonymizer import FaceAnonymizer, anonymize_program
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.programs import anonymize_program
 from dbaf_jax.models import dbaf
 from dbaf_jax.train import networks as networks_lib
 

@@ -38,8 +38,7 @@ from benchmarks.metric_networks import build_facenet, build_inception
 from benchmarks.timing import median_seconds
 from convert.lpips import convert_lpips, default_lin_path
 from convert.mtcnn import convert_mtcnn
-from dbaf_jax import compilation_cache, model_directory
-from dbaf_jax.anonymizer import input_images
+from dbaf_jax import compilation_cache, images, model_directory
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.faces.detect import FaceDetector
 from tests.parity import nchw
@@ -106,10 +105,10 @@ def mtcnn_row(repeats: int, work: Path) -> tuple[str, float, float]:
 def whole_evaluation(args, work: Path) -> float:
     """Images per second of `evaluate` on ``args.images`` faces (after a one-batch warm-up)."""
     if args.model:
-        model, metrics, paths = Path(args.model), Path(args.metrics_models), input_images(Path(args.faces))[: args.images]
+        model, metrics, paths = Path(args.model), Path(args.metrics_models), images.input_images(Path(args.faces))[: args.images]
     else:
         model, metrics = build_tiny_model(work), build_metrics_models(work / "metrics")
-        paths = input_images(write_faces(work / "faces", FaceDetector.load(metrics / "mtcnn"), args.images))
+        paths = images.input_images(write_faces(work / "faces", FaceDetector.load(metrics / "mtcnn"), args.images))
     options = EvaluationOptions(batch_size=args.batch_sizes[0])
     evaluate(model, paths[: options.batch_size], metrics, work / "warmup", options)
     start = time.perf_counter()

@@ -45,8 +45,10 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, compilation_cache, images, keys, recover
-from dbaf_jax.anonymizer import FaceAnonymizer
+from dbaf_jax import metadata
+from dbaf_jax import new_key
+from dbaf_jax import anonymize, compilation_cache, images, recover
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.faces import align, paste, photos
 from dbaf_jax.faces.detect import FaceDetector
 
@@ -160,7 +162,7 @@ def round_trip_table(args: argparse.Namespace, model: Path, sources: Sequence[Pa
     """Part 2: anonymize, re-encode, recover (by detection and at the recorded places)."""
     size = FaceAnonymizer(model).input_size
     (work / "password.txt").write_text(args.password + "\n", encoding="utf-8")
-    keys.main(["new", "--out", str(work / "me.key")])
+    new_key.main(["--out", str(work / "me.key")])
     common = ["--model", str(model), "--password-file", str(work / "password.txt"), "--key-file", str(work / "me.key"),
               "--min-face-size", str(args.min_face_size)]
     common += ["--detector", args.detector] if args.detector else []
@@ -190,13 +192,13 @@ def round_trip_table(args: argparse.Namespace, model: Path, sources: Sequence[Pa
     for source in sources:
         original = images.read_photo(source)
         anonymized_path = work / "anonymized" / f"{source.stem}.png"
-        faces = photos.faces_from_metadata(images.read_metadata(anonymized_path), original.shape, size)
+        faces = metadata.recorded_faces(images.read_metadata(anonymized_path), original.shape, size)
         anonymized = images.read_photo(anonymized_path)
         recovered = {(quality, kind): images.read_photo(work / f"recovered_{encoding_name(quality)}_{kind}" / f"{source.stem}.png")
                      for quality in encodings for kind in ("detected", "recorded")}
         for quality in encodings:
             path = work / f"recovered_{encoding_name(quality)}_detected" / f"{source.stem}.png"
-            redetected = photos.faces_from_metadata(images.read_metadata(path), original.shape, size)
+            redetected = metadata.recorded_faces(images.read_metadata(path), original.shape, size)
             shared = images.read_photo(work / f"{encoding_name(quality)}_detected" / f"{source.stem}.png")
             cells = [psnrs(shared, anonymized, faces), compare(faces, redetected).row()]
             for kind in ("detected", "recorded"):

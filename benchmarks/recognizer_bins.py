@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dbaf_jax import images, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.faces import paste
 
 BINS = ((0, 40, "< 40"), (40, 64, "40-64"), (64, 128, "64-128"), (128, float("inf"), "> 128"))

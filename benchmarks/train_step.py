@@ -46,7 +46,8 @@ import numpy as np
 
 from benchmarks import device_info, timing
 from configs import stage1, stage2
-from dbaf_jax import compilation_cache, sharding
+from dbaf_jax import commands, compilation_cache, sharding
+from dbaf_jax.errors import ConfigError
 from dbaf_jax.train import loop, networks as networks_lib
 
 
@@ -65,7 +66,7 @@ def stage_config(
     config.model.size = size
     n_latent = 2 * int(np.log2(size)) - 2
     if n_latent <= 8:
-        raise SystemExit(f"--size {size}: the coarse/medium/fine split 4/4/rest needs at least 64 px")
+        raise ConfigError(f"--size {size}: the coarse/medium/fine split 4/4/rest needs at least 64 px")
     config.model.latent_groups = (4, 4, n_latent - 8)
     config.model.width_scale = width_scale
     config.model.encoder_width_scale = encoder_width_scale
@@ -84,7 +85,7 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
     if batch % mesh.shape["data"]:
-        raise SystemExit(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
+        raise ConfigError(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
     variables = networks_lib.init_variables(networks, init_rng, config.model.size)
     stage_fns, state, frozen, _ = loop.setup(config, networks, variables, state_rng, mesh)
     del variables
@@ -168,4 +169,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    commands.run_main(main)

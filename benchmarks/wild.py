@@ -28,7 +28,7 @@ from PIL import Image
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import compilation_cache, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 
 PORTRAIT = Path(__file__).resolve().parents[1] / "tests" / "data" / "jf.jpg"
 WIDTH, HEIGHT = 1920, 1080

@@ -42,7 +42,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.maar.variant = "reference"  # "reference" (1x1 conv + CBAM) or "paper" (eqs. 6-8)
 
     c.data = ml_collections.ConfigDict()
-    c.data.dir = ""  # prepared with `python -m dbaf_jax.data --images DIR --out DATA_DIR`
+    c.data.dir = ""  # prepared with `python -m dbaf_jax.prepare_data --images DIR --out DATA_DIR`
     c.data.synthetic = False  # deterministic synthetic images, for smoke runs
     c.data.synthetic_size = 64  # number of synthetic images
 
@@ -157,7 +157,7 @@ def tiny(c: ml_collections.ConfigDict) -> None:
     c.model.cid.mlp_dim = 32
 
 
-QUICKSTART_DATA = "workdirs/quickstart/faces64"  # README: python -m dbaf_jax.data --images quickstart/faces --out this --size 64
+QUICKSTART_DATA = "workdirs/quickstart/faces64"  # README: python -m dbaf_jax.prepare_data --images quickstart/faces --out this --size 64
 
 
 def quickstart(c: ml_collections.ConfigDict) -> None:

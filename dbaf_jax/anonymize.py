@@ -12,7 +12,7 @@ training data and the evaluation use; --save-latents (aligned only) also writes
 
 Writes one PNG per input below OUT_DIR (``photo.jpg`` -> ``photo.png``, sub-folders
 kept) carrying the salt, the model's fingerprint and each face's place, never the
-password; --key-file uses a key file's salt (``python -m dbaf_jax.keys new``) so that
+password; --key-file uses a key file's salt (``python -m dbaf_jax.new_key``) so that
 recovery works on copies that lost that metadata, and appends each photo's anonymized
 faces to the key file's face ledger (``KEY.faces.jsonl``, `dbaf_jax.faces.ledger`),
 which recovery needs to tell them from faces that were never anonymized. ``python -m dbaf_jax.recover`` with
@@ -23,7 +23,7 @@ is pixelated (irreversible) and counted; --min-face-size N leaves smaller faces 
 were, counted. The run ends with a summary; exit status 0 all done, 1 error, 2 usage,
 3 an input skipped, 4 a face left (--min-face-size), 5 a face hidden by the fallback
 with --strict. --resume continues an interrupted run.
-The Python API is `dbaf_jax.anonymizer`.
+The Python API is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, Report, anonymize_folder, anonymize_photo_folder, load_photo_faces, read_password
+from dbaf_jax.inference.aligned_folders import anonymize_folder
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.photo_folders import anonymize_photo_folder
+from dbaf_jax.inference.report import Report
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
 
@@ -49,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         parser.error("--save-latents needs --aligned")
     if args.resume and args.aligned:
         parser.error("--resume is for photos (not --aligned)")
-    password = read_password(args.password_file)
+    password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
     if args.aligned:

@@ -17,20 +17,20 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces, read_password
-from dbaf_jax.video import options, runner
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.video import runner
 
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
-    parser = options.parser("python -m dbaf_jax.anonymize_video", __doc__)
+    parser = commands.video_parser("python -m dbaf_jax.anonymize_video", __doc__)
     args = parser.parse_args(argv)
-    password = read_password(args.password_file)
+    password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype)
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
     report = runner.anonymize_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
-        args.overwrite, record, options.encoding(args), args.smooth,
+        args.overwrite, record, commands.video_encoding(args), args.smooth,
     )
     report.print()
     return report

@@ -4,16 +4,22 @@ Library code raises the types of `dbaf_jax.errors`; a command's ``main(argv)`` l
 them through and `run_main` turns one into a single ``error: <message>`` line on
 stderr and exit status 1. Any other exception is a bug and keeps its traceback.
 Every command runs with the persistent compilation cache on (`compilation_cache`).
+
+The commands are the thin modules at the top of the package (`COMMANDS`), each run as
+``python -m dbaf_jax.NAME`` or, once installed, as the console script ``dbaf-NAME``
+(pyproject.toml: ``dbaf_jax.commands:NAME``). No library module imports this one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any, Callable, Sequence
 
 from dbaf_jax import compilation_cache, precision
 from dbaf_jax.errors import DbafError
+from dbaf_jax.video import clip, tracks
 
 Main = Callable[[Sequence[str] | None], Any]
 
@@ -38,6 +44,28 @@ def run_main(main: Main, argv: Sequence[str] | None = None) -> None:
     status = exit_status(main, argv)
     if status:
         raise SystemExit(status)
+
+
+def _console_script(module: str) -> Callable[[], None]:
+    def run() -> None:
+        run_main(importlib.import_module(module).main)
+
+    run.__doc__ = f"The console script of ``python -m {module}``."
+    return run
+
+
+# The user commands, each a module of the package with ``main(argv)``; pyproject.toml
+# declares each as ``dbaf-<name with dashes>``.
+COMMANDS = ("anonymize", "recover", "anonymize_video", "recover_video", "evaluate", "sample", "new_key", "prepare_data", "make_splits")
+anonymize = _console_script("dbaf_jax.anonymize")
+recover = _console_script("dbaf_jax.recover")
+anonymize_video = _console_script("dbaf_jax.anonymize_video")
+recover_video = _console_script("dbaf_jax.recover_video")
+evaluate = _console_script("dbaf_jax.evaluate")
+sample = _console_script("dbaf_jax.sample")
+new_key = _console_script("dbaf_jax.new_key")
+prepare_data = _console_script("dbaf_jax.prepare_data")
+make_splits = _console_script("dbaf_jax.make_splits")
 
 
 def positive_int(text: str) -> int:
@@ -69,7 +97,7 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
     photos.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
     photos.add_argument("--min-face-size", type=float, help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face")
-    photos.add_argument("--key-file", help="key file (python -m dbaf_jax.keys new) instead of a fresh salt")
+    photos.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key) instead of a fresh salt")
     photos.add_argument("--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png")
     return parser
 
@@ -81,3 +109,31 @@ def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         given += ["save_crops"] if args.save_crops else []
         if given:
             parser.error(f"--aligned takes no {', '.join('--' + g.replace('_', '-') for g in given)}")
+
+
+def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The arguments both video commands take: model, password, input and output videos, tracking and encoding."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
+    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
+    parser.add_argument("input", help="a video file (" + ", ".join(clip.FORMATS) + ")")
+    parser.add_argument("output", help="the video to write; its suffix chooses the container")
+    parser.add_argument("--batch-size", type=positive_int, help="faces per model call, across frames; default 32 per GPU, 8 on a CPU")
+    parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32", help="compute dtype of every network")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    parser.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    parser.add_argument("--min-face-size", type=float, default=0.0,
+                        help="smaller detected faces (crop side in pixels) are left alone; default 0: every detected face is processed")
+    parser.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key)")
+    parser.add_argument("--smooth", type=float, default=tracks.DEFAULT_SIGMA,
+                        help=f"sigma in frames of the Gaussian smoothing landmarks along each track (0: none); default {tracks.DEFAULT_SIGMA}")
+    out = parser.add_argument_group("output encoding")
+    out.add_argument("--codec", help=f"FFmpeg video encoder; default {clip.DEFAULT_CODEC} ({clip.WEBM_CODEC} for .webm)")
+    out.add_argument("--crf", type=int, default=clip.DEFAULT_CRF, help=f"constant rate factor of x264/x265/VP9 (0: lossless x264); default {clip.DEFAULT_CRF}")
+    out.add_argument("--pix-fmt", default=clip.DEFAULT_PIX_FMT, help=f"pixel format; default {clip.DEFAULT_PIX_FMT}")
+    return parser
+
+
+def video_encoding(args: argparse.Namespace) -> clip.Encoding:
+    """The output encoding `video_parser`'s arguments ask for."""
+    return clip.Encoding(args.codec, args.crf, args.pix_fmt)

@@ -1,10 +1,7 @@
 """Dataset preparation and the training input pipeline.
 
-Preparation (once, on one machine)::
-
-    python -m dbaf_jax.data --images DIR --out DATA_DIR --size 256
-
-walks ``DIR`` (any nesting, sorted), decodes every image with PIL, converts it to
+Preparation (`prepare`, once, on one machine; the command ``python -m
+dbaf_jax.prepare_data --images DIR --out DATA_DIR --size 256``) walks ``DIR`` (any nesting, sorted), decodes every image with PIL, converts it to
 RGB, resizes it to size x size with PIL's bilinear filter (what the reference's
 ``transforms.Resize((size, size))`` does to a PIL image, so the pixels match it) and
 writes the images as PNG inside an ArrayRecord dataset built by a
@@ -29,7 +26,6 @@ images, for smoke runs without a dataset.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import json
@@ -44,7 +40,6 @@ import grain
 import numpy as np
 from PIL import Image
 
-from dbaf_jax import commands
 from dbaf_jax.errors import ConfigError, DatasetError, InputError, OutputExistsError
 from dbaf_jax.images import list_images, to_float
 
@@ -238,7 +233,7 @@ class PreparedImages:
             raise DatasetError(f"{data_dir}: no such dataset directory")
         builder_dir = Path(data_dir) / DATASET_NAME / DATASET_VERSION
         if not (builder_dir / "dataset_info.json").is_file():
-            raise DatasetError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.data`")
+            raise DatasetError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.prepare_data`")
         builder = tfds.builder_from_directory(str(builder_dir))
         self.data_dir = Path(data_dir)
         self._source = builder.as_data_source(split=SPLIT)
@@ -389,23 +384,3 @@ def make_synthetic_loader(
     """Batches of `SyntheticFaces` (images drawn from ``seed``); see `batches`."""
     source = SyntheticFaces(num_images, size, seed)
     return batches(source, global_batch_size, seed, start_step, process_index, process_count, num_epochs)
-
-
-def prepare_command(argv: list[str] | None = None) -> PrepareSummary:
-    """``python -m dbaf_jax.data``: parses ``argv`` and runs `prepare`."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", required=True, help="folder of face images (searched recursively)")
-    parser.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
-    parser.add_argument("--size", type=int, default=256, help="side of the square images (default 256)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
-    args = parser.parse_args(argv)
-    return prepare(args.images, args.out, args.size, overwrite=args.overwrite)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`prepare_command`'s exit status: 0, or 1 after one ``error: ...`` line."""
-    return commands.exit_status(prepare_command, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
     python -m dbaf_jax.evaluate --model DIR --images DIR [--list FILE] --metrics-models DIR --out REPORT_DIR
 
 Anonymizes the images (all below --images, or those a split list names, e.g. the
-rates200.txt of ``python -m dbaf_jax.evaluation.splits``) with a fixed test password,
+rates200.txt of ``python -m dbaf_jax.make_splits``) with a fixed test password,
 recovers them in both modes with it and with a wrong one, and writes into REPORT_DIR:
 report.json (every number, the options, the model's fingerprint, versions),
 report.md (the provenance of every network, identity at calibrated thresholds with
@@ -22,8 +22,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from dbaf_jax import commands
-from dbaf_jax.anonymizer import input_images
+from dbaf_jax import commands, images
 from dbaf_jax.errors import OutputExistsError
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.evaluation.report import JSON_FILE, write_report
@@ -50,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     if (out / JSON_FILE).exists() and not args.overwrite:
         raise OutputExistsError(f"{out / JSON_FILE} exists; pass --overwrite to replace the report")
-    paths = read_split(args.list, args.images) if args.list else input_images(Path(args.images))
+    paths = read_split(args.list, args.images) if args.list else images.input_images(Path(args.images))
     paths = paths[: args.limit] if args.limit else paths
     options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed, args.guesses)
     results = evaluate(args.model, paths, args.metrics_models, out, options)

@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, PngImagePlugin
 
 from dbaf_jax import pipeline
-from dbaf_jax.errors import OutputExistsError, OutputWriteError
+from dbaf_jax.errors import InputError, OutputExistsError, OutputWriteError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 METADATA_CHUNK = "dbaf_jax"
@@ -360,3 +360,14 @@ def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tupl
             batch_paths, batch_images, skipped = [], [], []
     if batch_paths or skipped:
         yield batch_paths, (np.stack(batch_images) if batch_images else np.zeros((0, size, size, 3), np.float32)), skipped
+
+
+def input_images(in_dir: Path) -> list[Path]:
+    """The images below ``in_dir`` (`list_images`); InputError naming it when it
+    is missing or a file."""
+    if not in_dir.exists():
+        raise InputError(f"{in_dir}: no such input folder")
+    if not in_dir.is_dir():
+        raise InputError(f"{in_dir}: the input is a file, not a folder of images")
+    return list_images(in_dir)
+

@@ -12,32 +12,27 @@ What is stored beside an output is a `KeyRecord` (salt, KDF name and parameters,
 derivation version): never the password, which also never appears in logs or names.
 
 Faces in photos each get their own key: `face_seed` turns the seed and the face's index
-into that face's seed (SHAKE-256, docs/photos.md). A key file (``python -m dbaf_jax.keys
-new --out me.key``) holds one record, so that images stripped of their metadata can
-still be recovered with the password and the file.
-
-    python -m dbaf_jax.keys new --out me.key
+into that face's seed (SHAKE-256, docs/photos.md). A key file (`write_key_file`, the
+command ``python -m dbaf_jax.new_key --out me.key``) holds one record, so that images
+stripped of their metadata can still be recovered with the password and the file.
+Passwords are read from the first line of a file (`read_password`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import math
 import secrets
-import sys
 import unicodedata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-import jax.numpy as jnp
 import numpy as np
 
 from dbaf_jax import images
-from dbaf_jax.commands import run_main
-from dbaf_jax.errors import InputError
+from dbaf_jax.errors import InputError, PasswordFileError
 
 DERIVATION_VERSION = 1
 KDF_NAME = "scrypt"
@@ -163,31 +158,6 @@ def key_latents(seed: bytes, n_groups: int = 3, style_dim: int = 512) -> np.ndar
     return z.reshape(n_groups, style_dim).astype(np.float32)
 
 
-def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = (4, 4, 6)) -> jnp.ndarray:
-    """z (..., len(groups), style_dim) -> key (..., sum(groups), style_dim).
-
-    Each z goes through the generator's mapping network; group g's w fills
-    ``groups[g]`` consecutive latents (the reference's ``sample_w``).
-    """
-    z = jnp.asarray(z)
-    if z.shape[-2] != len(groups):
-        raise ValueError(f"expected {len(groups)} z vectors (one per group), got shape {z.shape}")
-    w = generator.apply(gen_variables, z.reshape(-1, z.shape[-1]), method="map").reshape(z.shape)
-    return jnp.repeat(w, np.asarray(groups), axis=-2, total_repeat_length=sum(groups))
-
-
-def derive_key(
-    password: str, record: KeyRecord, generator, gen_variables, groups: Sequence[int] = (4, 4, 6)
-) -> jnp.ndarray:
-    """Password + record -> the KRIA key (sum(groups), style_dim), (14, 512) at 256 px.
-
-    ``generator``/``gen_variables``: the frozen StyleGAN2 ``Generator`` whose mapping
-    network makes the keys (the pretrained ``g_ema``, as the reference).
-    """
-    z = key_latents(derive_seed(password, record), len(groups), generator.style_dim)
-    return latents_to_key(generator, gen_variables, z, groups)
-
-
 def face_seed(seed: bytes, index: int) -> bytes:
     """The 32-byte seed of face ``index`` of a photo: SHAKE-256(FACE_DOMAIN || seed ||
     index as 4 big-endian bytes). Face seeds of one password and salt are unrelated to
@@ -231,19 +201,21 @@ def read_key_file(path: str | Path) -> KeyRecord:
         raise InputError(f"{path}: invalid key record ({err})") from None
 
 
-def main(argv: Sequence[str] | None = None) -> Path:
-    """``python -m dbaf_jax.keys new --out FILE``: a key file with a fresh salt."""
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.keys", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    subcommands = parser.add_subparsers(dest="command", required=True)
-    new = subcommands.add_parser("new", help="write a key file with a fresh random salt")
-    new.add_argument("--out", required=True, help="the key file to write (keep it with the password)")
-    new.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    args = parser.parse_args(argv)
-    path = write_key_file(args.out, new_key_record(), args.overwrite)
-    print(f"wrote {path}", file=sys.stderr)
-    return path
+def read_password(path: str | Path) -> str:
+    """The first line of the UTF-8 file ``path``, without its line ending.
 
+    Raises PasswordFileError for a missing or unreadable file, one that is not UTF-8,
+    or an empty password.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PasswordFileError(f"cannot read the password file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise PasswordFileError(f"the password file {path} is not UTF-8 text") from None
+    password = text.splitlines()[0] if text else ""
+    if not password:
+        raise PasswordFileError(f"the password file {path} has an empty first line")
+    return password
 
-if __name__ == "__main__":
-    run_main(main)

@@ -11,7 +11,12 @@ checked ones only, so nothing unchecked is carried forward.
 Layout (JSON object): ``dbaf_jax`` (the writing version, a string), ``operation``
 (``"anonymize"``), ``key`` (`keys.KeyRecord.to_dict`), ``model`` (``{"fingerprint":
 16 hex digits}``), and for whole photos ``photo`` and ``faces``
-(`faces.photos.photo_metadata`, checked by `faces.photos.faces_from_metadata`).
+(`photo_fields`, checked by `recorded_faces`). A recovery's output carries the checked
+fields with ``operation`` ``"recover"`` and its ``mode`` (`recovery`); a recovery
+without metadata records the key file's record and ``detected`` (`detected_recovery`);
+a saved face crop records ``operation`` ``"crop"``, its photo and face (`crop`).
+
+This module is the one writer and reader of these fields.
 
 Outputs are shared, so they carry no path, user or machine name: the model is named
 by its fingerprint alone. Files of earlier versions also recorded ``model.path``; it is
@@ -22,20 +27,40 @@ recovery's output does not carry it forward).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from dbaf_jax import __version__, images, keys
 from dbaf_jax.errors import InputError
+from dbaf_jax.faces.photos import AlignedFace
 
 ANONYMIZE = "anonymize"
+RECOVER = "recover"
+CROP = "crop"
 FIELDS = {"dbaf_jax", "operation", "key", "model"}
 PHOTO_FIELDS = {"photo", "faces"}
 MODEL_FIELDS = {"fingerprint"}
 LEGACY_MODEL_FIELDS = {"path", "fingerprint"}
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 MAX_TEXT = 4096  # longest accepted version or model path string
+MAX_FACES = 1024  # more in one image's metadata is refused as malformed
+# Recorded faces are checked as anonymize could have written them, so that one image's
+# metadata buys no more work than an honest photo of its size: each face's quad at
+# least MIN_RECORDED_SIDE pixels and centred inside the photo, no two centred within
+# half the smaller one's side (the same face twice), and at most one face per
+# FACE_AREA_PER_FACE square pixels of the photo (and MAX_FACES).
+MIN_RECORDED_SIDE = 8.0
+FACE_AREA_PER_FACE = 32 * 32
+MAX_TRANSFORM_VALUE = 1e9  # beyond any photo-to-crop scale or offset; keeps det() finite
+
+
+def max_recorded_faces(photo_shape: Sequence[int]) -> int:
+    """The most faces the metadata of a photo of this (H, W, ...) shape may record."""
+    return max(1, min(MAX_FACES, int(photo_shape[0]) * int(photo_shape[1]) // FACE_AREA_PER_FACE))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +78,28 @@ class Anonymization:
 
 
 def anonymization(record: keys.KeyRecord, fingerprint: str) -> dict[str, Any]:
-    """The metadata anonymize writes beside every output (photos add `photo_metadata`)."""
+    """The metadata anonymize writes beside every output (photos add `photo_fields`)."""
     return {"dbaf_jax": __version__, "operation": ANONYMIZE, "key": record.to_dict(), "model": {"fingerprint": fingerprint}}
+
+
+def recovery(made: Anonymization, mode: str) -> dict[str, Any]:
+    """The metadata of the recovery (``mode`` "image" or "latent") of an image whose checked metadata is ``made``."""
+    return {**made.fields, "operation": RECOVER, "mode": mode}
+
+
+def detected_recovery(record: keys.KeyRecord) -> dict[str, Any]:
+    """The metadata of a photo recovered without metadata, its faces found by detection
+    and ``record`` a key file's (photos add `photo_fields` of the faces recovered)."""
+    return {"key": record.to_dict(), "detected": True, "operation": RECOVER, "mode": "image"}
+
+
+def crop(of: str, index: int) -> dict[str, Any]:
+    """The metadata of the saved crop of face ``index`` of the output named ``of``."""
+    return {"operation": CROP, "of": of, "face": index}
+
+
+def is_crop(meta: dict[str, Any]) -> bool:
+    return meta.get("operation") == CROP
 
 
 def _text(value: Any, name: str) -> str:
@@ -66,7 +111,7 @@ def _text(value: Any, name: str) -> str:
 def check_anonymization(meta: dict[str, Any]) -> Anonymization:
     """``meta`` (a JSON object) checked against the schema; ValueError saying which
     field is wrong. Photo fields are checked here for presence and shape only; their
-    values against the image by `faces.photos.faces_from_metadata`."""
+    values against the image by `recorded_faces`."""
     operation = meta.get("operation")
     if operation != ANONYMIZE:
         shown = repr(operation)[:40]
@@ -107,3 +152,72 @@ def read_anonymization(path: str | Path) -> Anonymization | None:
         return check_anonymization(meta)
     except ValueError as err:
         raise InputError(f"{path}: unusable {images.METADATA_CHUNK} metadata: {err}") from None
+
+
+def _face_from_dict(entry: Any, size: int) -> AlignedFace:
+    if not isinstance(entry, dict) or set(entry) != {"index", "transform", "size"}:
+        raise ValueError("each face must be an object with exactly index, transform and size")
+    index, values, face_size = entry["index"], entry["transform"], entry["size"]
+    if type(index) is not int or not 0 <= index < MAX_FACES:
+        raise ValueError(f"face index must be an integer in [0, {MAX_FACES}), got {index!r}")
+    if type(face_size) is not int or face_size != size:
+        raise ValueError(f"face crop size {face_size!r} is not this model's input size {size}")
+    if not isinstance(values, list) or len(values) != 6 or not all(type(v) in (int, float) and math.isfinite(v) for v in values):
+        raise ValueError("a face transform must be a list of 6 finite numbers")
+    if max(abs(v) for v in values) > MAX_TRANSFORM_VALUE:
+        raise ValueError(f"a face transform's numbers must lie within +-{MAX_TRANSFORM_VALUE:g}")
+    transform = np.asarray(values, np.float64).reshape(2, 3)
+    if abs(np.linalg.det(transform[:, :2])) < 1e-12:
+        raise ValueError("a face transform must be invertible")
+    return AlignedFace(index, transform, face_size)
+
+
+def recorded_faces(meta: dict[str, Any], photo_shape: Sequence[int], size: int) -> list[AlignedFace]:
+    """The faces recorded in an output's metadata, checked against the photo they came
+    with and the model's crop size; InputError saying what is wrong otherwise."""
+    try:
+        photo = meta["photo"]
+        if not isinstance(photo, dict) or [photo.get("height"), photo.get("width")] != list(photo_shape[:2]):
+            raise ValueError(f"recorded photo size {photo!r} is not the image's {tuple(photo_shape[:2])}")
+        entries = meta["faces"]
+        most = max_recorded_faces(photo_shape)
+        if not isinstance(entries, list) or len(entries) > most:
+            raise ValueError(f"faces must be a list of at most {most} for a {photo_shape[1]}x{photo_shape[0]} photo")
+        faces = [_face_from_dict(entry, size) for entry in entries]
+        if len({face.index for face in faces}) != len(faces):
+            raise ValueError("face indices repeat")
+        _check_placement(faces, photo_shape)
+    except KeyError as err:
+        raise InputError(f"malformed face metadata: no {err}") from None
+    except ValueError as err:
+        raise InputError(f"malformed face metadata: {err}") from None
+    return faces
+
+
+def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -> None:
+    """ValueError when a recorded face is smaller than anonymize records, centred
+    outside the photo, or on another (repeated or overlapping transforms)."""
+    if not faces:
+        return
+    linear = np.stack([face.transform[:, :2] for face in faces])  # (N, 2, 2) photo -> crop
+    sides = np.array([face.size for face in faces]) / np.sqrt(np.abs(np.linalg.det(linear)))
+    centres_in_crop = np.array([[face.size / 2, face.size / 2] for face in faces]) - np.stack([f.transform[:, 2] for f in faces])
+    centres = np.linalg.solve(linear, centres_in_crop[..., None])[..., 0]  # (N, 2) x, y in the photo
+    small = np.flatnonzero(sides < MIN_RECORDED_SIDE)
+    if small.size:
+        raise ValueError(f"face {faces[small[0]].index} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records")
+    height, width = int(photo_shape[0]), int(photo_shape[1])
+    outside = np.flatnonzero((centres[:, 0] < 0) | (centres[:, 0] > width) | (centres[:, 1] < 0) | (centres[:, 1] > height))
+    if outside.size:
+        raise ValueError(f"face {faces[outside[0]].index} is centred outside the photo")
+    distance = np.hypot(*(centres[:, None, :] - centres[None, :, :]).transpose(2, 0, 1))
+    close = distance < 0.5 * np.minimum(sides[:, None], sides[None, :])
+    np.fill_diagonal(close, False)
+    if close.any():
+        i, j = np.argwhere(close)[0]
+        raise ValueError(f"faces {faces[i].index} and {faces[j].index} overlap (one face recorded twice?)")
+
+
+def photo_fields(photo_shape: Sequence[int], faces: Sequence[AlignedFace]) -> dict[str, Any]:
+    """The metadata fields of a photo output (beside the key record and the model)."""
+    return {"photo": {"height": int(photo_shape[0]), "width": int(photo_shape[1])}, "faces": [f.to_dict() for f in faces]}

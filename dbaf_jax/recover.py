@@ -13,7 +13,7 @@ paper's recovery from the image alone) or --mode latent (the reference's; needs
 ``anonymize --aligned --save-latents``). A wrong password is not an error: it gives
 other faces. Images another model anonymized are refused (naming both models'
 fingerprints) unless --ignore-model-mismatch. Existing outputs are never replaced without --overwrite. The Python API
-is `dbaf_jax.anonymizer`.
+is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
 from __future__ import annotations
@@ -21,15 +21,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
-from dbaf_jax.anonymizer import (
-    RECOVERY_MODES,
-    FaceAnonymizer,
-    Report,
-    load_photo_faces,
-    read_password,
-    recover_folder,
-    recover_photo_folder,
-)
+from dbaf_jax.inference.aligned_folders import RECOVERY_MODES, recover_folder
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.photo_folders import recover_photo_folder
+from dbaf_jax.inference.report import Report
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
@@ -71,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
     commands.photo_options(parser, args)
     if args.mode == "latent" and not args.aligned:
         parser.error("--mode latent needs --aligned")
-    password = read_password(args.password_file)
+    password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
     mode, mode_note, warning = recovery_mode(anonymizer, args.mode, args.aligned, args.untrained_mode)

@@ -15,22 +15,22 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces, read_password
-from dbaf_jax.video import options, runner
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.video import runner
 
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
-    parser = options.parser("python -m dbaf_jax.recover_video", __doc__)
+    parser = commands.video_parser("python -m dbaf_jax.recover_video", __doc__)
     parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json")
     parser.add_argument("--ignore-model-mismatch", action="store_true", help="recover a clip another model anonymized")
     args = parser.parse_args(argv)
-    password = read_password(args.password_file)
+    password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype)
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
     report = runner.recover_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
-        args.overwrite, record, args.sidecar, options.encoding(args), args.smooth, args.ignore_model_mismatch,
+        args.overwrite, record, args.sidecar, commands.video_encoding(args), args.smooth, args.ignore_model_mismatch,
     )
     report.print()
     return report

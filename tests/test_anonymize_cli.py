@@ -23,8 +23,13 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
+from dbaf_jax import model_families
 from dbaf_jax import anonymize, commands, images, keys, model_directory, recover
-from dbaf_jax.anonymizer import EXIT_SKIPPED, LATENTS_SUFFIX, FaceAnonymizer, anonymize_folder, pad_batch, read_password, recover_folder
+from dbaf_jax.inference.aligned_folders import anonymize_folder, recover_folder
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.planning import LATENTS_SUFFIX
+from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.models import dbaf
@@ -262,7 +267,7 @@ def test_unusable_password_file(workspace, tmp_path, capsys, content, reason):
     path = tmp_path / "pw.txt"
     path.write_bytes(content)
     with pytest.raises(PasswordFileError, match=reason):
-        read_password(path)
+        keys.read_password(path)
     # The command says so in one line and exits 1, before loading the model or writing anything.
     args = ["--model", str(workspace / "model"), "--password-file", str(path), str(workspace / "faces"),
             str(tmp_path / "out")]
@@ -276,7 +281,7 @@ def test_unusable_password_file(workspace, tmp_path, capsys, content, reason):
 
 def test_missing_password_file_model_or_input(anonymizer, tmp_path):
     with pytest.raises(PasswordFileError, match="cannot read"):
-        read_password(tmp_path / "no_such_file")
+        keys.read_password(tmp_path / "no_such_file")
     with pytest.raises(ModelDirectoryError, match="no_model"):
         FaceAnonymizer(tmp_path / "no_model")
     with pytest.raises(InputError, match="no_faces"):
@@ -297,11 +302,11 @@ def test_recover_skips_images_without_metadata(workspace, anonymized, tmp_path):
 
 def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tmp_path):
     """Re-saving the same weights keeps the fingerprint; other weights change it."""
-    model, variables = dbaf.load(workspace / "model")
+    model, variables = model_families.load_family(dbaf.FAMILY, workspace / "model")
     for name in dbaf.NETWORKS:
         network = model_directory.load_network(workspace / "model" / name)
         model_directory.save_network(tmp_path / name, network.module, network.variables)
-    copy_model, copy_variables = dbaf.load(tmp_path, without_manifest=True)
+    copy_model, copy_variables = model_families.load_family(dbaf.FAMILY, tmp_path, without_manifest=True)
     assert model_directory.model_fingerprint(copy_model.networks(), copy_variables) == anonymizer.fingerprint
     changed = jax.tree.map(lambda x: x, copy_variables)
     changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
@@ -311,7 +316,7 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
 @pytest.fixture(scope="module")
 def other_model(workspace):
     """The same architecture with other KRIA weights: another fingerprint."""
-    model, variables = dbaf.load(workspace / "model")
+    model, variables = model_families.load_family(dbaf.FAMILY, workspace / "model")
     networks = {name: (module, variables[name]) for name, module in model.networks().items()}
     networks["kria"] = (model.kria, jax.tree.map(lambda x: x * 1.01, variables["kria"]))
     folder = workspace / "other_model"

@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, train_step
-from dbaf_jax.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 
 PEAK_TFLOPS = 0.002  # a made-up peak: the CPU is not in the table
 CELL = 3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells

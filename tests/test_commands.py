@@ -1,13 +1,16 @@
 """The one way a command ends on a user's error: one ``error:`` line, exit status 1."""
 
+import importlib
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from dbaf_jax import anonymizer, commands, data
+from dbaf_jax import commands, data
+from dbaf_jax.inference import anonymizer
 from dbaf_jax.errors import DatasetError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,3 +68,25 @@ def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
 def test_a_folder_that_is_no_prepared_dataset(tmp_path):
     with pytest.raises(DatasetError, match=f"{tmp_path}: not a dataset prepared by"):
         data.PreparedImages(tmp_path)
+
+
+def test_every_command_is_a_console_script():
+    """pyproject.toml declares each command of `commands.COMMANDS` as dbaf-<name>, run
+    by the entry of that name in `commands`; each command module has ``main(argv)``."""
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands:{name}" for name in commands.COMMANDS}
+    for name in commands.COMMANDS:
+        assert callable(getattr(commands, name))
+        assert callable(importlib.import_module(f"dbaf_jax.{name}").main)
+
+
+def test_console_script_exits_with_the_commands_status(tmp_path, monkeypatch, capsys):
+    """``dbaf-new-key --out EXISTING``: one error line and exit status 1, as ``python -m``."""
+    existing = tmp_path / "me.key"
+    existing.write_text("kept")
+    monkeypatch.setattr(sys, "argv", ["dbaf-new-key", "--out", str(existing)])
+    with pytest.raises(SystemExit) as exit_info:
+        commands.new_key()
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.startswith("error: ")
+    assert existing.read_text() == "kept"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dbaf_jax import commands, prepare_data
 from dbaf_jax import data
 from dbaf_jax.errors import DatasetError
 
@@ -72,12 +73,12 @@ def test_prepare_refuses_existing_output(image_folder, prepared):
     out, _ = prepared
     with pytest.raises(FileExistsError, match="not empty"):
         data.prepare(root, out, size=SIZE)
-    assert data.main(["--images", str(root), "--out", str(out), "--size", str(SIZE)]) == 1
+    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(out), "--size", str(SIZE)]) == 1
 
 
 def test_cli_writes_dataset(image_folder, tmp_path, capsys):
     root, _ = image_folder
-    assert data.main(["--images", str(root), "--out", str(tmp_path / "d"), "--size", "8"]) == 0
+    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(tmp_path / "d"), "--size", "8"]) == 0
     printed = capsys.readouterr().out
     assert "9 images written" in printed and "2 unreadable image files skipped" in printed
     assert data.PreparedImages(tmp_path / "d").size == 8
@@ -90,7 +91,7 @@ def test_prepare_with_only_unreadable_files_writes_nothing(tmp_path, capsys):
     (images / "a.png").write_bytes(b"not a png" * 10)
     (images / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     (images / "notes.txt").write_text("not an image")
-    assert data.main(["--images", str(images), "--out", str(tmp_path / "out"), "--size", "8"]) == 1
+    assert commands.exit_status(prepare_data.main, ["--images", str(images), "--out", str(tmp_path / "out"), "--size", "8"]) == 1
     err = capsys.readouterr().err  # after tfds's progress bars
     assert err.endswith(f"error: {images}: no readable images (2 unreadable, 1 other files)\n"), err
     assert err.count("error") == 1 and "Traceback" not in err
@@ -100,7 +101,7 @@ def test_prepare_with_only_unreadable_files_writes_nothing(tmp_path, capsys):
 def test_prepare_without_image_files(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("not an image")
-    assert data.main(["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 1
+    assert commands.exit_status(prepare_data.main, ["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == f"error: {tmp_path / 'empty'}: no image files (1 other files)\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
@@ -109,7 +110,7 @@ def test_prepare_without_image_files(tmp_path, capsys):
 def test_prepare_refuses_a_size_below_1(image_folder, tmp_path, capsys, size):
     root, _ = image_folder
     out = tmp_path / "out"
-    assert data.main(["--images", str(root), "--out", str(out), "--size", size]) == 1
+    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(out), "--size", size]) == 1
     assert capsys.readouterr().err == f"error: {out}: image size (--size) must be at least 1, got {size}\n"
     assert not any(tmp_path.iterdir())
 

@@ -25,6 +25,7 @@ from convert.dbaf import (
     main,
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
+from dbaf_jax import model_families
 from dbaf_jax import model_directory
 from dbaf_jax import keys
 from dbaf_jax.anonymize import FaceAnonymizer
@@ -78,7 +79,7 @@ def test_directory_holds_every_network(converted):
     for name in dbaf.NETWORKS + ("discriminator",):
         info = json.loads((model_dir / name / "network.json").read_text())
         assert info["source"].endswith((".pt", ".pth")), info
-    model, variables = dbaf.load(model_dir)
+    model, variables = model_families.load_family(dbaf.FAMILY, model_dir)
     assert model.cid.attention == "batch" and model.for_inference().cid.attention == "single"
     assert (model.cid.heads, model.cid.head_dim, model.cid.depth) == (2, 8, 2)
     assert model.kria.groups == GROUPS and model.cid.groups == GROUPS
@@ -143,7 +144,7 @@ def test_stage1_result_without_kria(converted, tmp_path):
     written = sorted(p.name for p in (tmp_path / "stage1").iterdir())
     assert written == ["cid", "decoder", "e4e", "key_generator", "maar", "model.json"]
     with pytest.raises(FileNotFoundError, match="kria"):
-        dbaf.load(tmp_path / "stage1")
+        model_families.load_family(dbaf.FAMILY, tmp_path / "stage1")
 
 
 def test_discriminator_from_a_training_checkpoint(converted, tmp_path):

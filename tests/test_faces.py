@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dbaf_jax import metadata
 from dbaf_jax import images
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import align, paste, photos
@@ -148,9 +149,9 @@ def face_entry(**replace):
 
 def test_face_metadata_round_trip_and_refusals():
     face = photos.AlignedFace(2, np.array([[5.0, 0.5, -190.0], [-0.5, 5.0, -102.0]]), 256)  # a 51 px face at (60, 50)
-    meta = photos.photo_metadata((100, 120, 3), [face])
+    meta = metadata.photo_fields((100, 120, 3), [face])
     assert meta == {"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=2)]}
-    (read,) = photos.faces_from_metadata(meta, (100, 120, 3), 256)
+    (read,) = metadata.recorded_faces(meta, (100, 120, 3), 256)
     assert read.index == 2 and read.size == 256
     np.testing.assert_array_equal(read.transform, face.transform)
     bad = [
@@ -174,7 +175,7 @@ def test_face_metadata_round_trip_and_refusals():
     ]
     for meta, reason in bad:
         with pytest.raises(InputError, match=reason):
-            photos.faces_from_metadata(meta, (100, 120, 3), 256)
+            metadata.recorded_faces(meta, (100, 120, 3), 256)
 
 
 def test_one_photos_metadata_buys_no_more_faces_than_its_area_allows():
@@ -183,10 +184,10 @@ def test_one_photos_metadata_buys_no_more_faces_than_its_area_allows():
     many times as the area allows, or more) is refused, so it buys none."""
     shape = (620, 487, 3)
     honest = {"photo": {"height": 620, "width": 487}, "faces": [face_entry()]}
-    assert len(photos.faces_from_metadata(honest, shape, 256)) == 1
-    most = photos.max_recorded_faces(shape)
+    assert len(metadata.recorded_faces(honest, shape, 256)) == 1
+    most = metadata.max_recorded_faces(shape)
     assert most == 620 * 487 // (32 * 32)
     for count in (1024, most):
         hostile = {"photo": {"height": 620, "width": 487}, "faces": [face_entry(index=i) for i in range(count)]}
         with pytest.raises(InputError, match="at most|overlap"):
-            photos.faces_from_metadata(hostile, shape, 256)
+            metadata.recorded_faces(hostile, shape, 256)

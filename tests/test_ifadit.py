@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from configs import ifadit as ifadit_config
+from dbaf_jax import model_families
 from dbaf_jax import keys, model_directory
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.sif import SecureIdentityFlow, bounded_log_scale
@@ -186,7 +187,7 @@ def test_model_directory_round_trip(tiny, tmp_path):
     model, variables = tiny
     networks = {name: (module, variables[name]) for name, module in model.networks().items()}
     model_directory.save_model(tmp_path, ifadit.FAMILY, networks, {})
-    loaded, loaded_variables = ifadit.load(tmp_path)
+    loaded, loaded_variables = model_families.load_family(ifadit.FAMILY, tmp_path)
     assert loaded.networks() == model.networks()
     fingerprint = model_directory.model_fingerprint
     assert fingerprint(loaded.networks(), loaded_variables) == fingerprint(model.networks(), variables)
@@ -194,4 +195,4 @@ def test_model_directory_round_trip(tiny, tmp_path):
     from dbaf_jax.models import dbaf
 
     with pytest.raises(model_directory.ModelDirectoryError, match="'ifadit' model"):
-        dbaf.load(tmp_path)
+        model_families.load_family(dbaf.FAMILY, tmp_path)

@@ -19,8 +19,10 @@ import pytest
 from PIL import Image
 
 from configs import ifadit as ifadit_config
+from dbaf_jax import model_families
 from dbaf_jax import anonymize, data, images as images_lib, keys, model_directory, recover
-from dbaf_jax.anonymizer import FaceAnonymizer, pad_batch
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
 from dbaf_jax.train import loop, networks as networks_lib, stages
 
@@ -112,10 +114,10 @@ def test_phase2_loss_falls_and_exports_an_ifadit_model(trained):
     assert set(after) == {"total", "anon", "div", "deanon", "img"}
     manifest = model_directory.read_manifest(phase2 / loop.MODEL_EXPORT)
     assert manifest["family"] == ifadit.FAMILY
-    model, variables = ifadit.load(phase2 / loop.MODEL_EXPORT)
+    model, variables = model_families.load_family(ifadit.FAMILY, phase2 / loop.MODEL_EXPORT)
     assert set(model.networks()) == set(ifadit.NETWORKS)
     # Phase 2 trained only the flow and the ICL: the phase-1 networks are exported unchanged.
-    start, _ = ifadit.load(phase1 / loop.MODEL_EXPORT)
+    start, _ = model_families.load_family(ifadit.FAMILY, phase1 / loop.MODEL_EXPORT)
     assert model.networks() == start.networks()
     first = model_directory.load_network(phase1 / loop.MODEL_EXPORT / "mapper").variables
     jax.tree.map(np.testing.assert_array_equal, first, variables["mapper"])

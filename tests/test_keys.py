@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dbaf_jax import new_key
 from dbaf_jax.keys import (
     DEFAULT_SCRYPT,
     KeyRecord,
-    derive_key,
     derive_seed,
     key_latents,
-    latents_to_key,
     new_key_record,
 )
 from dbaf_jax import keys as keys_module
 from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.models.composition import latents_to_key
 from dbaf_jax.models.stylegan2 import Generator
 
 # Derivation version 1, computed once and frozen: (password, salt, seed, indices, z values).
@@ -131,6 +131,12 @@ def test_record_is_json_and_never_holds_the_password():
             KeyRecord.from_dict({**data, **bad})
 
 
+def derive_key(password, record, generator, variables, groups):
+    """Password -> key the way the models make it: seed -> z -> the mapping network."""
+    z = key_latents(derive_seed(password, record), len(groups), generator.style_dim)
+    return latents_to_key(generator, variables, z, groups)
+
+
 def test_derive_key_through_the_mapping_network():
     generator = Generator(size=32, style_dim=32, n_mlp=2, width_scale=1 / 16)
     # Only the mapping network is needed: initialise through `map`.
@@ -184,13 +190,13 @@ def test_face_seed_refusals():
 
 
 def test_key_file_round_trip_and_refusals(tmp_path, capsys):
-    path = keys_module.main(["new", "--out", str(tmp_path / "me.key")])
+    path = new_key.main(["--out", str(tmp_path / "me.key")])
     record = keys_module.read_key_file(path)
     assert len(bytes.fromhex(record.salt)) == keys_module.SALT_BYTES and record.n == DEFAULT_SCRYPT["n"]
     assert "salt" in path.read_text() and "password" not in path.read_text()
     with pytest.raises(OutputExistsError):
-        keys_module.main(["new", "--out", str(path)])
-    assert keys_module.read_key_file(keys_module.main(["new", "--out", str(path), "--overwrite"])) != record
+        new_key.main(["--out", str(path)])
+    assert keys_module.read_key_file(new_key.main(["--out", str(path), "--overwrite"])) != record
     (tmp_path / "text.key").write_text("not json")
     (tmp_path / "other.key").write_text(json.dumps({"format": "something else"}))
     (tmp_path / "bad.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": 1, "key": {"salt": "00"}}))

@@ -22,7 +22,7 @@ SIZE = 64
 def valid_photo_meta() -> dict:
     meta = metadata.anonymization(keys.KeyRecord(salt="ab" * keys.SALT_BYTES), FINGERPRINT)
     face = photos.AlignedFace(0, np.array([[0.5, 0.1, 3.0], [-0.1, 0.5, 4.0]]), SIZE)
-    return {**meta, **photos.photo_metadata((40, 30, 3), [face])}
+    return {**meta, **metadata.photo_fields((40, 30, 3), [face])}
 
 
 def write_chunk(path, text: str):
@@ -138,7 +138,7 @@ def leaf_paths(tree, prefix=()):
 def test_random_mutations_are_accepted_as_written_or_refused(tmp_path):
     """500 seeded mutations (replace or delete a field anywhere, 1-3 at a time): each
     chunk is either refused with InputError naming the file, or accepted and then equal
-    to what was written, with faces that pass `faces_from_metadata` or are refused by it."""
+    to what was written, with faces that pass `metadata.recorded_faces` or are refused by it."""
     rng = np.random.default_rng(12)
     paths = list(leaf_paths(BASE))
     refused = 0
@@ -162,7 +162,7 @@ def test_random_mutations_are_accepted_as_written_or_refused(tmp_path):
             continue
         assert made.fields == json.loads(json.dumps(meta))
         try:
-            faces = photos.faces_from_metadata(made.fields, (40, 30, 3), SIZE)
+            faces = metadata.recorded_faces(made.fields, (40, 30, 3), SIZE)
         except InputError:
             refused += 1
             continue

@@ -15,6 +15,7 @@ from PIL import Image
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
+from dbaf_jax import model_families
 from dbaf_jax import anonymize, commands, model_directory
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
@@ -143,9 +144,9 @@ def test_existing_network_is_kept(saved):
 def test_dbaf_load_names_the_missing_networks(saved, tmp_path):
     path, _, _ = saved
     with pytest.raises(ModelDirectoryError, match="no such model directory"):
-        dbaf.load(tmp_path / "nowhere")
+        model_families.load_family(dbaf.FAMILY, tmp_path / "nowhere")
     with pytest.raises(NetworkNotFoundError, match=r"missing \['e4e', 'cid', 'decoder', 'key_generator'\]") as err:
-        dbaf.load(path.parent)  # holds only kria
+        model_families.load_family(dbaf.FAMILY, path.parent)  # holds only kria
     assert str(path.parent) in str(err.value)
 
 
@@ -205,7 +206,7 @@ def refusal(directory, error=ModelDirectoryError):
     """dbaf.load's refusal of ``directory``: one line, nothing in the directory changed."""
     before = snapshot(directory) if directory.is_dir() else None
     with pytest.raises(error) as err:
-        dbaf.load(directory)
+        model_families.load_family(dbaf.FAMILY, directory)
     message = str(err.value)
     assert "\n" not in message, message
     assert (snapshot(directory) if directory.is_dir() else None) == before
@@ -230,7 +231,7 @@ def resave_variables(network_dir, variables):
 
 
 def test_pristine_model_loads_with_every_network(pristine, dbaf_variables):
-    model, variables = dbaf.load(pristine)
+    model, variables = model_families.load_family(dbaf.FAMILY, pristine)
     assert model.maar is not None and set(variables) == set(dbaf.NETWORKS)
     jax.tree.map(np.testing.assert_array_equal, variables, dbaf_variables)
     manifest = json.loads((pristine / model_directory.MODEL_FILE).read_text())
@@ -353,7 +354,7 @@ def test_leftover_partial_directory(model):
 def test_leftover_partial_beside_a_complete_network_is_ignored(model):
     shutil.copytree(model / "kria", model / "kria.partial")
     shutil.rmtree(model / "kria.partial" / "variables")
-    assert set(dbaf.load(model)[1]) == set(dbaf.NETWORKS)
+    assert set(model_families.load_family(dbaf.FAMILY, model)[1]) == set(dbaf.NETWORKS)
 
 
 def test_deleted_maar_is_refused_when_the_model_lists_it(model):
@@ -366,10 +367,10 @@ def test_no_maar_model_is_what_its_manifest_says(tmp_path, dbaf_modules, dbaf_va
     names = [n for n in dbaf.NETWORKS if n != "maar"]
     networks = {n: (dbaf_modules[n], dbaf_variables[n]) for n in names}
     directory = model_directory.save_model(tmp_path / "ablation", dbaf.FAMILY, networks, {})
-    model, variables = dbaf.load(directory)
+    model, variables = model_families.load_family(dbaf.FAMILY, directory)
     assert model.maar is None and "maar" not in variables
     save_network(directory / "maar", dbaf_modules["maar"], dbaf_variables["maar"])
-    assert dbaf.load(directory)[0].maar is None
+    assert model_families.load_family(dbaf.FAMILY, directory)[0].maar is None
 
 
 def test_directory_without_manifest_is_refused_unless_allowed(model):
@@ -379,9 +380,9 @@ def test_directory_without_manifest_is_refused_unless_allowed(model):
     (model / model_directory.MODEL_FILE).unlink()
     message = refusal(model)
     assert message.startswith(f"{model}: no model.json") and "--allow-unchecked-model" in message
-    assert dbaf.load(model, without_manifest=True)[0].maar is not None
+    assert model_families.load_family(dbaf.FAMILY, model, without_manifest=True)[0].maar is not None
     shutil.rmtree(model / "maar")
-    assert dbaf.load(model, without_manifest=True)[0].maar is None
+    assert model_families.load_family(dbaf.FAMILY, model, without_manifest=True)[0].maar is None
     shutil.rmtree(model / "kria")
     assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['kria']"
 

@@ -17,18 +17,14 @@ from benchmarks.jpeg_recovery import psnr
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
+from dbaf_jax import metadata
+from dbaf_jax import new_key
 from dbaf_jax import anonymize, commands, images, keys, recover
-from dbaf_jax.anonymizer import (
-    EXIT_FACES_LEFT,
-    EXIT_FALLBACK,
-    EXIT_SKIPPED,
-    FaceAnonymizer,
-    anonymize_photo_folder,
-    crop_path,
-    load_photo_faces,
-    pad_batch,
-    recover_photo_folder,
-)
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.planning import crop_path
+from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.faces.detect import Detections
@@ -63,7 +59,7 @@ def workspace(tmp_path_factory):
     Image.fromarray(np.full((120, 160, 3), 90, np.uint8)).save(folder / "empty.png")
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     (tmp / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
-    keys.main(["new", "--out", str(tmp / "me.key")])
+    new_key.main(["--out", str(tmp / "me.key")])
     # A fixed salt: the faces' keys, and so the measured PSNRs, are the same at every run.
     keys.write_key_file(tmp / "fixed.key", keys.KeyRecord(salt="5a" * keys.SALT_BYTES))
     return tmp
@@ -103,7 +99,7 @@ def recovered(workspace, anonymized):
 
 def recorded(path, size):
     meta = images.read_metadata(path)
-    return meta, photos.faces_from_metadata(meta, pixels(path).shape, size)
+    return meta, metadata.recorded_faces(meta, pixels(path).shape, size)
 
 
 def mask_in_photo(faces, shape):

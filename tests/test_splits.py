@@ -2,6 +2,7 @@
 
 import pytest
 
+from dbaf_jax import make_splits
 from dbaf_jax.errors import ConfigError, DatasetError, OutputExistsError
 from dbaf_jax.evaluation import splits
 
@@ -59,7 +60,7 @@ def test_unknown_protocol_and_missing_folder_are_refused(tmp_path):
 def test_command_writes_lists_the_reader_loads(tmp_path, capsys):
     folder = _image_folder(tmp_path / "faces", 140)
     out = tmp_path / "lists"
-    splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--seed", "7", "--allow-fewer"])
+    make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--seed", "7", "--allow-fewer"])
     assert "wrote" in capsys.readouterr().out
     expected = splits.make_splits(folder, "ffhq", seed=7, allow_fewer=True).lists
     for name, relative in expected.items():
@@ -68,8 +69,8 @@ def test_command_writes_lists_the_reader_loads(tmp_path, capsys):
         assert splits.read_split(out / f"{name}.txt", folder) == [folder / path for path in relative]
 
     with pytest.raises(OutputExistsError, match="test.txt"):
-        splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"])
-    splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer", "--overwrite"])
+        make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"])
+    make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer", "--overwrite"])
     assert "seed=0" in (out / "test.txt").read_text()
 
 

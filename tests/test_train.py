@@ -30,7 +30,9 @@ from jax.experimental.compilation_cache import compilation_cache as jax_compilat
 from jax.sharding import PartitionSpec as P
 
 from configs import stage1, stage2
-from dbaf_jax import data, keys, sharding
+from dbaf_jax.models import composition
+from dbaf_jax import model_families
+from dbaf_jax import data, sharding
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
@@ -480,9 +482,9 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     assert len(psnr) == 2 and np.all(np.isfinite(psnr)), psnr
     best = json.loads((second / "best" / "best.json").read_text())
     assert best["metric"] == "recovery_psnr" and best["value"] == max(psnr) and best["step"] in (3, 6)
-    dbaf.load(second / "best")
+    model_families.load_family(dbaf.FAMILY, second / "best")
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
-    model, variables = dbaf.load(second / loop.MODEL_EXPORT)  # what `dbaf_jax.anonymize` runs
+    model, variables = model_families.load_family(dbaf.FAMILY, second / loop.MODEL_EXPORT)  # what `dbaf_jax.anonymize` runs
     assert model.kria.groups == (3, 3, 4) and set(variables) >= {"e4e", "cid", "maar", "decoder", "kria"}
 
 
@@ -512,7 +514,7 @@ def test_kria_alone_can_learn_a_key_reversible_identity_transform():
 
     def random_keys(rng):  # as training draws them: z per group through the mapping network
         z = jax.random.normal(rng, (len(identity), len(groups), style_dim))
-        return keys.latents_to_key(key_generator, generator_variables, z, groups)
+        return composition.latents_to_key(key_generator, generator_variables, z, groups)
 
     def transform(params, code, key):
         return kria.apply({"params": params}, code, key)

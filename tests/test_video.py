@@ -4,8 +4,6 @@ real MTCNN and the tempered tiny DBAF model of the photo tests. The end-to-end t
 share one anonymization and its recoveries (module fixtures); the tracker, smoothing,
 sidecar and I/O tests need no model."""
 
-from fractions import Fraction
-from pathlib import Path
 
 import av
 import numpy as np
@@ -15,7 +13,8 @@ from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import anonymize_video, keys, recover_video
-from dbaf_jax.anonymizer import FaceAnonymizer, load_photo_faces, pad_batch
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, paste
 from dbaf_jax.faces.detect import Detections

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from dbaf_jax import model_directory
-from dbaf_jax.anonymizer import pad_batch
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import NetworkNotFoundError
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detect import FaceDetector

@@ -35,7 +35,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from dbaf_jax import __version__, images, keys
-from dbaf_jax.anonymizer import FaceAnonymizer, pad_batch
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, recognition, robustness
 from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks, network_provenance

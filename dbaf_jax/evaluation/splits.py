@@ -1,6 +1,6 @@
 """Seeded, reproducible split lists of a folder of face images.
 
-    python -m dbaf_jax.evaluation.splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
+    python -m dbaf_jax.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
 
 Protocols (the DBAF paper's):
 - ``ffhq``: test.txt (1000) and train.txt (69000) of FFHQ's 70000 images;
@@ -25,13 +25,11 @@ paper's protocol).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import math
 from pathlib import Path
 
-from dbaf_jax.commands import run_main
 from dbaf_jax.errors import ConfigError, DatasetError, OutputExistsError
 from dbaf_jax.images import list_images
 
@@ -167,27 +165,3 @@ def read_split(list_file: str | Path, images_dir: str | Path) -> list[Path]:
             f"{list_file}: {len(missing)} of {len(paths)} listed images do not exist under {images_dir}: {shown}"
         )
     return paths
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", required=True, help="folder of face images (searched recursively)")
-    parser.add_argument("--out", required=True, help="folder for the list files")
-    parser.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--allow-fewer", action="store_true", help="scale the counts down to a smaller folder (not the paper's protocol)"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace existing list files")
-    args = parser.parse_args(argv)
-    splits = make_splits(args.images, args.protocol, args.seed, args.allow_fewer)
-    header = f"dbaf_jax.evaluation.splits protocol={args.protocol} seed={args.seed} images_found={splits.images_found}"
-    files = write_splits(splits.lists, args.out, header, args.overwrite)
-    for path, paths in zip(files, splits.lists.values()):
-        print(f"wrote {path} ({len(paths)} images)")
-    if splits.images_unused:
-        print(f"{splits.images_unused} of {splits.images_found} images are in no list")
-
-
-if __name__ == "__main__":
-    run_main(main)

@@ -31,14 +31,10 @@ from scipy import ndimage
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align
-from dbaf_jax.models.parsers import bisenet_inputs
+from dbaf_jax.models.parsers import FACE_LABELS, FEATHER, PARSE_SIZE, bisenet_inputs
 
-BOX_MARGIN = 0.1  # of the crop's side: the box mask's erosion ...
-FEATHER = 0.03  # ... and the Gaussian's sigma; 3 sigma < margin keeps the border at 0
-# CelebAMask-HQ labels 1-13: skin, brows, eyes, glasses, ears, earrings, nose, mouth, lips.
-FACE_LABELS = tuple(range(1, 14))
+BOX_MARGIN = 0.1  # of the crop's side: the box mask's erosion (its Gaussian's sigma: FEATHER)
 BISENET_KIND = "parsers:BiSeNet"
-PARSE_SIZE = 512  # BiSeNet's training resolution
 HIDE_MARGIN = 0.25  # of the box's side, added on each side: MTCNN's box stops at the brows and chin
 HIDE_CELLS = 1
 

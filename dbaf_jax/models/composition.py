@@ -1,13 +1,16 @@
 """What the model families' compositions (`dbaf.DBAF`, `ifadit.IFADIT`) share: an e4e
-encoder in front, a StyleGAN2 decoder behind, and a model directory holding one
-network per field."""
+encoder in front, a StyleGAN2 decoder behind, one network per field (a model
+directory holds one sub-directory per field, `dbaf_jax.model_families`), and the
+`Anonymizer` protocol inference runs any family through."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any, Protocol, Sequence, TypeVar
 
-from dbaf_jax import model_directory
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 Variables = dict[str, Any]
 Model = TypeVar("Model")
@@ -30,12 +33,41 @@ def network_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls) if field.name != "compute_dtype")
 
 
-def load(cls: type[Model], directory, optional: tuple[str, ...], without_manifest: bool = False) -> tuple[Model, Variables]:
-    """(composition, {network: variables}) of a model directory of ``cls.FAMILY``; the
-    ``optional`` networks are None when the directory has none. Raises ModelDirectoryError
-    naming what is wrong (`model_directory.load_model`)."""
-    names = network_names(cls)
-    required = tuple(n for n in names if n not in optional)
-    networks = model_directory.load_model(directory, cls.FAMILY, required, optional, without_manifest)
-    model = cls(**{name: networks[name].module if name in networks else None for name in names})
-    return model, {name: network.variables for name, network in networks.items()}
+def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = (4, 4, 6)) -> jnp.ndarray:
+    """z (..., len(groups), style_dim) -> key (..., sum(groups), style_dim).
+
+    Each z goes through the generator's mapping network; group g's w fills
+    ``groups[g]`` consecutive latents (the reference's ``sample_w``).
+    """
+    z = jnp.asarray(z)
+    if z.shape[-2] != len(groups):
+        raise ValueError(f"expected {len(groups)} z vectors (one per group), got shape {z.shape}")
+    w = generator.apply(gen_variables, z.reshape(-1, z.shape[-1]), method="map").reshape(z.shape)
+    return jnp.repeat(w, np.asarray(groups), axis=-2, total_repeat_length=sum(groups))
+
+
+class Anonymizer(Protocol):
+    """What inference (`dbaf_jax.inference`) calls on a loaded model of any family.
+
+    Keys are (K, B or 1, L, D): K keys for every image, or one per image; images
+    (B, s, s, 3) in [-1, 1]; outputs (K, B, s_out, s_out, 3).
+    """
+
+    FAMILY: str
+    input_size: int
+    output_size: int
+    key_shape: tuple[int, int]  # the (n, style_dim) standard normals a key is made from (`keys.key_latents`)
+
+    def networks(self) -> dict[str, Any]: ...
+
+    def for_inference(self) -> "Anonymizer": ...
+
+    def with_compute_dtype(self, dtype: str) -> "Anonymizer": ...
+
+    def compute_variables(self, variables: Variables) -> Variables: ...
+
+    def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array: ...
+
+    def anonymize_images(self, variables: Variables, images: jax.Array, keys: jax.Array) -> jax.Array: ...
+
+    def recover_images(self, variables: Variables, anonymized: jax.Array, keys: jax.Array) -> jax.Array: ...

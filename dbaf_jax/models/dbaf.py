@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import keys, precision, sharding
+from dbaf_jax import precision, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models import composition
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
@@ -169,7 +169,7 @@ class DBAF(composition.EncoderDecoder):
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (B, n_groups, style_dim) -> keys (B, n_latent, style_dim)."""
-        return keys.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
+        return composition.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
 
     def encode(
         self, variables: Variables, images: jax.Array, train: bool = False, rng: jax.Array | None = None
@@ -294,17 +294,4 @@ def apply_network(compute_dtype: str | None, module: nn.Module, variables: Varia
 
 # The networks of a DBAF model, by name: the fields of `DBAF` but ``compute_dtype``.
 NETWORKS = composition.network_names(DBAF)
-OPTIONAL_NETWORKS = ("maar",)  # absent in the no-MAAR ablation
 FAMILY = DBAF.FAMILY
-
-
-def load(directory, without_manifest: bool = False) -> tuple[DBAF, Variables]:
-    """Loads a DBAF model directory (``python -m convert.dbaf`` or a training export).
-
-    Returns the composition and the variables of its networks plus the key generator's.
-    The model is the no-MAAR ablation only when its ``model.json`` lists no ``maar``
-    (a directory from before ``model.json``: when it holds none). Raises
-    ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
-    naming what is wrong; see `model_directory.load_model`.
-    """
-    return composition.load(DBAF, directory, OPTIONAL_NETWORKS, without_manifest)

@@ -12,7 +12,7 @@ compensation layer (ICL) and ``G`` the generator (the paper's eqs. 1-11):
   generated face is alpha-blended into the input through BiSeNet's face mask, blurred.
 
 The key is one 512-d vector: one z ~ N(0, I) through the key generator's mapping
-network (`keys.latents_to_key` with a single group), so keys are (..., 1, style_dim).
+network (`composition.latents_to_key` with a single group), so keys are (..., 1, style_dim).
 Variables live outside, one dict keyed by network name, as for DBAF
 (`dbaf_jax.models.dbaf`); every method is a pure function of (variables, inputs).
 """
@@ -27,16 +27,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import keys, precision, sharding
+from dbaf_jax import precision, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models import composition
-from dbaf_jax.faces.paste import FACE_LABELS, FEATHER, PARSE_SIZE
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.dbaf import KEY_GENERATOR, apply_network
 from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.icl import IdentityCompensation
 from dbaf_jax.models.mapper import IdentityAttributeMapper
-from dbaf_jax.models.parsers import BiSeNet, bisenet_inputs
+from dbaf_jax.models.parsers import FACE_LABELS, FEATHER, PARSE_SIZE, BiSeNet, bisenet_inputs
 from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Generator
 
@@ -100,7 +99,7 @@ class IFADIT(composition.EncoderDecoder):
                 "they must be the same size"
             )
 
-    # ---- the model-family protocol (dbaf_jax.models.families)
+    # ---- the model-family protocol (`composition.Anonymizer`)
 
 
     @property
@@ -110,7 +109,7 @@ class IFADIT(composition.EncoderDecoder):
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (..., 1, style_dim) -> keys (..., 1, style_dim)."""
-        return keys.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, KEY_GROUPS)
+        return composition.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, KEY_GROUPS)
 
     def networks(self) -> dict[str, nn.Module]:
         """Network name -> module (`NETWORKS`; no ``parser`` when the model has none)."""
@@ -222,15 +221,4 @@ class IFADIT(composition.EncoderDecoder):
 
 # The networks of an iFADIT model, by name: the fields of `IFADIT` but ``compute_dtype``.
 NETWORKS = composition.network_names(IFADIT)
-OPTIONAL_NETWORKS = ("parser",)  # without it, no background refinement
 FAMILY = IFADIT.FAMILY
-
-
-def load(directory, without_manifest: bool = False) -> tuple[IFADIT, Variables]:
-    """Loads an iFADIT model directory (a phase-2 training export).
-
-    Returns the composition and the variables of its networks. Raises
-    ModelDirectoryError (NetworkNotFoundError for a missing directory or network)
-    naming what is wrong; see `model_directory.load_model`.
-    """
-    return composition.load(IFADIT, directory, OPTIONAL_NETWORKS, without_manifest)

@@ -26,6 +26,12 @@ NUM_CLASSES = 19
 BN_EPS = 1e-5
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+PARSE_SIZE = 512  # BiSeNet's training resolution
+# CelebAMask-HQ labels 1-13: skin, brows, eyes, glasses, ears, earrings, nose, mouth, lips.
+FACE_LABELS = tuple(range(1, 14))
+# A face mask's soft edge: a Gaussian of this sigma (of the crop's side), for the photo
+# path's masks and iFADIT's background refinement alike; 3 sigma < the box mask's margin.
+FEATHER = 0.03
 
 
 def _batch_norm(name: str) -> nn.BatchNorm:

@@ -23,7 +23,9 @@ import jax
 import numpy as np
 
 from dbaf_jax import images, keys, metadata
-from dbaf_jax.anonymizer import FaceAnonymizer, check_outputs, pad_batch
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.planning import check_outputs
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, ModelMismatchError
 from dbaf_jax.faces import photos
 from dbaf_jax.video import clip, sidecar, tracks

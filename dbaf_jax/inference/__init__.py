@@ -1,0 +1,11 @@
+"""Inference: anonymize and recover with a model directory, on arrays and on folders.
+
+- `programs`: the jitted anonymize and recover programs and batch padding (arrays only).
+- `anonymizer`: `FaceAnonymizer`, a loaded model on the devices (the array-level API,
+  and whole photos through `faces.photos.PhotoFaces`).
+- `planning`: which inputs go to which outputs, checked before any work.
+- `report`: what a folder run did and its exit status.
+- `aligned_folders`, `photo_folders`: the folder runs the commands call.
+
+Evaluation and the benchmarks use `programs` and `anonymizer` only.
+"""

@@ -1,0 +1,166 @@
+"""Folder runs over aligned face crops (``--aligned``): anonymize with one fresh salt,
+recover with each file's own.
+
+Inputs are read at the encoder's input size (other sizes are resized) and decoded on
+worker threads ahead of the model; outputs are encoded behind it (`dbaf_jax.pipeline`),
+so the device is kept busy. ``save_latents`` also writes ``NAME.latents.npz`` beside
+each output with what DBAF's latent-space recovery needs (``mode='latent'``); those
+files describe the original face: keep them private.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from dbaf_jax import images, keys, metadata, pipeline, sidecars
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size
+from dbaf_jax.inference.planning import check_outputs, checked_anonymizations, latents_path, plan_outputs
+from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.report import Report
+
+
+RECOVERY_MODES = ("image", "latent")
+
+
+def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as file:
+            np.savez_compressed(file, **latents)
+
+    images.write_file(path, write, overwrite)
+
+
+def anonymize_folder(
+    anonymizer: FaceAnonymizer,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    save_latents: bool = False,
+) -> Report:
+    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one fresh salt."""
+    plan = plan_outputs(in_dir, out_dir)
+    outputs = list(plan.targets.values())
+    check_outputs(outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite)
+    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
+    record = keys.new_key_record()
+    key = anonymizer.key_for(password, record)
+    meta = metadata.anonymization(record, anonymizer.fingerprint)
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
+
+    def dispatched() -> Iterator:
+        for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
+            report.skipped += skipped
+            outputs = anonymizer.anonymize_async(pad_batch(batch, batch_size), key, save_latents) if paths else None
+            yield paths, len(skipped), outputs
+
+    def write(target: Path, image: np.ndarray, latents: dict | None) -> None:
+        images.write_png(target, image, meta, overwrite)
+        if latents is not None:
+            _write_latents(latents_path(target), latents, overwrite)
+
+    with tqdm(total=len(plan.sources), unit="img", desc="anonymize") as bar, pipeline.Writer(2 * batch_size) as writer:
+        for paths, skipped, outputs in pipeline.one_behind(dispatched()):
+            anonymized, latents = jax.device_get(outputs) if paths else (None, None)
+            for i, source in enumerate(paths):
+                row = {name: value[i] for name, value in latents.items()} if latents is not None else None
+                writer.submit(functools.partial(write, plan.targets[source], anonymized[i], row))
+                report.written.append(plan.targets[source])
+            bar.update(len(paths) + skipped)
+    return report
+
+
+def recover_folder(
+    anonymizer: FaceAnonymizer,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    mode: str = "image",
+    ignore_model_mismatch: bool = False,
+) -> Report:
+    """Recovers the aligned PNGs of an anonymize run; each file's own salt gives its key."""
+    if mode not in RECOVERY_MODES:
+        raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
+    plan = plan_outputs(in_dir, out_dir, keep=lambda path: path.suffix.lower() == ".png")
+    check_outputs(plan.targets.values(), overwrite)
+    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
+    report = Report(skipped=plan.skipped, notes=list(plan.notes))
+    readable: list[tuple[Path, metadata.Anonymization]] = []
+    for source, made in checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
+        if made is None:
+            report.skipped.append(images.Skipped(source, f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)"))
+        elif made.is_photo:
+            report.skipped.append(images.Skipped(source, f"{source}: an anonymized whole photo; recover it without --aligned"))
+        else:
+            readable.append((source, made))
+
+    spec = anonymizer.latent_spec() if mode == "latent" else None
+
+    def load(item: tuple[Path, metadata.Anonymization]):
+        """The input of one recovery: the anonymized image, or its saved latents."""
+        source = item[0]
+        if mode == "image":
+            return images.read_image(source, anonymizer.input_size)
+        side = latents_path(source)
+        if not side.is_file():
+            raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
+        return sidecars.read_latents(side, spec)
+
+    key_cache: dict[keys.KeyRecord, jax.Array] = {}
+
+    def dispatched() -> Iterator:
+        """(items, recovered on the device) per batch of inputs recorded with one key
+        (an anonymize run uses one salt, so usually one batch per read batch)."""
+        loaded = pipeline.read_ahead(readable, load, depth=2 * batch_size)
+        for chunk in _chunks(loaded, batch_size):
+            for record in dict.fromkeys(made.record for (_, made), _ in chunk):
+                if record not in key_cache:
+                    key_cache[record] = anonymizer.key_for(password, record)
+                kept = []
+                for (source, made), value in chunk:
+                    if made.record != record:
+                        continue
+                    if isinstance(value, ValueError):
+                        report.skipped.append(images.Skipped(source, str(value)))
+                    else:
+                        kept.append((source, made, value))
+                if not kept:
+                    yield [], len(chunk), None
+                    continue
+                values = [value for _, _, value in kept]
+                if mode == "image":
+                    recovered = anonymizer.recover_async(pad_batch(np.stack(values), batch_size), key_cache[record])
+                else:
+                    latents = {k: pad_batch(np.stack([v[k] for v in values]), batch_size) for k in values[0]}
+                    recovered = anonymizer.recover_from_latents_async(latents, key_cache[record])
+                yield [(source, made) for source, made, _ in kept], len(chunk) - len(kept), recovered
+
+    with tqdm(total=len(readable), unit="img", desc="recover") as bar, pipeline.Writer(2 * batch_size) as writer:
+        for kept, dropped, recovered in pipeline.one_behind(dispatched()):
+            pixels = np.asarray(recovered) if kept else None
+            for i, (source, made) in enumerate(kept):
+                target = plan.targets[source]
+                writer.submit(functools.partial(images.write_png, target, pixels[i], metadata.recovery(made, mode), overwrite))
+                report.written.append(target)
+            bar.update(len(kept) + dropped)
+    return report
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -1,0 +1,237 @@
+"""Folder runs over whole photos: every face found is anonymized with its own key and
+pasted back (or hidden by the fallback), and recovered from the photo's metadata, or,
+without it, from a key file and its face ledger (`faces.ledger`).
+
+Photos are decoded on worker threads ahead of the model and encoded behind it.
+``save_crops`` also writes each processed face as ``NAME.faceN.png``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from dbaf_jax import images, keys, metadata, pipeline
+from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.faces import ledger, photos
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult, default_batch_size
+from dbaf_jax.inference.planning import Plan, checked_anonymizations, crop_path, is_saved_crop, plan_outputs, plan_photo_outputs
+from dbaf_jax.inference.report import Report
+
+
+def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
+    """What a photo's outcome needs said, in the words that are true of it."""
+    notes = []
+    if meta.get("operation") == "recover" and not meta.get("detected"):
+        if not result.faces:
+            notes.append(f"{source}: its metadata records no face; copied unchanged")
+    elif not result.found:
+        notes.append(f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged")
+    if result.too_small:
+        sides = ", ".join(f"{side:.0f}" for side in result.too_small)
+        notes.append(f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)")
+    if result.hidden:
+        notes.append(f"{source}: {len(result.hidden)} face(s) the model cannot take (unusable landmarks) hidden by pixelation")
+    if result.unverified:
+        notes.append(f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are")
+    return notes
+
+
+def _write_photo(target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool) -> None:
+    images.write_png(target, result.photo, {**meta, **metadata.photo_fields(result.photo.shape, result.faces)}, overwrite)
+    if save_crops:
+        for face, face_crop in zip(result.faces, result.crops):
+            images.write_png(crop_path(target, face.index), face_crop, metadata.crop(target.name, face.index), overwrite)
+
+
+def _photo_run(
+    plan: Plan,
+    sources: list[Path],
+    process: Callable[[Path, np.ndarray], tuple[PhotoResult, dict] | images.Skipped],
+    report: Report,
+    desc: str,
+    save_crops: bool,
+    overwrite: bool | Callable[[Path], bool],
+) -> Report:
+    """Runs ``process(source, photo)`` over ``sources`` (of ``plan``), decoding the next
+    photos and encoding finished ones on worker threads; ``process`` returns the result
+    and its output's metadata, or a Skipped. ``overwrite`` may be per target. Adds to
+    and returns ``report``."""
+    with pipeline.Writer(max_pending=4) as writer:
+        for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
+            report.photos += 1
+            if isinstance(read, ValueError):
+                report.skipped.append(images.Skipped(source, str(read)))
+                continue
+            photo, note = read
+            report.notes += [note] if note else []
+            outcome = process(source, photo)
+            if isinstance(outcome, images.Skipped):
+                report.skipped.append(outcome)
+                continue
+            result, meta = outcome
+            report.notes += _photo_notes(source, result, meta)
+            target = plan.targets[source]
+            replace = overwrite(target) if callable(overwrite) else overwrite
+            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, replace))
+            report.written.append(target)
+            report.faces += len(result.faces)
+            report.faces_found += result.found
+            report.faces_hidden += len(result.hidden)
+            report.faces_left += len(result.too_small)
+            report.unverified += result.unverified
+    return report
+
+
+def anonymize_photo_folder(
+    anonymizer: FaceAnonymizer,
+    faces: photos.PhotoFaces,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    record: keys.KeyRecord | None = None,
+    save_crops: bool = False,
+    strict: bool = False,
+    resume: bool = False,
+    face_ledger: Path | None = None,
+) -> Report:
+    """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
+    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
+    faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK.
+    ``face_ledger`` (with a key file: `ledger.ledger_path`) gets each photo's anonymized
+    faces, which recovery without metadata needs to tell them from any other face.
+    ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
+    kept and counted, the rest made, with the earlier run's salt."""
+    if resume and overwrite:
+        raise InputError("--resume keeps complete outputs and --overwrite replaces them: pass one of them")
+    if resume:
+        plan = plan_outputs(in_dir, out_dir)
+        kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
+        if record is not None and earlier is not None and earlier != record:
+            raise InputError(f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite")
+        record = record or earlier
+    else:
+        plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
+        kept, redo = [], set()
+    batch_size = batch_size or default_batch_size()
+    record = record or keys.new_key_record()
+    seed = keys.derive_seed(password, record)
+    meta = metadata.anonymization(record, anonymizer.fingerprint)
+
+    def process(source: Path, photo: np.ndarray):
+        result = anonymizer.anonymize_photo(photo, seed, faces, batch_size)
+        if face_ledger is not None and result.faces:  # what recovery without metadata may touch (`ledger`)
+            published = faces.crops(result.photo, result.faces)
+            transforms = [face.transform for face in result.faces]
+            ledger.append(face_ledger, ledger.entries(photo.shape, [face.index for face in result.faces], transforms, published))
+        return result, meta
+
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
+    sources = [source for source in plan.sources if plan.targets[source] not in kept]
+    return _photo_run(plan, sources, process, report, "anonymize", save_crops, lambda target: overwrite or target in redo)
+
+
+def resumable_outputs(
+    anonymizer: FaceAnonymizer, plan: Plan, save_crops: bool
+) -> tuple[list[Path], set[Path], keys.KeyRecord | None]:
+    """What an interrupted anonymize run left in ``plan``'s outputs: (the complete
+    outputs to keep, the incomplete ones to make again, the run's key record or None).
+
+    Outputs are written atomically, so an existing photo output is whole; it is
+    complete when its metadata is this model's anonymization and, with ``save_crops``,
+    every face it records has its crop (the crops are written after the photo). An
+    existing file that is not this model's output raises OutputExistsError: resuming
+    never replaces what another run or tool wrote. Outputs with different salts are
+    refused too: one run, one salt."""
+    kept, redo, records = [], set(), set()
+    for target in plan.targets.values():
+        if not target.exists():
+            continue
+        try:
+            made = metadata.read_anonymization(target)
+        except InputError:
+            made = None
+        if made is None or not made.is_photo or made.fingerprint != anonymizer.fingerprint:
+            raise OutputExistsError(f"{target} exists and is not an output of this model's anonymize run; move it or pass --overwrite")
+        records.add(made.record)
+        indices = [face.get("index") for face in made.fields["faces"] if isinstance(face, dict)]
+        if save_crops and not all(crop_path(target, i).exists() for i in indices if isinstance(i, int)):
+            redo.add(target)
+        else:
+            kept.append(target)
+    if len(records) > 1:
+        raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+    return kept, redo, next(iter(records), None)
+
+
+def recover_photo_folder(
+    anonymizer: FaceAnonymizer,
+    faces: photos.PhotoFaces,
+    password: str,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    record: keys.KeyRecord | None = None,
+    save_crops: bool = False,
+    ignore_model_mismatch: bool = False,
+    face_ledger: list[ledger.Entry] | None = None,
+) -> Report:
+    """Recovers the photos of an anonymize run. A photo's own metadata gives its key
+    record and face transforms. Without metadata (e.g. re-encoded after sharing),
+    ``record`` (a key file's) gives the key, detection finds candidate faces, and only
+    those that match an entry of ``face_ledger`` (the key file's, `ledger`) are
+    recovered, each with that entry's key index; every other detection is left as it
+    is and counted (without a ledger, all of them)."""
+    plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
+    batch_size = batch_size or default_batch_size()
+    seeds: dict[keys.KeyRecord, bytes] = {}
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover")
+    anonymizations = checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
+
+    def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], int]:
+        """The re-detected faces of ``photo`` that match the ledger (with its key indices),
+        and how many did not."""
+        found = faces.find(photo)
+        if not found.faces or not face_ledger:
+            return [], len(found.faces)
+        transforms = [face.transform for face in found.faces]
+        candidates = ledger.entries(photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces))
+        verified, taken = [], set()
+        for face, candidate in zip(found.faces, candidates):
+            position = ledger.match(face_ledger, candidate, taken)
+            if position is not None:
+                taken.add(position)
+                verified.append(photos.AlignedFace(face_ledger[position].index, face.transform, face.size))
+        return verified, len(found.faces) - len(verified)
+
+    def process(source: Path, photo: np.ndarray):
+        made = anonymizations[source]
+        if made is None:
+            if record is None:
+                return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
+            photo_record, meta = record, metadata.detected_recovery(record)
+            recorded, unverified = verified_candidates(photo)
+        elif not made.is_photo:
+            return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
+        else:
+            try:
+                recorded = metadata.recorded_faces(made.fields, photo.shape, anonymizer.input_size)
+            except InputError as err:
+                return images.Skipped(source, f"{source}: {err}")
+            photo_record, meta = made.record, metadata.recovery(made, "image")
+        if photo_record not in seeds:
+            seeds[photo_record] = keys.derive_seed(password, photo_record)
+        result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size)
+        if made is None:
+            result.unverified = unverified
+            result.unverified_why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
+        return result, meta
+
+    return _photo_run(plan, list(anonymizations), process, report, "recover", save_crops, overwrite)
