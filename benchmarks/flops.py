@@ -1,4 +1,4 @@
-"""The FLOP accounting of the README's Performance section: XLA's count for each
+"""The FLOP accounting of docs/performance.md: XLA's count for each
 computation at full size, on abstract inputs (nothing is allocated or run, so it works
 on any machine in a few minutes).
 

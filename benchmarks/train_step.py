@@ -13,7 +13,7 @@ checkpoints' widths unless the flags reduce them) with random weights, so no fil
 are needed. Per iteration it does what the reference's D step + G step do (the frozen
 critics' passes, the discriminator update with R1 on every step, the generator side's
 forward and backward pass, both Ranger updates), with one generator-side forward
-pass serving both updates (README, "One forward pass per step"); ``--two-pass`` runs
+pass serving both updates (docs/decisions.md, "One forward pass per step"); ``--two-pass`` runs
 the generator side twice per step as the reference does (the config's ``two_pass``).
 
 Columns:

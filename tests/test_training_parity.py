@@ -14,7 +14,7 @@ e4e and ArcFace at width 1/4, full-width LPIPS (AlexNet) and U-Net parser; batch
 The run attends across the batch in CID (the ``reference`` variant, as the reference trains) with
 dropout 0 ("dropout off"): the reference's dropout masks cannot be reproduced.
 
-Two differences of our step are intended (README, "One forward pass per step"): it runs
+Two differences of our step are intended (docs/decisions.md, "One forward pass per step"): it runs
 the generator side once per step where the reference runs it twice, so MAAR's BatchNorm
 running statistics take one update per step instead of two (compared here with the
 reference's statistics after its first forward pass, i.e. after ONE update; that

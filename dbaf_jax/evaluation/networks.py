@@ -1,6 +1,6 @@
 """The evaluation's metric networks, loaded from one folder and run jitted in fixed-size batches.
 
-``--metrics-models DIR`` holds what the converters write (README, "Evaluation"):
+``--metrics-models DIR`` holds what the converters write (docs/evaluation.md, "Running it"):
 
 - ``arcface`` (required): ArcFace IR-SE50, identity;
 - ``facenet_vggface2``, ``facenet_casia_webface`` (optional; a missing one is left out

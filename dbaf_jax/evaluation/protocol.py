@@ -137,7 +137,7 @@ def evaluate(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not model_dir.is_dir():
         raise ModelDirectoryError(
-            f"{model_dir} missing: run python -m convert.dbaf ... --out {model_dir} (README, 'Converting checkpoints') "
+            f"{model_dir} missing: run python -m convert.dbaf ... --out {model_dir} (docs/converting.md) "
             "or use a training run's W/model"
         )
     networks = MetricNetworks.load(metrics_models, options.batch_size)
