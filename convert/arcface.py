@@ -19,11 +19,12 @@ import numpy as np
 
 from convert.common import ConversionError, Rule, load_torch_checkpoint, map_state_dict, run, to_numpy
 from convert.irse import IGNORED, batch_norm_rules, irse_body_rules
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.arcface import INPUT_SIZE, ArcFace
 from dbaf_jax.models.irse import unit_specs
 
-NETWORK_NAME = "arcface"
+NETWORK_NAME = model_directory.ARCFACE_DIR
 
 
 def nchw_flatten_linear_kernel(channels: int, side: int):

@@ -46,11 +46,12 @@ from convert.common import (
 )
 from convert.irse import IGNORED, conv_rules, irse_body_rules
 from convert.stylegan2 import generator_variables, infer_generator
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 
-ENCODER_NAME = "e4e"
-DECODER_NAME = "e4e_decoder"
+ENCODER_NAME = model_directory.E4E_DIR
+DECODER_NAME = model_directory.E4E_DECODER_DIR
 ENCODER_TYPES = {"Encoder4Editing": Encoder4Editing, "GradualStyleEncoder": GradualStyleEncoder}
 LATENT_AVG_KEY = "latent_avg"
 

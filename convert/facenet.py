@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from convert.common import ConversionError, Rule, linear_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy
 from convert.inception import basic_conv_rules
 from convert.irse import batch_norm_rules, conv_rules
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.facenet import INPUT_SIZE, InceptionResnetV1
 
@@ -87,7 +88,7 @@ def facenet_variables(state_dict: dict, source: str) -> dict:
 def convert_facenet(ckpt: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/facenet_<variant>``; returns that path."""
     state_dict = to_numpy(load_torch_checkpoint(ckpt), str(ckpt))
-    target = Path(out_dir) / f"facenet_{variant_of(state_dict, str(ckpt))}"
+    target = Path(out_dir) / model_directory.facenet_dir(variant_of(state_dict, str(ckpt)))
     if target.exists() and not overwrite:
         raise ConversionError(f"{target} exists; pass --overwrite to replace it")
     variables = facenet_variables(state_dict, str(ckpt))

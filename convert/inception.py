@@ -18,10 +18,11 @@ import jax.numpy as jnp
 
 from convert.common import ConversionError, load_torch_checkpoint, map_state_dict, run, to_numpy
 from convert.irse import batch_norm_rules, conv_rules
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.inception import INPUT_SIZE, FIDInceptionV3
 
-NETWORK_NAME = "inception_fid"
+NETWORK_NAME = model_directory.INCEPTION_FID_DIR
 IGNORED = ("*num_batches_tracked", "fc.weight", "fc.bias")
 
 # The BasicConv2d units of each block type, in the checkpoint's names.

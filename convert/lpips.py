@@ -28,6 +28,7 @@ from convert.common import (
     run,
     to_numpy,
 )
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.lpips import LPIPS, TAP_CHANNELS
 
@@ -45,7 +46,7 @@ TRUNK_CONVS = {
 
 
 def network_name(net: str) -> str:
-    return f"lpips_{net}"
+    return model_directory.lpips_dir(net)
 
 
 def default_lin_path(net: str) -> Path | None:

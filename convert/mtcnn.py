@@ -28,10 +28,11 @@ import jax.numpy as jnp
 from convert.common import (
     ConversionError, Rule, conv_kernel, linear_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy,
 )
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
 
-DETECTOR_NAME = "mtcnn"
+DETECTOR_NAME = model_directory.MTCNN_DIR
 PACKAGE = "facenet_pytorch"
 
 # network name -> (module, input side used to build its variable tree, layers by kind)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from convert.common import ConversionError, Rule, conv_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 
@@ -98,7 +99,7 @@ def bisenet_rules() -> dict:
 
 
 def network_name(kind: str) -> str:
-    return f"parser_{kind}"
+    return model_directory.parser_dir(kind)
 
 
 def convert_parser(kind: str, ckpt: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -39,6 +39,7 @@ from convert.common import (
     run,
     to_numpy,
 )
+from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 from dbaf_jax.nn.upfirdn import make_kernel
@@ -247,11 +248,11 @@ def convert_checkpoint(
     if not isinstance(checkpoint, Mapping):
         raise ConversionError(f"{source}: expected a dict, found {type(checkpoint).__name__}")
     if "g_ema" in checkpoint:
-        parts = {"generator": "g_ema", "generator_raw": "g", "discriminator": "d"}
+        parts = {model_directory.GENERATOR_DIR: "g_ema", model_directory.GENERATOR_RAW_DIR: "g", model_directory.DISCRIMINATOR_DIR: "d"}
         parts = {name: key for name, key in parts.items() if key in checkpoint}
         state_dicts = {name: (to_numpy(checkpoint[key], f"{source}:{key}"), f"{source}:{key}") for name, key in parts.items()}
     elif "input.input" in checkpoint:
-        state_dicts = {"generator": (to_numpy(checkpoint, source), source)}
+        state_dicts = {model_directory.GENERATOR_DIR: (to_numpy(checkpoint, source), source)}
     elif "final_linear.0.weight" in checkpoint:
         state_dicts = {"discriminator": (to_numpy(checkpoint, source), source)}
     else:

@@ -71,6 +71,33 @@ from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 FORMAT_VERSION = 1
+# The sub-directories the converters (`convert/`) write into a model directory, named
+# here once for the converters, training's pretrained tables, inference and evaluation.
+GENERATOR_DIR = "generator"  # StyleGAN2's g_ema
+GENERATOR_RAW_DIR = "generator_raw"  # its g
+DISCRIMINATOR_DIR = "discriminator"
+E4E_DIR = "e4e"
+E4E_DECODER_DIR = "e4e_decoder"
+ARCFACE_DIR = "arcface"
+INCEPTION_FID_DIR = "inception_fid"
+MTCNN_DIR = "mtcnn"
+
+
+def lpips_dir(net: str) -> str:
+    """``lpips_alex`` for LPIPS on AlexNet (``net`` 'alex'), and so on."""
+    return f"lpips_{net}"
+
+
+def parser_dir(kind: str) -> str:
+    """``parser_unet`` (DBAF's parse loss) or ``parser_bisenet`` (soft face masks)."""
+    return f"parser_{kind}"
+
+
+def facenet_dir(variant: str) -> str:
+    """``facenet_vggface2`` or ``facenet_casia_webface``."""
+    return f"facenet_{variant}"
+
+
 NETWORK_FILE = "network.json"
 VARIABLES_DIR = "variables"
 MODEL_FILE = "model.json"

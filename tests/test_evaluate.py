@@ -28,7 +28,7 @@ from convert.facenet import main as convert_facenet
 from convert.inception import main as convert_inception
 from dbaf_jax import commands, evaluate, model_directory
 from dbaf_jax.evaluation import fid
-from dbaf_jax.evaluation.networks import CONVERTER_COMMANDS, MetricNetworks
+from dbaf_jax.evaluation.metric_networks import CONVERTER_COMMANDS, MetricNetworks
 from dbaf_jax.evaluation.paper import ABLATION, QUALITY
 from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, pixel_metrics
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS

@@ -39,7 +39,7 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, recognition, robustness
-from dbaf_jax.evaluation.networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
+from dbaf_jax.evaluation.metric_networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.dlib_detect import DlibDetector
 from dbaf_jax.models.inception import FEATURES

@@ -16,7 +16,7 @@ from typing import Any
 
 from dbaf_jax.evaluation import paper
 from dbaf_jax.evaluation.calibration import FARS
-from dbaf_jax.evaluation.networks import RANDOM_WEIGHTS, RECOGNISERS
+from dbaf_jax.evaluation.metric_networks import RANDOM_WEIGHTS, RECOGNISERS
 from dbaf_jax.evaluation.protocol import SAMPLES_FILE
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 

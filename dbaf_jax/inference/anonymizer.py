@@ -264,10 +264,10 @@ def load_photo_faces(
 ) -> photos.PhotoFaces:
     """The photo path's `PhotoFaces` for ``anonymizer``: MTCNN from ``detector_dir``
     (default MODEL/mtcnn, `convert.mtcnn`), BiSeNet masks from ``parser_dir`` if given."""
-    detector_dir = Path(detector_dir) if detector_dir is not None else anonymizer.model_dir / "mtcnn"
+    detector_dir = Path(detector_dir) if detector_dir is not None else anonymizer.model_dir / model_directory.MTCNN_DIR
     if not detector_dir.is_dir():
         # convert.mtcnn --out D writes D/mtcnn: name the command that makes this very folder.
-        if detector_dir.name == "mtcnn":
+        if detector_dir.name == model_directory.MTCNN_DIR:
             hint = f"python -m convert.mtcnn --out {detector_dir.parent} writes it"
         else:
             hint = f"python -m convert.mtcnn --out {detector_dir} writes {detector_dir / 'mtcnn'}: pass that as --detector"

@@ -36,19 +36,25 @@ from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detect import FaceDetector
 
 # network directory name -> the command that writes it ("{out}" is the metrics folder).
+ARCFACE = model_directory.ARCFACE_DIR
+FACENET_VGGFACE2 = model_directory.facenet_dir("vggface2")
+FACENET_CASIA = model_directory.facenet_dir("casia_webface")
+INCEPTION = model_directory.INCEPTION_FID_DIR
+LPIPS = model_directory.lpips_dir("alex")
+MTCNN = model_directory.MTCNN_DIR
 CONVERTER_COMMANDS = {
-    "arcface": "python -m convert.arcface --ckpt model_ir_se50.pth --out {out}",
-    "facenet_vggface2": "python -m convert.facenet --ckpt 20180402-114759-vggface2.pt --out {out}",
-    "facenet_casia_webface": "python -m convert.facenet --ckpt 20180408-102900-casia-webface.pt --out {out}",
-    "inception_fid": "python -m convert.inception --ckpt pt_inception-2015-12-05-6726825d.pth --out {out}",
-    "lpips_alex": "python -m convert.lpips --net alex --trunk alexnet-owt-7be5be79.pth --out {out}",
-    "mtcnn": "python -m convert.mtcnn --out {out}",
+    ARCFACE: "python -m convert.arcface --ckpt model_ir_se50.pth --out {out}",
+    FACENET_VGGFACE2: "python -m convert.facenet --ckpt 20180402-114759-vggface2.pt --out {out}",
+    FACENET_CASIA: "python -m convert.facenet --ckpt 20180408-102900-casia-webface.pt --out {out}",
+    INCEPTION: "python -m convert.inception --ckpt pt_inception-2015-12-05-6726825d.pth --out {out}",
+    LPIPS: "python -m convert.lpips --net alex --trunk alexnet-owt-7be5be79.pth --out {out}",
+    MTCNN: "python -m convert.mtcnn --out {out}",
 }
 # Identity recognisers, in the order of the paper's Table I, then the held-out dlib; only ArcFace is required.
-RECOGNISERS = ("facenet_casia_webface", "facenet_vggface2", "arcface", "dlib")
-REQUIRED = ("arcface", "inception_fid", "lpips_alex", "mtcnn")
+RECOGNISERS = (FACENET_CASIA, FACENET_VGGFACE2, ARCFACE, "dlib")
+REQUIRED = (ARCFACE, INCEPTION, LPIPS, MTCNN)
 # Which of `recognition.THRESHOLDS` applies to each recogniser.
-THRESHOLD_NAMES = {"facenet_casia_webface": "facenet", "facenet_vggface2": "facenet", "arcface": "arcface", "dlib": "dlib"}
+THRESHOLD_NAMES = {FACENET_CASIA: "facenet", FACENET_VGGFACE2: "facenet", ARCFACE: "arcface", "dlib": "dlib"}
 
 
 # What report.md prints, in bold, for a network with random weights.
@@ -80,7 +86,7 @@ def missing_message(folder: Path, name: str) -> str:
 
 def check_present(folder: Path, name: str) -> None:
     """NetworkNotFoundError naming the converter command when ``folder/name`` is absent."""
-    marker = model_directory.NETWORK_FILE if name != "mtcnn" else f"onet/{model_directory.NETWORK_FILE}"
+    marker = model_directory.NETWORK_FILE if name != MTCNN else f"onet/{model_directory.NETWORK_FILE}"
     if not (folder / name / marker).is_file():
         raise NetworkNotFoundError(missing_message(folder, name))
 
@@ -136,9 +142,9 @@ class MetricNetworks:
         return cls(
             recognisers={name: recognisers[name] for name in present},
             missing_recognisers=[name for name in RECOGNISERS if name not in present],
-            inception=BatchedNetwork.load(folder / "inception_fid", batch_size),
-            lpips=BatchedNetwork.load(folder / "lpips_alex", batch_size),
-            detector=FaceDetector.load(folder / "mtcnn"),
+            inception=BatchedNetwork.load(folder / INCEPTION, batch_size),
+            lpips=BatchedNetwork.load(folder / LPIPS, batch_size),
+            detector=FaceDetector.load(folder / MTCNN),
             provenance={
                 **{name: network_provenance(folder / name) for name in (*REQUIRED, *RECOGNISERS) if (folder / name).is_dir()},
                 **({"dlib": dlib_recognition.provenance()} if "dlib" in recognisers else {}),
