@@ -42,9 +42,9 @@ from dbaf_jax.train import networks as networks_lib
 from tests.test_anonymize_cli import temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
+from tests.conftest import DATA
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data"
 PHOTOS = ("jf.jpg", "office3.jpg", "office5.jpg")
 FACE_SIZE = 256
 BATCH = 2

@@ -10,8 +10,13 @@ from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger
 
 
-def entry(index=0, centre=(0.5, 0.3), side=0.1, aspect=1.5, seed=0):
-    return ledger.Entry(index, aspect, centre, side, ledger.signature(np.random.default_rng(seed).normal(size=(64, 64, 3))))
+def face(seed):
+    """A (64, 64, 3) crop in [-1, 1]: 8 x 8 blocks of random colours."""
+    return np.kron(np.random.default_rng(seed).uniform(-1, 1, (8, 8, 3)), np.ones((8, 8, 1)))
+
+
+def entry(index=0, centre=(0.5, 0.3), side=0.1, aspect=1.5, seed=0, separation=0.3):
+    return ledger.Entry(index, aspect, centre, side, ledger.signature(face(seed)), separation)
 
 
 def test_round_trip_and_match_by_place_size_and_signature(tmp_path):
@@ -32,13 +37,26 @@ def test_round_trip_and_match_by_place_size_and_signature(tmp_path):
     assert ledger.match(read, cropped) is None
 
 
+def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
+    """The original face at the anonymized one's place fails (an anonymization that kept
+    its likeness), a slightly changed copy of the published face (JPEG) matches."""
+    published, original = face(1), face(1) * 0.9 + 0.05  # an anonymization that changed little
+    (anonymized,) = ledger.entries((100, 150), [3], [np.eye(2, 3) * 0.64], published[None], original[None])
+    assert anonymized.index == 3 and anonymized.separation > 0
+    candidate = lambda crop: ledger.entries((100, 150), [0], [np.eye(2, 3) * 0.64], crop[None])[0]  # noqa: E731
+    assert ledger.match([anonymized], candidate(original)) is None
+    noisy = np.clip(published + np.random.default_rng(0).normal(0, 0.02, published.shape), -1, 1)
+    assert ledger.match([anonymized], candidate(noisy)) == 0
+
+
 @pytest.mark.parametrize("line, words", [
     ("{not json", "line 1"),
     (json.dumps({"index": 0}), "list of entries"),
-    (json.dumps([{"index": -1, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 64}]), "index"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 3}]), "signature"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, "x"], "side": 1, "signature": [0] * 64}]), "finite"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 64, "extra": 1}]), "exactly"),
+    (json.dumps([{"index": -1, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1}]), "index"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 3, "separation": 0.1}]), "signature"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, "x"], "side": 1, "signature": [0] * 192, "separation": 0.1}]), "finite"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": -1}]), "finite"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "extra": 1}]), "exactly"),
 ])
 def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, words):
     path = tmp_path / "me.key.faces.jsonl"

@@ -25,8 +25,8 @@ from dbaf_jax.faces.detect import FaceDetector, area_resize, batch_bucket, run_o
 from dbaf_jax.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 PHOTOS = ("office3.jpg", "office5.jpg", "jf.jpg")
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,6 @@ recovery of the same face with the right password and not with a wrong one, meta
 and key files, EXIF orientation, a photo without faces."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,8 +31,8 @@ from tests.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.test_parsers import convert_parser, random_reference
 from tests.torch_reference import parsers as reference_parsers
 from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 MIN_FACE = "50"  # office3.jpg's four faces have FFHQ quads of 53 to 67 pixels
 BATCH = 2
 

@@ -10,7 +10,8 @@ import av
 import numpy as np
 from PIL import Image
 
-DATA = Path(__file__).parent / "data"
+from tests.conftest import DATA
+
 WIDTH, HEIGHT = 320, 240
 
 

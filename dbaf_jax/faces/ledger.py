@@ -7,13 +7,18 @@ alone cannot tell an anonymized face from one that never was (a face left by
 left-to-right numbering shifts every key after a missed face. So anonymize with
 ``--key-file K`` also appends to ``K.faces.jsonl`` one line per photo: for each face,
 its key index, where it sits in the photo (centre and side as fractions of the photo's
-width, and the photo's aspect ratio: all unchanged by rescaling) and a coarse
-signature of the anonymized face as published (`signature`: the centre of its aligned
-crop, grey, 8 x 8, normalised; robust to JPEG). Recovery restores a re-detected
-candidate only when one ledger entry matches it in place, size and signature
-(`match`), and then with that entry's key index; other candidates are left exactly as
-they are and counted. The ledger holds nothing that the published photos do not show,
-but it lives beside the key file, with the user. It is read as untrusted input.
+width, and the photo's aspect ratio: all unchanged by rescaling), a coarse signature
+of the anonymized face as published (`signature`: the colour means of 8 x 8 cells over
+the centre of its aligned crop; robust to JPEG and rescaling) and its separation: how
+far the original face's signature lay from it. Recovery restores a re-detected
+candidate only when one ledger entry matches it in place and size and its signature is
+much nearer the published face's than the original face's was (`match`), and then with
+that entry's key index; other candidates, the original face among them (an
+anonymization may keep pose, light and colours, so place and a loose likeness cannot
+tell the original from its anonymized version), are left exactly as they are and
+counted. The ledger holds nothing that the published photos do not show but the one
+separation number per face; it lives beside the key file, with the user, and is read
+as untrusted input.
 """
 
 from __future__ import annotations
@@ -30,13 +35,22 @@ from dbaf_jax.errors import InputError
 from dbaf_jax.faces import align
 
 SUFFIX = ".faces.jsonl"
-GRID = 8  # signature cells per side
+GRID = 8  # signature cells per side (times 3 colours)
 CENTRE = 0.5  # the signature reads the crop's central half: the face, not its background
 # A candidate matches an entry within these (measured in docs/photos.md):
 MAX_ASPECT_CHANGE = 0.02  # relative change of the photo's width/height
 MAX_CENTRE_SHIFT = 0.3  # of the face's side
 MAX_SIDE_CHANGE = math.log(1.35)  # |log(side ratio)|
-MIN_CORRELATION = 0.8  # of the signatures: high, so an unmatched face stays as it is (fails closed)
+# A candidate's signature must lie within SEPARATION_FRACTION of the entry's separation
+# from the published face's, and within MAX_DISTANCE (RMS, colours in [0, 1]): nearer
+# the anonymized face than the original ever was, so an unmatched face stays as it is.
+SEPARATION_FRACTION = 0.5
+MAX_DISTANCE = 0.05
+# Recovery of a matched face changes pixels only within this radius (of the anonymized
+# crop's side) of the entry's centre: inside the square the box mask changed at
+# anonymization (its margin is 0.1 of the side), so a re-detection that moved cannot
+# spill the recovered face onto pixels anonymization left alone.
+RECOVERY_RADIUS = 0.4
 MAX_LINE = 1 << 20  # bytes per ledger line (a photo's faces)
 MAX_ENTRIES = 1 << 20
 
@@ -50,13 +64,16 @@ def ledger_path(key_file: str | Path) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One anonymized face: its key index, the photo's aspect ratio (W / H), the face's
-    centre (x, y) and side as fractions of the photo's width, its signature (GRID**2,)."""
+    centre (x, y) and side as fractions of the photo's width, its signature
+    (GRID**2 * 3,) and the distance of the original face's signature from it (0 for a
+    re-detected candidate, which has no original)."""
 
     index: int
     aspect: float
     centre: tuple[float, float]
     side: float
     signature: np.ndarray
+    separation: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,20 +82,24 @@ class Entry:
             "centre": [round(v, 6) for v in self.centre],
             "side": round(self.side, 6),
             "signature": [round(float(v), 4) for v in self.signature],
+            "separation": round(self.separation, 6),
         }
 
 
 def signature(crop: np.ndarray) -> np.ndarray:
-    """(GRID**2,) zero-mean, unit-norm grey means over the central half of an aligned
-    crop (S, S, 3) (any range); zeros for a flat crop."""
+    """(GRID**2 * 3,) colour means of GRID x GRID cells over the central half of an
+    aligned crop (S, S, 3) in [-1, 1], mapped to [0, 1]."""
     size = crop.shape[0]
     lo, hi = round(size * (1 - CENTRE) / 2), round(size * (1 + CENTRE) / 2)
-    grey = np.asarray(crop[lo:hi, lo:hi], np.float64).mean(axis=-1)
-    edges = np.linspace(0, grey.shape[0], GRID + 1).round().astype(int)
-    cells = np.array([[grey[a:b, c:d].mean() for c, d in zip(edges[:-1], edges[1:])] for a, b in zip(edges[:-1], edges[1:])])
-    cells = cells.reshape(-1) - cells.mean()
-    norm = np.linalg.norm(cells)
-    return cells / norm if norm > 1e-9 else np.zeros_like(cells)
+    centre = (np.asarray(crop[lo:hi, lo:hi], np.float64) + 1) / 2
+    edges = np.linspace(0, centre.shape[0], GRID + 1).round().astype(int)
+    cells = [[centre[a:b, c:d].mean(axis=(0, 1)) for c, d in zip(edges[:-1], edges[1:])] for a, b in zip(edges[:-1], edges[1:])]
+    return np.asarray(cells).reshape(-1)
+
+
+def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """The RMS difference of two signatures."""
+    return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
 
 
 def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple[float, tuple[float, float], float]:
@@ -90,14 +111,30 @@ def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple
     return width / height, (float(centre[0]) / width, float(centre[1]) / width), side / width
 
 
-def entries(photo_shape: Sequence[int], indices: Sequence[int], transforms: Sequence[np.ndarray], crops: np.ndarray) -> list[Entry]:
+def region(entry: Entry, photo_shape: Sequence[int]) -> tuple[tuple[float, float], float]:
+    """The photo disc ((x, y), radius in pixels) recovery of ``entry``'s face may change,
+    in a photo of ``photo_shape`` (H, W, ...), which may be a rescaled copy."""
+    width = photo_shape[1]
+    return (entry.centre[0] * width, entry.centre[1] * width), RECOVERY_RADIUS * entry.side * width
+
+
+def entries(
+    photo_shape: Sequence[int],
+    indices: Sequence[int],
+    transforms: Sequence[np.ndarray],
+    crops: np.ndarray,
+    originals: np.ndarray | None = None,
+) -> list[Entry]:
     """The ledger entries of a photo's anonymized faces: their key ``indices``, alignment
-    ``transforms`` and ``crops`` (N, S, S, 3) of the *output* photo at those transforms."""
+    ``transforms`` and ``crops`` (N, S, S, 3) of the *output* photo at those transforms,
+    with ``originals`` (N, S, S, 3) the input photo's crops (None for re-detected candidates)."""
     size = crops.shape[1] if len(crops) else 0
     made = []
-    for index, transform, crop in zip(indices, transforms, crops):
+    for i, (index, transform, crop) in enumerate(zip(indices, transforms, crops)):
         aspect, centre, side = place(photo_shape, transform, size)
-        made.append(Entry(int(index), aspect, centre, side, signature(crop)))
+        published = signature(crop)
+        separation = distance(signature(originals[i]), published) if originals is not None else 0.0
+        made.append(Entry(int(index), aspect, centre, side, published, separation))
     return made
 
 
@@ -111,17 +148,18 @@ def append(path: Path, photo_entries: Sequence[Entry]) -> None:
 
 
 def _entry(value: Any) -> Entry:
-    if not isinstance(value, dict) or set(value) != {"index", "aspect", "centre", "side", "signature"}:
-        raise ValueError("an entry must be an object with exactly index, aspect, centre, side and signature")
-    index, aspect, centre, side, sig = (value[k] for k in ("index", "aspect", "centre", "side", "signature"))
-    numbers = [aspect, side, *(centre if isinstance(centre, list) else [None]), *(sig if isinstance(sig, list) else [None])]
+    fields = ("index", "aspect", "centre", "side", "signature", "separation")
+    if not isinstance(value, dict) or set(value) != set(fields):
+        raise ValueError(f"an entry must be an object with exactly {', '.join(fields)}")
+    index, aspect, centre, side, sig, separation = (value[k] for k in fields)
+    numbers = [aspect, side, separation, *(centre if isinstance(centre, list) else [None]), *(sig if isinstance(sig, list) else [None])]
     if type(index) is not int or not 0 <= index < MAX_ENTRIES:
         raise ValueError(f"index must be an integer in [0, {MAX_ENTRIES})")
-    if not isinstance(centre, list) or len(centre) != 2 or not isinstance(sig, list) or len(sig) != GRID * GRID:
-        raise ValueError(f"centre must hold 2 numbers and signature {GRID * GRID}")
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (aspect > 0 and side > 0):
-        raise ValueError("aspect, centre, side and signature must be finite numbers, aspect and side positive")
-    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64))
+    if not isinstance(centre, list) or len(centre) != 2 or not isinstance(sig, list) or len(sig) != GRID * GRID * 3:
+        raise ValueError(f"centre must hold 2 numbers and signature {GRID * GRID * 3}")
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (aspect > 0 and side > 0 and separation >= 0):
+        raise ValueError("aspect, centre, side, separation and signature must be finite numbers, aspect and side positive")
+    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64), float(separation))
 
 
 def read(path: Path) -> list[Entry]:
@@ -149,9 +187,9 @@ def read(path: Path) -> list[Entry]:
 
 def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset()) -> int | None:
     """The position in ``ledger`` of the entry ``candidate`` (from a re-detected face)
-    is, or None: the best signature correlation, at least `MIN_CORRELATION`, among
-    entries within the place and size bounds and not ``taken``."""
-    best, best_correlation = None, MIN_CORRELATION
+    is, or None: the nearest signature among entries within the place and size bounds,
+    not ``taken``, and near enough (`SEPARATION_FRACTION`, `MAX_DISTANCE`)."""
+    best, best_distance = None, math.inf
     for position, entry in enumerate(ledger):
         if position in taken:
             continue
@@ -161,7 +199,7 @@ def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset
             continue
         if abs(math.log(candidate.side / entry.side)) > MAX_SIDE_CHANGE:
             continue
-        correlation = float(candidate.signature @ entry.signature)
-        if correlation >= best_correlation:
-            best, best_correlation = position, correlation
+        near = distance(candidate.signature, entry.signature)
+        if near <= min(MAX_DISTANCE, SEPARATION_FRACTION * entry.separation) and near < best_distance:
+            best, best_distance = position, near
     return best

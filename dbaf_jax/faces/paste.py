@@ -99,6 +99,15 @@ def footprint(transform: np.ndarray, size: int, photo_shape: tuple[int, ...]) ->
     return (top, left, bottom, right) if top < bottom and left < right else None
 
 
+def disc_mask(transform: np.ndarray, size: int, centre: tuple[float, float], radius: float) -> np.ndarray:
+    """(size, size) float32: 1 at the crop pixels of ``transform`` whose centres lie within
+    ``radius`` photo pixels of the photo point ``centre`` (x, y), else 0."""
+    grid = np.stack(np.meshgrid(np.arange(size), np.arange(size)), axis=-1).reshape(-1, 2)
+    in_photo = align.apply(align.invert(transform), grid)
+    inside = np.hypot(*(in_photo - np.asarray(centre, np.float64)).T) <= radius
+    return inside.reshape(size, size).astype(np.float32)
+
+
 def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
     """Blends a crop back into its photo; returns a new uint8 photo.
 

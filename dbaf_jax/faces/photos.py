@@ -49,12 +49,15 @@ class AlignedFace:
 @dataclasses.dataclass(frozen=True)
 class FoundFaces:
     """The faces of one photo to process, the quad sides (pixels) of those left alone
-    as too small (the user's choice), and the (4,) boxes (x1, y1, x2, y2) of detected
-    faces the model cannot take (to hide by the fallback)."""
+    as too small (the user's choice), the (4,) boxes (x1, y1, x2, y2) of detected
+    faces the model cannot take (to hide by the fallback), and optionally for each face
+    the photo disc ((x, y), radius in pixels) outside which its paste changes nothing
+    (recovery without metadata: `faces.ledger.region`)."""
 
     faces: list[AlignedFace]
     too_small: list[float]
     unusable: list[np.ndarray] = dataclasses.field(default_factory=list)
+    regions: list[tuple[tuple[float, float], float]] | None = None
 
     @property
     def found(self) -> int:
@@ -111,8 +114,19 @@ class PhotoFaces:
             before = np.stack([align.warp(face, align.scaled(np.eye(2, 3), before.shape[1] / size), (size, size)) for face in before])
         return np.maximum(self.parser.masks(before), self.parser.masks(after))
 
-    def paste(self, photo: np.ndarray, faces: Sequence[AlignedFace], results: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """``photo`` with each face's result (N, s, s, 3) in [-1, 1] blended in through its mask."""
-        for face, result, mask in zip(faces, results, masks):
-            photo = paste.paste(photo, result, mask, align.scaled(face.transform, result.shape[0] / face.size))
+    def paste(
+        self,
+        photo: np.ndarray,
+        faces: Sequence[AlignedFace],
+        results: np.ndarray,
+        masks: np.ndarray,
+        regions: Sequence[tuple[tuple[float, float], float]] | None = None,
+    ) -> np.ndarray:
+        """``photo`` with each face's result (N, s, s, 3) in [-1, 1] blended in through its
+        mask, limited to its region (a photo disc, `FoundFaces.regions`) when given."""
+        for i, (face, result, mask) in enumerate(zip(faces, results, masks)):
+            transform = align.scaled(face.transform, result.shape[0] / face.size)
+            if regions is not None:
+                mask = mask * paste.disc_mask(transform, result.shape[0], *regions[i])
+            photo = paste.paste(photo, result, mask, transform)
         return photo

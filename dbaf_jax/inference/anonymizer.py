@@ -171,10 +171,12 @@ class FaceAnonymizer:
         faces: photos.PhotoFaces,
         recorded: list[photos.AlignedFace] | None = None,
         batch_size: int = CPU_BATCH,
+        regions: list[tuple[tuple[float, float], float]] | None = None,
     ) -> PhotoResult:
         """Recovers the faces of an anonymized photo: at their ``recorded`` places (from
-        its metadata), or where detection finds them again when None."""
-        found = photos.FoundFaces(recorded, []) if recorded is not None else faces.find(photo)
+        its metadata or verified re-detections), or where detection finds them again
+        when None; ``regions`` limits each face's paste (`photos.FoundFaces.regions`)."""
+        found = photos.FoundFaces(recorded, [], regions=regions) if recorded is not None else faces.find(photo)
         return self._process_photo(photo, seed, faces, found, self.recover_async, batch_size)
 
     def _process_photo(self, photo, seed, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size) -> PhotoResult:
@@ -184,7 +186,7 @@ class FaceAnonymizer:
             crops = faces.crops(photo, found.faces)
             face_keys = self.face_keys(seed, [face.index for face in found.faces])
             results = self._batched(step, crops, face_keys, batch_size)
-            out = faces.paste(photo, found.faces, results, faces.masks(crops, results))
+            out = faces.paste(photo, found.faces, results, faces.masks(crops, results), found.regions)
         for box in found.unusable:
             out = paste.hide(out, box)
         return PhotoResult(out, found.faces, results, found.too_small, list(found.unusable))

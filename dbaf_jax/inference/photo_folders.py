@@ -129,7 +129,8 @@ def anonymize_photo_folder(
         if face_ledger is not None and result.faces:  # what recovery without metadata may touch (`ledger`)
             published = faces.crops(result.photo, result.faces)
             transforms = [face.transform for face in result.faces]
-            ledger.append(face_ledger, ledger.entries(photo.shape, [face.index for face in result.faces], transforms, published))
+            originals = faces.crops(photo, result.faces)
+            ledger.append(face_ledger, ledger.entries(photo.shape, [face.index for face in result.faces], transforms, published, originals))
         return result, meta
 
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
@@ -195,29 +196,31 @@ def recover_photo_folder(
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover")
     anonymizations = checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
-    def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], int]:
+    def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], list, int]:
         """The re-detected faces of ``photo`` that match the ledger (with its key indices),
-        and how many did not."""
+        the region each may change (`ledger.region`), and how many did not match."""
         found = faces.find(photo)
         if not found.faces or not face_ledger:
-            return [], len(found.faces)
+            return [], [], len(found.faces)
         transforms = [face.transform for face in found.faces]
         candidates = ledger.entries(photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces))
-        verified, taken = [], set()
+        verified, regions, taken = [], [], set()
         for face, candidate in zip(found.faces, candidates):
             position = ledger.match(face_ledger, candidate, taken)
             if position is not None:
                 taken.add(position)
                 verified.append(photos.AlignedFace(face_ledger[position].index, face.transform, face.size))
-        return verified, len(found.faces) - len(verified)
+                regions.append(ledger.region(face_ledger[position], photo.shape))
+        return verified, regions, len(found.faces) - len(verified)
 
     def process(source: Path, photo: np.ndarray):
         made = anonymizations[source]
+        regions = None
         if made is None:
             if record is None:
                 return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
             photo_record, meta = record, metadata.detected_recovery(record)
-            recorded, unverified = verified_candidates(photo)
+            recorded, regions, unverified = verified_candidates(photo)
         elif not made.is_photo:
             return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
         else:
@@ -228,7 +231,7 @@ def recover_photo_folder(
             photo_record, meta = made.record, metadata.recovery(made, "image")
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
-        result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size)
+        result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size, regions)
         if made is None:
             result.unverified = unverified
             result.unverified_why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
