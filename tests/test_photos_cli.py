@@ -315,7 +315,22 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     without = recover_photo_folder(anonymizer, redetecting, PASSWORD, stripped, tmp_path / "rec_key", BATCH, record=record,
                                    face_ledger=ledger.read(ledger.ledger_path(key_file)))
     assert without.faces == with_metadata.faces == 4 and without.unverified == 0
-    np.testing.assert_array_equal(pixels(tmp_path / "rec_key" / "office3.png"), pixels(tmp_path / "rec_meta" / "office3.png"))
+    # The same keys: within each face's ledger disc (what recovery without metadata may
+    # change) the pixels are the metadata recovery's, outside it the shared copy's.
+    given, by_key = pixels(stripped / "office3.png"), pixels(tmp_path / "rec_key" / "office3.png")
+    yy, xx = np.mgrid[: given.shape[0], : given.shape[1]]
+    inside = np.zeros(given.shape[:2], bool)
+    for entry in ledger.read(ledger.ledger_path(key_file)):
+        (cx, cy), radius = ledger.region(entry, given.shape)
+        inside |= np.hypot(xx - cx, yy - cy) <= radius - 3  # near the disc's edge the warp blends crop pixels
+    # Not every pixel: where a neighbour's box mask reaches into a disc, the metadata
+    # recovery blends over that neighbour's full paste and this one over its disc-limited one.
+    assert (by_key[inside] == pixels(tmp_path / "rec_meta" / "office3.png")[inside]).all(axis=-1).mean() > 0.999
+    outside = ~inside
+    for entry in ledger.read(ledger.ledger_path(key_file)):
+        (cx, cy), radius = ledger.region(entry, given.shape)
+        outside &= np.hypot(xx - cx, yy - cy) > radius + 3
+    np.testing.assert_array_equal(by_key[outside], given[outside])
     assert images.read_metadata(tmp_path / "rec_key" / "office3.png")["detected"] is True
 
     # The command with the real detector runs the same path on the stripped copy.
