@@ -124,7 +124,7 @@ def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
     assert ran == [1, 2]
 
 
-@pytest.mark.slow  # compiles a whole stage-1 train step
+@pytest.mark.long  # compiles a whole stage-1 train step twice: about 5 min on 2 cores
 def test_train_step_figures_are_consistent(capsys):
     train_step.main(["--stages", "1", "--batch", "2", "--devices", "1", "--peak-tflops", str(PEAK_TFLOPS), *TINY[:-1], "1"])
     (row,) = table_rows(capsys.readouterr().out)

@@ -222,7 +222,7 @@ def test_markdown_has_the_four_tables_with_paper_values(report):
         assert f"{value:.3f}" in text
 
 
-@pytest.mark.slow
+@pytest.mark.long  # three more whole evaluations: about 5 min on 2 cores
 def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, workspace, metrics_models, capsys):
     argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
             "--metrics-models", str(metrics_models), "--batch-size", str(BATCH), "--keys", str(KEYS),

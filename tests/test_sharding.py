@@ -161,7 +161,7 @@ print("compiled")
 """
 
 
-@pytest.mark.slow
+@pytest.mark.long  # compiles the FSDP step: about 3 min on 2 cores
 def test_fsdp_step_compiles_without_involuntary_rematerialization():
     """Issue 11: with fsdp 4 every image is computed on the device that holds it.
 

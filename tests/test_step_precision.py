@@ -136,7 +136,7 @@ def one_step(networks, variables, compute_dtype: str):
 LOSS_RTOL = 1e-1
 
 
-@pytest.mark.slow
+@pytest.mark.long  # compiles both stages' steps in two dtypes: about 5 min on 2 cores
 def test_bfloat16_step_losses_stay_close_to_float32(start):
     networks, variables = start
     state32, metrics32 = one_step(networks["float32"], variables, "float32")

@@ -230,7 +230,7 @@ def test_stage1_step_on_8_devices_equals_1_device(stage1_start, stage1_trajector
     assert_metrics_close(stage1_trajectory.metrics[:1], one_device.metrics)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # compiles the stage-2 step on two meshes: about 4 min on 2 cores
 def test_stage2_step_on_fsdp_mesh_equals_1_device():
     """data=4 x fsdp=2, the tiny networks' larger arrays split over fsdp, vs 1 device."""
     run = start(small_config(2))
@@ -277,7 +277,7 @@ def test_cid_batch_attention_on_8_devices_equals_1_device():
     assert np.abs(attribute_other[0] - attribute_8[0]).max() > 1e-3
 
 
-@pytest.mark.slow
+@pytest.mark.long  # compiles two stage-2 steps: about 4 min on 2 cores
 def test_two_pass_step_equals_one_pass_but_updates_maar_statistics_twice():
     """``two_pass`` (the reference's two generator-side forwards) against the default one
     pass, with CID's dropout off so both see the same network: the same losses and the
@@ -315,6 +315,7 @@ def test_lazy_r1_scales_the_penalty_by_its_interval(lazy, expected):
     assert adversarial.StepSettings.from_config(config, stage1_lib.Stage1.terms).r1_gamma == expected
 
 
+@pytest.mark.long  # compiles three stage-1 steps: about 4 min on 2 cores
 def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
     """Lazy R1 runs two compiled steps: the penalty (and its double backward) on steps
     0, k, 2k ... and a plain D loss between them."""
