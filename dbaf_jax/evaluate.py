@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from dbaf_jax import commands, images
 from dbaf_jax.errors import OutputExistsError
+from dbaf_jax.evaluation import inversion
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.evaluation.report import JSON_FILE, write_report
 from dbaf_jax.evaluation.splits import read_split
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--diversity-faces", type=commands.positive_int, default=5, help="faces of the diversity study")
     parser.add_argument("--seed", type=int, default=0, help="the diversity study's passwords and t-SNE")
     parser.add_argument("--guesses", type=commands.positive_int, default=8, help="wrong passwords the attack tries")
+    parser.add_argument("--inversion-steps", type=int, default=inversion.DEFAULT_STEPS,
+                        help="training steps of the learned-inversion attack (0: not run)")
     parser.add_argument("--limit", type=commands.positive_int, help="evaluate only the first N images (a first try)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report")
     args = parser.parse_args(argv)
@@ -51,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise OutputExistsError(f"{out / JSON_FILE} exists; pass --overwrite to replace the report")
     paths = read_split(args.list, args.images) if args.list else images.input_images(Path(args.images))
     paths = paths[: args.limit] if args.limit else paths
-    options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed, args.guesses)
+    options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed, args.guesses, args.inversion_steps)
     results = evaluate(args.model, paths, args.metrics_models, out, options)
     json_path, md_path = write_report(out, results)
     print(f"wrote {json_path} and {md_path}")

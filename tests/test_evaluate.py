@@ -51,6 +51,7 @@ BATCH = 2
 KEYS = 3
 DIVERSITY_FACES = 2
 GUESSES = 2
+INVERSION_STEPS = 20  # the attack's path, not its strength (tests/test_calibration.py holds its controls)
 
 
 def random_network(path: Path, module, *inputs) -> None:
@@ -129,7 +130,7 @@ def report(workspace, metrics_models):
     argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
             "--metrics-models", str(metrics_models), "--out", str(workspace / "report"),
             "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES),
-            "--guesses", str(GUESSES)]
+            "--guesses", str(GUESSES), "--inversion-steps", str(INVERSION_STEPS)]
     evaluate.main(argv)
     return workspace / "report"
 
@@ -197,6 +198,9 @@ def test_report_structure_and_ranges(report, workspace):
         attacks = results["identity"][recogniser]["attacks"]
         assert attacks["password_guessing"]["guesses"] == GUESSES and attacks["linkability"]["faces"] == 5
         assert 0 <= attacks["linkability"]["auc"] <= 1 and attacks["linkability"]["chance"] == 0.2
+        inverted = attacks["learned_inversion"]  # trained on 2 faces' pairs, scored on the other 3
+        assert inverted["test_faces"] == 3 and inverted["inverted_distance_mean"] > 0
+        assert all(0 <= rate <= 1 for rate in [*inverted["anonymized_accepted"].values(), *inverted["inverted_accepted"].values()])
     robust = results["robustness"]
     assert set(robust["recovery"]) == {"jpeg95", "jpeg75", "jpeg50", "resize0.5", "blur1"}
     assert set(robust["key_sensitivity"]) == {"password", "salt"}

@@ -4,6 +4,7 @@ real MTCNN and the tempered tiny DBAF model of the photo tests. The end-to-end t
 share one anonymization and its recoveries (module fixtures); the tracker, smoothing,
 sidecar and I/O tests need no model."""
 
+import types
 
 import av
 import numpy as np
@@ -191,6 +192,42 @@ def test_a_newcomer_changes_nobody_elses_track_and_gaps_are_filled():
     assert (first.first, first.last, newcomer.first) == (0, 9, 6)
     assert not first.detected[4] and first.detected.sum() == 9
     np.testing.assert_allclose(first.landmarks[4], FACE + [8, 0], atol=1e-6)  # interpolated
+
+
+def test_faces_the_model_cannot_take_are_hidden_and_small_ones_counted():
+    """As for photos: a detection with landmarks that cannot be aligned is not tracked but
+    kept for the fallback, on its frame; one below min_face_size is counted as left."""
+    tracker = tracks.Tracker(frame_rate=12, min_face_size=40)
+    degenerate = np.full((5, 2), np.nan)
+    tiny = FACE * 0.2  # a quad of about 7 px: usable, below the 40 px asked
+    for frame in range(3):
+        tracker.add(_detections([FACE * 2 + [frame, 0], degenerate if frame == 1 else tiny]))
+    assert [t.number for t in tracker.tracks()] == [0]
+    assert list(tracker.unusable) == [1] and len(tracker.unusable[1]) == 1
+    assert tracker.left == 2
+
+
+def test_the_fallback_hides_its_boxes_on_their_frames():
+    """`runner._processed` pixelates each frame's unusable boxes (here with no face to
+    anonymize) and changes nothing else."""
+
+    class Faces:
+        size = 64
+
+        def crops(self, pixels, here):
+            return np.zeros((0, 64, 64, 3), np.float32)
+
+    rng = np.random.default_rng(0)
+    frames = [clip.Frame(i, i, rng.integers(0, 256, (HEIGHT, WIDTH, 3), np.uint8)) for i in range(3)]
+    box = np.array([100.0, 60.0, 160.0, 130.0])
+    anonymizer = types.SimpleNamespace(padded_size=lambda size: size)
+    out = list(runner._processed(anonymizer, Faces(), iter(frames), [], {}, None, 4, hidden={1: [box]}))
+    assert (out[0] == frames[0].pixels).all() and (out[2] == frames[2].pixels).all()
+    changed = (out[1] != frames[1].pixels).any(axis=-1)
+    ys, xs = np.nonzero(changed)
+    assert changed.sum() > 0.5 * 60 * 70  # the face's box, pixelated
+    margin = paste.HIDE_MARGIN * 70 + 1  # of the box's longer side
+    assert xs.min() >= 100 - margin and xs.max() <= 160 + margin and ys.min() >= 60 - margin and ys.max() <= 130 + margin
 
 
 def test_smoothing_steadies_a_still_face():

@@ -9,6 +9,11 @@
   is searched among the first views of all faces: Rank-1 (chance 1/N) and the AUC of
   linked against unlinked distances (0.5: unlinkable, 1: always linked).
 
+- Learned inversion (`learned_inversion`): a network trained on (anonymized, original)
+  pairs of one half of the faces (`inversion.train_inverter`) is run on the other
+  half's anonymized faces; how many of its outputs a recogniser accepts as the
+  original, beside how many of the anonymized faces themselves it accepts.
+
 Gallery re-identification is `calibration.rank1`. Each function takes (N, D) embeddings
 and the recogniser's distance (`unit`, see `recognition.distances`).
 """
@@ -31,6 +36,22 @@ def password_guessing(originals: np.ndarray, guesses: np.ndarray, thresholds: di
         "best_distance_mean": float(best.mean()),
         "best_distance_min": float(best.min()),
         "accepted": {far: calibration.accept_rate(best, t) for far, t in thresholds.items()},
+    }
+
+
+def learned_inversion(
+    originals: np.ndarray, anonymized: np.ndarray, inverted: np.ndarray, thresholds: dict[str, float], unit: bool = True
+) -> dict:
+    """originals, anonymized, inverted (N, D): the held-out faces, their anonymizations and
+    the inverter's outputs from those; thresholds {FAR label: distance}."""
+    before = calibration.pair_distances(originals, anonymized, unit)
+    after = calibration.pair_distances(originals, inverted, unit)
+    return {
+        "test_faces": int(len(originals)),
+        "anonymized_distance_mean": float(before.mean()),
+        "inverted_distance_mean": float(after.mean()),
+        "anonymized_accepted": {far: calibration.accept_rate(before, t) for far, t in thresholds.items()},
+        "inverted_accepted": {far: calibration.accept_rate(after, t) for far, t in thresholds.items()},
     }
 
 

@@ -38,7 +38,7 @@ from dbaf_jax import __version__, images, keys
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, recognition, robustness
+from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, inversion, recognition, robustness
 from dbaf_jax.evaluation.metric_networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.dlib_detect import DlibDetector
@@ -62,13 +62,15 @@ TSNE_MIN_POINTS = 4
 class EvaluationOptions:
     """batch_size: images per network call; keys and diversity_faces: the diversity
     study's N keys and how many of the first faces it uses; seed: its passwords and t-SNE;
-    guesses: wrong passwords of the password-guessing attack (`attacks`)."""
+    guesses: wrong passwords of the password-guessing attack (`attacks`); inversion_steps:
+    training steps of the learned-inversion attack (0: not run)."""
 
     batch_size: int = 8
     keys: int = 5
     diversity_faces: int = 5
     seed: int = 0
     guesses: int = 8
+    inversion_steps: int = inversion.DEFAULT_STEPS
 
 
 @jax.jit
@@ -114,6 +116,8 @@ class Accumulator:
         self.extra_pixels: dict[str, list[np.ndarray]] = {}
         self.flip_distances = {r: {} for r in recognisers}
         self.pixels = {s: {m: [] for m in PIXEL_METRICS} for s in quality_sets}
+        # The learned-inversion attack's pairs: originals and anonymizations (N, s, s, 3), kept whole.
+        self.pairs: dict[str, list[np.ndarray]] = {"original": [], "anonymization": []}
         self.fid = {s: fid.FeatureStatistics(FEATURES) for s in ("original",) + quality_sets}
 
 
@@ -183,6 +187,9 @@ def evaluate(
                 outputs["wrong_key_latent"] = anonymizer.recover_from_latents(latents, wrong_key)
             outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
             _accumulate(totals, networks, originals, outputs, batch_size)
+            if options.inversion_steps:
+                totals.pairs["original"].append(originals)
+                totals.pairs["anonymization"].append(outputs["anonymization"])
             # Attacks: the same faces' second views under the same key (linkability), and
             # recoveries with the attacker's guessed passwords.
             views = pad_batch(calibration.augmented_views(batch), batch_size)
@@ -228,7 +235,7 @@ def evaluate(
         "test_password": TEST_PASSWORD,
         "wrong_password": WRONG_PASSWORD,
         "provenance": {"model": network_provenance(model_dir), **networks.provenance},
-        "identity": (identity := _identity(totals, out_dir)),
+        "identity": (identity := _identity(totals, out_dir, _inverted(totals, networks, options))),
         "robustness": _robustness(totals, identity),
         "missing_recognisers": networks.missing_recognisers,
         "quality": _quality(totals),
@@ -260,8 +267,23 @@ def roc_file(recogniser: str) -> str:
     return f"roc_{recogniser}.png"
 
 
-def _identity(totals: Accumulator, out_dir: Path) -> dict[str, Any]:
-    """The paper's fixed-tau rates and the calibrated measures per recogniser; writes the ROC plots."""
+def _inverted(totals: Accumulator, networks: MetricNetworks, options: EvaluationOptions) -> dict[str, np.ndarray] | None:
+    """The learned-inversion attack (`inversion`): an inverter trained on the first half of
+    the (anonymized, original) pairs, run on the second half's anonymizations; their
+    embeddings per recogniser (N - N // 2, D), or None when not run (fewer than 2 faces)."""
+    if not options.inversion_steps or sum(map(len, totals.pairs["original"])) < 2:
+        return None
+    originals, anonymized = (np.concatenate(totals.pairs[s]) for s in ("original", "anonymization"))
+    half = len(originals) // 2
+    invert = inversion.train_inverter(anonymized[:half], originals[:half], options.inversion_steps, options.seed)
+    inverted = np.concatenate([invert(anonymized[i : i + options.batch_size]) for i in range(half, len(anonymized), options.batch_size)])
+    chunks = [inverted[i : i + options.batch_size] for i in range(0, len(inverted), options.batch_size)]
+    return {r: np.concatenate([recogniser(chunk) for chunk in chunks]) for r, recogniser in networks.recognisers.items()}
+
+
+def _identity(totals: Accumulator, out_dir: Path, inverted: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The paper's fixed-tau rates and the calibrated measures per recogniser, and the
+    attacks (``inverted``: `_inverted`'s embeddings); writes the ROC plots."""
     report = {}
     for name, sets in totals.embeddings.items():
         tau = recognition.threshold(THRESHOLD_NAMES[name])
@@ -283,6 +305,12 @@ def _identity(totals: Accumulator, out_dir: Path) -> dict[str, Any]:
             report[name]["attacks"] = _attacks(
                 totals.extra_embeddings[name], originals, outputs["anonymization"], report[name]["calibrated"], unit
             )
+            if inverted is not None:
+                half = len(originals) // 2
+                thresholds = {far: row["threshold"] for far, row in report[name]["calibrated"]["at_far"].items()}
+                report[name]["attacks"]["learned_inversion"] = attacks.learned_inversion(
+                    originals[half:], outputs["anonymization"][half:], inverted[name], thresholds, unit
+                )
     return report
 
 

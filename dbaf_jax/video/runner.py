@@ -26,8 +26,9 @@ from dbaf_jax import images, keys, metadata
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.report import EXIT_FACES_LEFT
 from dbaf_jax.errors import InputError, ModelMismatchError
-from dbaf_jax.faces import photos
+from dbaf_jax.faces import paste, photos
 from dbaf_jax.video import clip, sidecar, tracks
 
 # Frames waiting for their faces are bounded by this many per batch of faces.
@@ -41,14 +42,22 @@ class VideoReport:
     tracks: int = 0
     faces: int = 0  # faces processed over all frames
     interpolated: int = 0  # of those, on frames where their track was not detected
+    hidden: int = 0  # detections the model cannot take, pixelated (irreversible)
+    left: int = 0  # detections below --min-face-size, left as they were
     notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def status(self) -> int:
+        """The command's exit status: as for photos, `report.EXIT_FACES_LEFT` when a face was left as it was."""
+        return EXIT_FACES_LEFT if self.left else 0
 
     def print(self, out=None) -> None:
         out = out or sys.stderr
         for note in self.notes:
             print(f"note: {note}", file=out)
         print(f"processed {self.faces} face(s) in {self.frames} frame(s), {self.tracks} track(s)"
-              f" ({self.interpolated} interpolated)", file=out)
+              f" ({self.interpolated} interpolated); {self.hidden} face(s) hidden by the fallback (pixelated,"
+              f" irreversible), {self.left} left as they were (--min-face-size)", file=out)
         for path in self.written:
             print(f"wrote {path}", file=out)
 
@@ -56,15 +65,16 @@ class VideoReport:
 Placed = list[tuple[int, int, np.ndarray]]  # (track number, first frame, transforms (T, 2, 3))
 
 
-def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int]:
-    """First pass: the clip's tracks, their smoothed transforms, and its frame count."""
+def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker]:
+    """First pass: the clip's tracks, their smoothed transforms, its frame count, and the
+    tracker (its unusable detections and the faces left)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
     count = 0
     for frame in clip.frames(source, info):
         tracker.add(faces.detector.detect(frame.pixels))
         count += 1
     found = tracker.tracks()
-    return found, [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found], count
+    return found, [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found], count, tracker
 
 
 def _track_keys(anonymizer: FaceAnonymizer, seed: bytes, placed: Placed) -> dict[int, np.ndarray]:
@@ -83,9 +93,11 @@ class _Pending:
 
 def _processed(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, frames: Iterator[clip.Frame], placed: Placed,
-    track_keys: dict[int, np.ndarray], step: Callable, batch_size: int,
+    track_keys: dict[int, np.ndarray], step: Callable, batch_size: int, hidden: dict[int, list[np.ndarray]] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in order."""
+    """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
+    order, and the boxes ``hidden[frame]`` hidden by the fallback (`paste.hide`)."""
+    hidden = hidden or {}
     by_frame = tracks.by_frame(placed)
     size = anonymizer.padded_size(batch_size)
     pending: list[_Pending] = []
@@ -104,10 +116,10 @@ def _processed(
         for p in pending:
             done = results[start : start + len(p.faces)]
             start += len(p.faces)
-            if p.faces:
-                yield faces.paste(p.frame.pixels, p.faces, done, faces.masks(p.crops, done))
-            else:
-                yield p.frame.pixels
+            pixels = faces.paste(p.frame.pixels, p.faces, done, faces.masks(p.crops, done)) if p.faces else p.frame.pixels
+            for box in hidden.get(p.frame.index, []):
+                pixels = paste.hide(pixels, box)
+            yield pixels
         pending.clear()
 
     for frame in frames:
@@ -120,7 +132,7 @@ def _processed(
 
 def _rewrite(
     anonymizer, faces, source: Path, target: Path, info: clip.ClipInfo, encoding: clip.Encoding, placed: Placed,
-    track_keys, step, batch_size: int, frame_count: int, overwrite: bool,
+    track_keys, step, batch_size: int, frame_count: int, overwrite: bool, hidden: dict[int, list[np.ndarray]] | None = None,
 ) -> None:
     format, codec = clip.muxer(target), encoding.codec_for(target)
     originals: list[clip.Frame] = []  # the frame being written: its time
@@ -134,7 +146,7 @@ def _rewrite(
         writer = clip.Writer(source, tmp, format, info, encoding, codec)
         try:
             written = 0
-            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size):
+            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden):
                 writer.write(pixels, originals.pop(0).pts)
                 written += 1
             if written != frame_count:
@@ -172,14 +184,16 @@ def anonymize_video(
     side = sidecar.path_for(target)
     check_outputs([target, side], overwrite)
     info = clip.probe(source)
-    found, placed, count = find_tracks(faces, source, info, sigma)
+    found, placed, count, tracker = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
-    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count, overwrite)
+    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count,
+             overwrite, tracker.unusable)
     made = metadata.anonymization(record, anonymizer.fingerprint)
     sidecar.write(side, sidecar.content(made, info.upright_shape, count, faces.size, placed), overwrite)
-    report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found))
-    if not found:
+    report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
+                         sum(map(len, tracker.unusable.values())), tracker.left)
+    if not found and not tracker.unusable and not tracker.left:
         report.notes.append(f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged")
     return report
 
@@ -208,7 +222,7 @@ def recover_video(
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:
-        found, placed, count = find_tracks(faces, source, info, sigma)
+        found, placed, count, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
         tracked = len(found)
     else:
         raise InputError(f"{source}: no sidecar {side}; give the key file (--key-file) to find the faces again")

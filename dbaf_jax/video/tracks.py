@@ -6,7 +6,11 @@ A track's number (0, 1, ... in order of first appearance) chooses its key
 key changes when someone else enters or leaves. Frames a track misses between two
 detections (a blink of the detector, a brief occlusion) get linearly interpolated
 landmarks, so the face is still anonymized there. A detection ByteTrack leaves
-unmatched becomes a track of its own: a face is never left as it was.
+unmatched becomes a track of its own: a face is never left as it was. A detection
+whose landmarks cannot be aligned (as for photos: not finite, or a quad under
+`faces.photos.MIN_USABLE_SIDE`) is not tracked; its box is kept per frame
+(`Tracker.unusable`) for the irreversible fallback (`faces.paste.hide`), and faces the
+user asked to leave (``min_face_size``) are counted (`Tracker.left`).
 
 Smoothing: every track's landmarks (T, 5, 2) are filtered along time with a centred
 Gaussian of ``sigma`` frames (`scipy.ndimage.gaussian_filter1d`, edges repeated),
@@ -18,6 +22,7 @@ the box mask lives in crop coordinates and so moves with the smoothed transform.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Iterable
 
@@ -30,6 +35,7 @@ with warnings.catch_warnings():
 
 from dbaf_jax.faces import align
 from dbaf_jax.faces.detect import Detections
+from dbaf_jax.faces.photos import MIN_USABLE_SIDE
 
 DEFAULT_SIGMA = 2.0  # frames
 CONTINUE_IOU = 0.3  # see Tracker._identity
@@ -64,6 +70,8 @@ class Tracker:
         self._alias: dict[int, object] = {}  # ByteTrack id -> the track it continues
         self._unmatched: list[tuple[object, np.ndarray]] = []  # the last frame's unmatched faces and their boxes
         self._frame = 0
+        self.unusable: dict[int, list[np.ndarray]] = {}  # frame -> (4,) boxes of faces the model cannot take
+        self.left = 0  # detections below min_face_size, left as they were by the user's choice
 
     @staticmethod
     def _bytetrack(frame_rate: float):
@@ -77,7 +85,15 @@ class Tracker:
 
     def add(self, found: Detections) -> None:
         """The next frame's detections."""
-        keep = [i for i, points in enumerate(found.landmarks) if align.quad_side(points) >= self.min_face_size]
+        keep = []
+        for i, points in enumerate(found.landmarks):
+            side = align.quad_side(points) if np.isfinite(points).all() else math.nan
+            if not side >= MIN_USABLE_SIDE:
+                self.unusable.setdefault(self._frame, []).append(np.asarray(found.boxes[i], np.float64))
+            elif side < self.min_face_size:
+                self.left += 1
+            else:
+                keep.append(i)
         boxes = np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4)
         detections = sv.Detections(
             xyxy=boxes, confidence=np.asarray(found.probs, np.float32)[keep], data={"row": np.arange(len(keep))}
