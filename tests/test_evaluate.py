@@ -152,7 +152,8 @@ def test_report_structure_and_ranges(report, workspace):
     results = json.loads((report / "report.json").read_text())
     assert results["images"] == 5 and results["skipped"] == []
     assert results["missing_recognisers"] == ["facenet_casia_webface"]
-    assert results["options"] == {"batch_size": BATCH, "keys": KEYS, "diversity_faces": DIVERSITY_FACES, "seed": 0, "guesses": GUESSES}
+    assert results["options"] == {"batch_size": BATCH, "keys": KEYS, "diversity_faces": DIVERSITY_FACES, "seed": 0, "guesses": GUESSES,
+                                  "inversion_steps": INVERSION_STEPS}
     assert len(results["model"]["fingerprint"]) == 16 and results["model"]["output_size"] == 64
     assert set(results["versions"]) == {"dbaf_jax", "jax", "flax", "numpy"}
     for path, value in numbers(results):
