@@ -12,7 +12,12 @@ cache). Per run:
   pixels where a face's box mask is 1 in both, for the anonymized clip and for the
   original clip over the same pixels; a stable anonymization stays near the original's;
 - recovery PSNR (dB) per frame over the faces' pixels, against the original clip
-  (mean, minimum).
+  (mean, minimum);
+- identity spread along tracks (with requirements-eval.txt's dlib): each frame's face,
+  cropped at its track's transform, described by dlib's held-out recognizer; per track
+  the mean distance of its frames' descriptors to the track's mean descriptor, averaged
+  over tracks, for the anonymized and the original clip. A person who keeps one
+  pseudo-identity stays near the original's spread, far under dlib's 0.6 threshold.
 
 Without --model the tests' tiny model (random weights) runs with the real MTCNN: its
 faces are not faces, so only the flicker of the crop's placement, the speed and the
@@ -30,7 +35,8 @@ from typing import Sequence
 import numpy as np
 
 from dbaf_jax import anonymize_video, compilation_cache, recover_video
-from dbaf_jax.faces import paste
+from dbaf_jax.evaluation import dlib_recognition
+from dbaf_jax.faces import align, paste
 from dbaf_jax.video import clip, sidecar
 from tests.video_clips import pan_frames, write_clip
 
@@ -66,6 +72,16 @@ def psnr_per_frame(a: np.ndarray, b: np.ndarray, masks: np.ndarray) -> list[floa
     return out
 
 
+def track_spread(frames: np.ndarray, side: sidecar.Sidecar, recognizer) -> float:
+    """Mean over tracks of the mean dlib distance of a track's faces to its mean descriptor."""
+    spreads = []
+    for _, first, stack in side.tracks:
+        crops = np.stack([align.crop(frames[first + i].astype(np.uint8), t, side.size) for i, t in enumerate(stack)])
+        descriptors = recognizer(crops.astype(np.float32) / 127.5 - 1)
+        spreads.append(float(np.linalg.norm(descriptors - descriptors.mean(axis=0), axis=1).mean()))
+    return float(np.mean(spreads)) if spreads else float("nan")
+
+
 def timed(command, argv: Sequence[str]) -> float:
     start = time.perf_counter()
     command.main(list(argv))
@@ -95,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         common = ["--model", str(model), "--password-file", str(work / "pw.txt"), "--batch-size", str(args.batch_size), "--overwrite"]
         original = decoded(source)
         print(f"clip: {args.frames} frames 320x240; model: {model}")
-        print("smooth | anonymize s (frames/s) | recover s (frames/s) | tracks | flicker ours / original | recovery PSNR mean / min")
+        recognizer = dlib_recognition.DlibRecognizer() if dlib_recognition.unavailable() is None else None
+        print("smooth | anonymize s (frames/s) | recover s (frames/s) | tracks | flicker ours / original | recovery PSNR mean / min"
+              " | dlib identity spread along tracks, ours / original")
         for sigma in args.smooth:
             anon, back = work / f"anon{sigma:g}.mp4", work / f"back{sigma:g}.mkv"
             seconds = timed(anonymize_video, [*common, "--smooth", str(sigma), str(source), str(anon)])
@@ -104,9 +122,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             masks = face_masks(side)
             ours, recovered = decoded(anon), decoded(back)
             psnrs = psnr_per_frame(recovered, original, masks)
+            spread = (f"{track_spread(ours, side, recognizer):.3f} / {track_spread(original, side, recognizer):.3f}"
+                      if recognizer is not None else f"not measured ({dlib_recognition.unavailable()})")
             print(f"{sigma:g} | {seconds:.1f} ({args.frames / seconds:.2f}) | {back_seconds:.1f} ({args.frames / back_seconds:.2f}) | "
                   f"{len(side.tracks)} | {flicker(ours, masks):.2f} / {flicker(original, masks):.2f} | "
-                  f"{np.mean(psnrs):.1f} / {np.min(psnrs):.1f}")
+                  f"{np.mean(psnrs):.1f} / {np.min(psnrs):.1f} | {spread}")
 
 
 if __name__ == "__main__":
