@@ -48,7 +48,7 @@ from benchmarks import device_info, timing
 from configs import stage1, stage2
 from dbaf_jax import commands, compilation_cache, sharding
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.train import loop, networks as networks_lib
+from dbaf_jax.train import loop, networks as networks_lib, stages
 
 
 def stage_config(
@@ -81,7 +81,7 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     """Builds a stage's state and step for ``batch`` and measures it (see the module doc)."""
     config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch, args.fsdp, args.two_pass)
     timing.progress(f"stage {stage}, batch {batch}: initialising the networks")
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
     if batch % mesh.shape["data"]:

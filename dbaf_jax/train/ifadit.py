@@ -31,12 +31,11 @@ from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces.detect import ONET_SIDE
 from dbaf_jax.models.ifadit import Variables
 from dbaf_jax.models.parsers import bisenet_inputs
-from dbaf_jax.train.adversarial import REMAT_POLICIES, Critics, agreement
+from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement
 from dbaf_jax.train.networks import IFADITNetworks
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.state import Optimizers, TrainState
 
-Metrics = dict[str, jax.Array]
 ANONYMIZATION_KEYS = 2  # the diversity loss's inter-key term needs two
 RECOVERY_KEYS = 2  # the first anonymization key, then a wrong one
 
@@ -101,6 +100,10 @@ class Phase:
     def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
         raise NotImplementedError
 
+    def evaluation_summary(self, evaluated: dict[str, float], count: int) -> None:
+        """No summary line: the evaluation's measures go to the metrics only."""
+        return None
+
     # ---- shared
 
     def loss_networks(self, variables: Variables) -> ifadit_losses.LossNetworks:
@@ -120,7 +123,7 @@ class Phase:
         )
 
     def critics(self, variables: Variables) -> Critics:
-        """The measures `adversarial.agreement` reports with."""
+        """The measures `shared.agreement` reports with."""
         networks = self.loss_networks(variables)
         return Critics(embed=networks.identity, lpips=networks.lpips, parse=networks.parser)
 

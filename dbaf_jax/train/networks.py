@@ -4,7 +4,7 @@ DBAF runs: the model proper (e4e, CID, MAAR, decoder, KRIA; see
 `dbaf_jax.models.dbaf`) and the auxiliary networks: the discriminator, the key
 generator (the base StyleGAN2 whose mapping network turns key z into w) and the
 frozen critics of the losses (ArcFace, LPIPS, the U-Net face parser). iFADIT runs
-(``config.family == 'ifadit'``): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
+(configs/ifadit.py): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
 its ArcFace and BiSeNet serve the losses too) plus LPIPS and MTCNN's O-net, the
 landmark extractor (`IFADITNetworks`).
 
@@ -135,11 +135,9 @@ class IFADITNetworks:
         return IFADIT_PRETRAINED
 
 
-def build(config: ml_collections.ConfigDict) -> Networks | IFADITNetworks:
-    """The modules described by ``config.model`` (widths, variants), computing in
-    ``config.compute_dtype``."""
-    if config.get("family") == IFADIT.FAMILY:
-        return build_ifadit(config)
+def build_dbaf(config: ml_collections.ConfigDict) -> Networks:
+    """A DBAF run's modules described by ``config.model`` (widths, variants), computing in
+    ``config.compute_dtype`` (configs/stage1.py, configs/stage2.py)."""
     m = config.model
     decoder = Generator(
         size=m.size,
