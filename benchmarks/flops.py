@@ -40,18 +40,15 @@ from dbaf_jax.train.shared import REMAT_POLICIES
 
 def abstract_run(config):
     """(networks, stage, abstract state, abstract frozen variables in the compute dtype)
-    of a config: the training loop's setup (`loop.setup`), traced."""
-    networks = stages.build_networks(config)
-    rng = jax.random.PRNGKey(0)
-    variables = jax.eval_shape(lambda r: networks_lib.init_variables(networks, r, config.model.size), rng)
+    of a config: the training loop's setup (`loop.random_setup`), traced."""
     made = {}
 
-    def create(v, r):
-        made["setup"] = loop.setup(config, networks, v, r)
+    def create(rng):
+        made["networks"], made["setup"] = loop.random_setup(config, rng)
         return made["setup"].state, made["setup"].frozen
 
-    state, frozen = jax.eval_shape(create, variables, rng)
-    return networks, made["setup"].stage, state, frozen
+    state, frozen = jax.eval_shape(create, jax.random.PRNGKey(0))
+    return made["networks"], made["setup"].stage, state, frozen
 
 
 def lowered_step(config, **variant):

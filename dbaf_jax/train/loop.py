@@ -38,7 +38,7 @@ from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.method import TrainingStage
+from dbaf_jax.train.method import MethodState, TrainingStage
 
 MODEL_EXPORT = "model"
 METRICS_FILE = "metrics.jsonl"
@@ -92,7 +92,7 @@ class Setup(NamedTuple):
     (float32, on the host) for the exports."""
 
     stage: TrainingStage
-    state: state_lib.TrainState
+    state: MethodState
     frozen: dict
     exported_frozen: dict
 
@@ -112,6 +112,17 @@ def setup(config: ml_collections.ConfigDict, nets: networks_lib.Networks, variab
         exported_frozen = jax.device_get(exported_frozen)
         frozen = jax.device_put(frozen, sharding.replicated(mesh))
     return Setup(stage, state, frozen, exported_frozen)
+
+
+def random_setup(config: ml_collections.ConfigDict, rng: jax.Array, mesh=None) -> tuple[Any, Setup]:
+    """(networks, `setup`) of ``config`` with every network random (no ``model_dir`` or
+    ``init_from``): what the benchmarks and the FLOP counter measure. ``rng`` splits
+    into the networks' and the state's keys. Without a mesh it can be traced
+    (``jax.eval_shape``) like `setup`."""
+    nets = stages.build_networks(config)
+    init_rng, state_rng = jax.random.split(rng)
+    variables = networks_lib.init_variables(nets, init_rng, config.model.size)
+    return nets, setup(config, nets, variables, state_rng, mesh)
 
 
 def make_step(stage: TrainingStage, mesh, state, frozen, **variant):
@@ -205,7 +216,7 @@ def export(workdir: Path, stage: TrainingStage, variables: dict, name: str = MOD
     return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True, recovery=stage.trained_recovery)
 
 
-def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:
+def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: MethodState) -> None:
     """Saves the state of the last completed step, if an interrupt left it intact.
 
     An interrupt that lands after a step was dispatched (which donates the old state)
@@ -217,7 +228,7 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
     checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> MethodState:
     started = time.perf_counter()  # the final line's total includes building and initialising the networks
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

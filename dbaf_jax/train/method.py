@@ -1,5 +1,5 @@
-"""What the training loop (`dbaf_jax.train.loop`) needs of a method's stage or phase:
-`TrainingStage`. DBAF's stages (`dbaf_jax.train.adversarial.AdversarialStage`) and
+"""What the training loop (`dbaf_jax.train.loop`) needs of a method's stage or phase
+(`TrainingStage`) and of its train state (`MethodState`). DBAF's stages (`dbaf_jax.train.adversarial.AdversarialStage`) and
 iFADIT's phases (`dbaf_jax.train.ifadit.Phase`) both satisfy it; the loop, the
 benchmarks and the exports are typed against it, never against one method's class.
 docs/methods.md says how a method plugs in.
@@ -13,9 +13,22 @@ import jax
 import ml_collections
 
 from dbaf_jax.train.shared import Metrics
-from dbaf_jax.train.state import Optimizers, TrainState
 
 Variables = dict[str, Any]  # {network: flax variables}
+
+
+class MethodState(Protocol):
+    """A method's train state: a pytree (checkpointed, placed on the mesh and donated
+    whole) holding what the steps change. DBAF's is `dbaf_jax.train.state.TrainState`
+    (Ranger's Lookahead pairs and a discriminator), iFADIT's
+    `dbaf_jax.train.ifadit.PhaseState` (Adam)."""
+
+    step: jax.Array  # int32 scalar, steps done
+    rng: jax.Array  # PRNG key data (uint32)
+
+    def variables(self, frozen: Variables) -> Variables:
+        """{network: variables} for the forward pass: the trained networks' plus ``frozen``."""
+        ...
 
 
 class TrainingStage(Protocol):
@@ -29,10 +42,14 @@ class TrainingStage(Protocol):
     sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: Any, optimizers: Optimizers | None) -> "TrainingStage": ...
+    def from_config(cls, config: ml_collections.ConfigDict, networks: Any, optimizers: Any) -> "TrainingStage":
+        """The stage with ``optimizers`` as its method's state creation made them (None:
+        a stage built only to sample, evaluate or export)."""
+        ...
 
-    def step(self, state: TrainState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, **variant) -> tuple[TrainState, Metrics]:
-        """One pure training step (jitted by the loop with a donated state)."""
+    def step(self, state: Any, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, **variant) -> tuple[Any, Metrics]:
+        """One pure training step on the method's `MethodState` (jitted by the loop with a
+        donated state)."""
         ...
 
     def step_variant(self, step: int) -> dict:

@@ -20,10 +20,9 @@ from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train import ifadit
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.method import TrainingStage
+from dbaf_jax.train.method import MethodState, TrainingStage
 from dbaf_jax.train.stage1 import Stage1
 from dbaf_jax.train.stage2 import Stage2
-from dbaf_jax.train.state import Optimizers
 
 
 class Method(NamedTuple):
@@ -31,8 +30,8 @@ class Method(NamedTuple):
 
     stages: dict[Any, type[TrainingStage]]  # config.stage -> its stage class
     build_networks: Callable[[ml_collections.ConfigDict], Any]  # config -> the networks table
-    # (config, variables, rng) -> (train state, frozen variables, optimizers)
-    create_state: Callable[[ml_collections.ConfigDict, Variables, jax.Array], tuple[state_lib.TrainState, Variables, Optimizers]]
+    # (config, variables, rng) -> (train state, frozen variables, the optimizers its stages take)
+    create_state: Callable[[ml_collections.ConfigDict, Variables, jax.Array], tuple[MethodState, Variables, Any]]
 
 
 METHODS = {
@@ -56,7 +55,7 @@ def build_networks(config: ml_collections.ConfigDict):
     return method(config).build_networks(config)
 
 
-def build(config: ml_collections.ConfigDict, networks, optimizers: Optimizers | None) -> TrainingStage:
+def build(config: ml_collections.ConfigDict, networks, optimizers: Any) -> TrainingStage:
     """The stage (or phase) ``config.stage`` trains."""
     return method(config).stages[config.stage].from_config(config, networks, optimizers)
 
@@ -68,8 +67,8 @@ def name(config: ml_collections.ConfigDict) -> str:
 
 def create_state(
     config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
-) -> tuple[state_lib.TrainState, Variables, Optimizers]:
+) -> tuple[MethodState, Variables, Any]:
     """(train state, frozen variables, optimizers) as ``config``'s method makes them:
     DBAF's stages with Ranger and a discriminator (`state.create`), iFADIT's phases with
-    Adam (`ifadit.create_state`)."""
+    Adam and no discriminator (`ifadit.create_state`)."""
     return method(config).create_state(config, variables, rng)
