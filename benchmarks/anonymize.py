@@ -49,13 +49,13 @@ from dbaf_jax import compilation_cache, model_directory
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import anonymize_program
 from dbaf_jax.models import dbaf
-from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import networks as networks_lib, stages
 
 
 def random_model(args: argparse.Namespace, folder: Path) -> Path:
     """A DBAF model directory with random weights for the flags' config, in ``folder``."""
     config = stage_config(2, args.size, args.width_scale, args.encoder_width_scale, "float32")
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     modules = networks.model.networks()
     variables = networks_lib.init_variables(networks, jax.random.PRNGKey(0), args.size, tuple(modules))
     saved = {name: (module, variables[name]) for name, module in modules.items()}

@@ -34,24 +34,21 @@ import jax.numpy as jnp
 from benchmarks import timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import compilation_cache, losses, sharding
-from dbaf_jax.train import loop, networks as networks_lib
-from dbaf_jax.train.adversarial import REMAT_POLICIES
+from dbaf_jax.train import loop, networks as networks_lib, stages
+from dbaf_jax.train.shared import REMAT_POLICIES
 
 
 def abstract_run(config):
     """(networks, stage, abstract state, abstract frozen variables in the compute dtype)
-    of a config: the training loop's setup (`loop.setup`), traced."""
-    networks = networks_lib.build(config)
-    rng = jax.random.PRNGKey(0)
-    variables = jax.eval_shape(lambda r: networks_lib.init_variables(networks, r, config.model.size), rng)
+    of a config: the training loop's setup (`loop.random_setup`), traced."""
     made = {}
 
-    def create(v, r):
-        made["setup"] = loop.setup(config, networks, v, r)
+    def create(rng):
+        made["networks"], made["setup"] = loop.random_setup(config, rng)
         return made["setup"].state, made["setup"].frozen
 
-    state, frozen = jax.eval_shape(create, variables, rng)
-    return networks, made["setup"].stage, state, frozen
+    state, frozen = jax.eval_shape(create, jax.random.PRNGKey(0))
+    return made["networks"], made["setup"].stage, state, frozen
 
 
 def lowered_step(config, **variant):
@@ -84,7 +81,7 @@ def remat_costs(config) -> dict[str, tuple[float, int]]:
 
 def inference_flops(config) -> dict[str, float]:
     """FLOPs per image of anonymizing and of the generator's forward pass (batch 1)."""
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     model = networks.model.for_inference()
     names = tuple(model.networks())
     variables = jax.eval_shape(lambda r: networks_lib.init_variables(networks, r, config.model.size, names), jax.random.PRNGKey(0))

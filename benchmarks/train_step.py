@@ -48,7 +48,7 @@ from benchmarks import device_info, timing
 from configs import stage1, stage2
 from dbaf_jax import commands, compilation_cache, sharding
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.train import loop, networks as networks_lib
+from dbaf_jax.train import loop
 
 
 def stage_config(
@@ -81,14 +81,10 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     """Builds a stage's state and step for ``batch`` and measures it (see the module doc)."""
     config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch, args.fsdp, args.two_pass)
     timing.progress(f"stage {stage}, batch {batch}: initialising the networks")
-    networks = networks_lib.build(config)
-    init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
     if batch % mesh.shape["data"]:
         raise ConfigError(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
-    variables = networks_lib.init_variables(networks, init_rng, config.model.size)
-    stage_fns, state, frozen, _ = loop.setup(config, networks, variables, state_rng, mesh)
-    del variables
+    _, (stage_fns, state, frozen, _) = loop.random_setup(config, jax.random.PRNGKey(0), mesh)
     images = np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
     images = sharding.put_batch(mesh, images)
     index_in_epoch = jnp.asarray(1, jnp.int32)

@@ -11,7 +11,7 @@ Variants (combine with commas, e.g. ``:phase2,tiny``):
            phase 1 (``init_from``)
   tiny     reduced widths at 64 px on synthetic data, minutes on a CPU
 
-The schema is `configs/common.py`'s, less DBAF's own fields, plus the iFADIT model's.
+The schema is `configs/common.py`'s shared fields plus iFADIT's own (below).
 "paper" in a comment is the iFADIT paper; "chosen" marks a value the paper leaves
 open, with the reason (docs/ifadit.md lists them all). The loss weights are the
 paper's and fixed (`dbaf_jax.ifadit_losses`).
@@ -22,9 +22,6 @@ import ml_collections
 from configs import common
 
 PHASES = {1: "ifadit1", 2: "ifadit2"}  # config.stage of each phase (dbaf_jax.train.stages)
-# DBAF's fields that mean nothing to iFADIT (and ``stage``, an int there, a name here).
-DBAF_ONLY = ("stage", "pair_self_every", "recovery", "loss", "r1_gamma", "r1_every", "r1_lazy", "two_pass")
-DBAF_ONLY_MODEL = ("cid", "maar", "latent_groups")
 
 
 def phase1(c: ml_collections.ConfigDict) -> None:
@@ -53,11 +50,9 @@ VARIANTS = {"phase1": phase1, "phase2": phase2, "tiny": tiny}
 
 def get_config(variants: str = "phase1") -> ml_collections.ConfigDict:
     c = common.base_config()
-    for name in DBAF_ONLY:
-        del c[name]
-    for name in DBAF_ONLY_MODEL:
-        del c.model[name]
-    c.family = "ifadit"  # what the exported model directory's model.json names
+    c.stage = PHASES[1]  # a phase's name (phase1, phase2 set it)
+    c.trainable = ("e4e", "mapper")
+    c.family = "ifadit"  # the run's model family, as its exported model.json names it
 
     # Base checkpoints in model_dir: e4e, generator, arcface, parser_bisenet (the face
     # parser E_FP and the background mask), lpips_alex, mtcnn/onet (the landmark stand-in).

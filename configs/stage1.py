@@ -14,7 +14,7 @@ Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
 
 import ml_collections
 
-from configs import common
+from configs import common, dbaf_schema
 
 
 def reference(c: ml_collections.ConfigDict) -> None:
@@ -43,13 +43,13 @@ def paper(c: ml_collections.ConfigDict) -> None:
     c.loss.same_threshold = 0.0  # paper tau+ (value not given; the reference's)
     c.loss.different_threshold = 0.5  # paper tau- (value not given; the reference's)
     c.loss.adv = 1.0  # paper eq. (18)
-    common.paper_model(c)
+    dbaf_schema.paper_model(c)
 
 
 def hford(c: ml_collections.ConfigDict) -> None:
     """HFORD's pre-training, sec. III-F: eq. (18) with lambda_c = 1.0, lambda_id = 0,
     lambda_lips = 1.0, lambda_rec = 3.5, lambda_parse = 0.1, lambda_reg = 0.1."""
-    common.hford_losses(c)
+    dbaf_schema.hford_losses(c)
     c.loss.contrastive = 1.0  # HFORD lambda_c, eq. (6)
     c.loss.id = 0.0  # HFORD lambda_id = 0 in pre-training
     c.loss.lpips = 1.0  # HFORD lambda_lips
@@ -64,18 +64,18 @@ def hford(c: ml_collections.ConfigDict) -> None:
 VARIANTS = {
     "reference": reference,
     "paper": paper,
-    "tiny": common.tiny,
-    "quickstart": common.quickstart,
-    "tokens": common.tokens,
-    "no_cid": common.no_cid,
-    "no_maar": common.no_maar,
-    "no_adv": common.no_adv,
+    "tiny": dbaf_schema.tiny,
+    "quickstart": dbaf_schema.quickstart,
+    "tokens": dbaf_schema.tokens,
+    "no_cid": dbaf_schema.no_cid,
+    "no_maar": dbaf_schema.no_maar,
+    "no_adv": dbaf_schema.no_adv,
     "hford": hford,
 }
 
 
 def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
-    c = common.base_config()
+    c = dbaf_schema.dbaf_config()
     c.stage = 1
     c.batch_size = 16  # ref stage 1 --batchsize
     c.best_metric = "reconstruction_psnr"  # W/best/: the model directory where this was highest

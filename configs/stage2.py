@@ -15,7 +15,7 @@ model directory). Variants as ``--config configs/stage2.py:paper`` or ``:referen
 
 import ml_collections
 
-from configs import common
+from configs import common, dbaf_schema
 
 
 def reference(c: ml_collections.ConfigDict) -> None:
@@ -40,14 +40,14 @@ def paper(c: ml_collections.ConfigDict) -> None:
     c.loss.reg = 0.1  # paper lambda_reg
     c.loss.adv = 1.0  # paper eq. (38): summed over S2
     c.recovery = "image"  # paper eqs. (21)-(23): re-encode the anonymized image
-    common.paper_model(c)
+    dbaf_schema.paper_model(c)
 
 
 def hford(c: ml_collections.ConfigDict) -> None:
     """HFORD's anonymization training, sec. IV-A: eq. (18) with lambda_c = 0,
     lambda_id = 2.0, lambda_lips = 1.0, lambda_rec = 0.05, lambda_parse = 0.1,
     lambda_reg = 0.1; 2 anonymizing and 2 wrong passwords (n = 4), one recovery (m = 1)."""
-    common.hford_losses(c)
+    dbaf_schema.hford_losses(c)
     c.loss.identity_reduction = "mean"  # HFORD eqs. (10)-(12): 1/(n(n-1)) over pairs, 1/n, 1/m
     c.loss.id = 2.0  # HFORD lambda_id
     c.loss.lpips = 1.0  # HFORD lambda_lips
@@ -70,20 +70,20 @@ def frozen_generator(c: ml_collections.ConfigDict) -> None:
 VARIANTS = {
     "reference": reference,
     "paper": paper,
-    "tiny": common.tiny,
-    "quickstart": common.quickstart,
+    "tiny": dbaf_schema.tiny,
+    "quickstart": dbaf_schema.quickstart,
     "single_stage": single_stage,
     "frozen_generator": frozen_generator,
-    "tokens": common.tokens,
-    "no_cid": common.no_cid,
-    "no_maar": common.no_maar,
-    "no_adv": common.no_adv,
+    "tokens": dbaf_schema.tokens,
+    "no_cid": dbaf_schema.no_cid,
+    "no_maar": dbaf_schema.no_maar,
+    "no_adv": dbaf_schema.no_adv,
     "hford": hford,
 }
 
 
 def get_config(variants: str = "reference") -> ml_collections.ConfigDict:
-    c = common.base_config()
+    c = dbaf_schema.dbaf_config()
     c.stage = 2
     c.batch_size = 8  # ref stage 2 --batchsize
     c.trainable = ("kria", "cid", "maar", "decoder", "discriminator")  # ref stage 2

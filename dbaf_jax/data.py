@@ -10,7 +10,7 @@ with PIL before tfds sees them, and tfds decodes them with PIL when read through
 ``builder.as_data_source()`` / ``tfds.data_source``. Unreadable files are skipped,
 counted and listed, never fatal.
 
-Training reads the dataset with `make_loader`: an infinite (or ``num_epochs``
+Training reads the dataset with `batches` (over `PreparedImages`): an infinite (or ``num_epochs``
 long) stream of host-local batches, float32 (B_local, size, size, 3) in [-1, 1]
 (``(pixels / 255 - 0.5) / 0.5`` like the reference's ToTensor + Normalize). The
 order is a pure function of (seed, step): epoch e visits the images in the order of
@@ -20,8 +20,8 @@ G, so a batch may straddle two epochs and no image is dropped. Host p of P takes
 rows [p*G/P, (p+1)*G/P) of every global batch. Resuming at ``start_step`` therefore
 costs nothing and yields exactly the batches an uninterrupted run would have.
 
-`make_synthetic_loader` gives the same stream over deterministic smooth random
-images, for smoke runs without a dataset.
+`SyntheticFaces` gives the same stream over deterministic smooth random images, for
+smoke runs without a dataset.
 """
 
 from __future__ import annotations
@@ -357,30 +357,3 @@ def batches(
     images = grain.MapDataset.range(steps_left * local).map(load).to_iter_dataset(read_options)
     return iter(images.batch(local, drop_remainder=True, batch_fn=lambda rows: to_float(np.stack(rows))))
 
-
-def make_loader(
-    data_dir: str | Path,
-    global_batch_size: int,
-    seed: int,
-    start_step: int = 0,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    num_epochs: int | None = None,
-) -> Iterator[np.ndarray]:
-    """Batches of a dataset prepared by `prepare`; see `batches`."""
-    return batches(PreparedImages(data_dir), global_batch_size, seed, start_step, process_index, process_count, num_epochs)
-
-
-def make_synthetic_loader(
-    num_images: int,
-    size: int,
-    global_batch_size: int,
-    seed: int,
-    start_step: int = 0,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    num_epochs: int | None = None,
-) -> Iterator[np.ndarray]:
-    """Batches of `SyntheticFaces` (images drawn from ``seed``); see `batches`."""
-    source = SyntheticFaces(num_images, size, seed)
-    return batches(source, global_batch_size, seed, start_step, process_index, process_count, num_epochs)

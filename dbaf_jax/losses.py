@@ -78,17 +78,6 @@ def contrastive_loss(
     return jnp.where(same, same_term, different_term)
 
 
-def arcface_perceptual_loss(maps_a: Sequence[Array], maps_b: Sequence[Array]) -> Array:
-    """Sum over ArcFace's intermediate maps of the mean absolute difference.
-
-    IDLossExtractor computes it (maps after the stem and body units 2, 6, 20, 23);
-    neither training script adds it to a loss.
-    """
-    if len(maps_a) != len(maps_b):
-        raise ValueError(f"{len(maps_a)} maps against {len(maps_b)}")
-    return sum(jnp.mean(jnp.abs(a - b)) for a, b in zip(maps_a, maps_b))
-
-
 def stage2_identity_reference(
     ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.1, reduction: str = "sum"
 ) -> Array:

@@ -32,12 +32,12 @@ def main() -> None:
 
     from configs import stage1
     from dbaf_jax import data, sharding
-    from dbaf_jax.train import loop, networks as networks_lib, stages, state as state_lib
+    from dbaf_jax.train import loop, stages, state as state_lib
 
     config = stage1.get_config("tiny")
     config.batch_size = 8
     config.data.synthetic_size = 16
-    network = networks_lib.build(config)
+    network = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     state, frozen, optimizers = state_lib.create(config, loop.initial_variables(config, network, init_rng), state_rng)
     mesh = sharding.make_mesh(8, 1)

@@ -3,6 +3,8 @@
 import json
 import shutil
 import sys
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -11,6 +13,35 @@ from PIL import Image
 from dbaf_jax import commands, prepare_data
 from dbaf_jax import data
 from dbaf_jax.errors import DatasetError
+
+
+def make_loader(
+    data_dir: str | Path,
+    global_batch_size: int,
+    seed: int,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    num_epochs: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Batches of a dataset prepared by `data.prepare`; see `data.batches`."""
+    return data.batches(data.PreparedImages(data_dir), global_batch_size, seed, start_step, process_index, process_count, num_epochs)
+
+
+def make_synthetic_loader(
+    num_images: int,
+    size: int,
+    global_batch_size: int,
+    seed: int,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    num_epochs: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Batches of `data.SyntheticFaces` (images drawn from ``seed``); see `data.batches`."""
+    source = data.SyntheticFaces(num_images, size, seed)
+    return data.batches(source, global_batch_size, seed, start_step, process_index, process_count, num_epochs)
+
 
 SIZE = 16
 
@@ -122,7 +153,7 @@ def take(iterator, n):
 def test_loader_shapes_range_and_epochs(prepared):
     out, _ = prepared
     # 9 images, global batch 3: each epoch is 3 batches holding every image once.
-    batches = take(data.make_loader(out, 3, seed=7, process_index=0, process_count=1), 6)
+    batches = take(make_loader(out, 3, seed=7, process_index=0, process_count=1), 6)
     assert batches.shape == (6, 3, SIZE, SIZE, 3) and batches.dtype == np.float32
     assert batches.min() >= -1.0 and batches.max() <= 1.0
     source = data.PreparedImages(out)
@@ -135,35 +166,35 @@ def test_loader_shapes_range_and_epochs(prepared):
 
 def test_loader_is_deterministic_and_seeded(prepared):
     out, _ = prepared
-    first = take(data.make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
-    again = take(data.make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
-    other = take(data.make_loader(out, 4, seed=4, process_index=0, process_count=1), 5)
+    first = take(make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
+    again = take(make_loader(out, 4, seed=3, process_index=0, process_count=1), 5)
+    other = take(make_loader(out, 4, seed=4, process_index=0, process_count=1), 5)
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
 
 
 def test_loader_resumes_exactly(prepared):
     out, _ = prepared
-    uninterrupted = take(data.make_loader(out, 4, seed=5, process_index=0, process_count=1), 8)
+    uninterrupted = take(make_loader(out, 4, seed=5, process_index=0, process_count=1), 8)
     for k in (1, 3, 5):  # 9 images, batch 4: batches straddle epochs
-        resumed = take(data.make_loader(out, 4, seed=5, start_step=k, process_index=0, process_count=1), 8 - k)
+        resumed = take(make_loader(out, 4, seed=5, start_step=k, process_index=0, process_count=1), 8 - k)
         np.testing.assert_array_equal(resumed, uninterrupted[k:])
 
 
 def test_loader_splits_global_batch_over_hosts(prepared):
     out, _ = prepared
-    whole = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=1), 4)
-    host0 = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=2), 4)
-    host1 = take(data.make_loader(out, 4, seed=2, start_step=2, process_index=1, process_count=2), 4)
+    whole = take(make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=1), 4)
+    host0 = take(make_loader(out, 4, seed=2, start_step=2, process_index=0, process_count=2), 4)
+    host1 = take(make_loader(out, 4, seed=2, start_step=2, process_index=1, process_count=2), 4)
     assert host0.shape == (4, 2, SIZE, SIZE, 3)
     np.testing.assert_array_equal(np.concatenate([host0, host1], axis=1), whole)
     with pytest.raises(ValueError, match="does not split"):
-        data.make_loader(out, 5, seed=2, process_index=0, process_count=2)
+        make_loader(out, 5, seed=2, process_index=0, process_count=2)
 
 
 def test_loader_num_epochs_ends_the_stream(prepared):
     out, _ = prepared
-    assert len(list(data.make_loader(out, 4, seed=0, num_epochs=2, process_index=0, process_count=1))) == 4  # 18 // 4
+    assert len(list(make_loader(out, 4, seed=0, num_epochs=2, process_index=0, process_count=1))) == 4  # 18 // 4
 
 
 def test_synthetic_loader():
@@ -171,10 +202,10 @@ def test_synthetic_loader():
     np.testing.assert_array_equal(source[2], data.SyntheticFaces(6, 24, seed=1)[2])
     assert not np.array_equal(source[2], source[3])
     assert source[0].dtype == np.uint8 and source[0].std() > 10
-    loader = data.make_synthetic_loader(6, 24, 4, seed=1, process_index=0, process_count=1)
+    loader = make_synthetic_loader(6, 24, 4, seed=1, process_index=0, process_count=1)
     batches = take(loader, 3)
     assert batches.shape == (3, 4, 24, 24, 3) and -1.0 <= batches.min() and batches.max() <= 1.0
-    resumed = take(data.make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2)
+    resumed = take(make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2)
     np.testing.assert_array_equal(resumed, batches[1:])
 
 

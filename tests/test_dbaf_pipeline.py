@@ -284,9 +284,9 @@ def test_full_size_conversion_fits_stage2():
         "discriminator": infer_discriminator(discriminator_sd, "d"),
     }
     stage1_config = stage1.get_config("reference")
-    stage1_exports = stages.build(stage1_config, networks.build(stage1_config), optimizers=None).exported_networks()
+    stage1_exports = stages.build(stage1_config, stages.build_networks(stage1_config), optimizers=None).exported_networks()
     assert set(inferred) == set(stage1_exports)
-    built = networks.modules(networks.build(stage2.get_config("reference")))
+    built = networks.modules(stages.build_networks(stage2.get_config("reference")))
     for name, module in inferred.items():
         expected = {k: v for k, v in model_directory.module_config(built[name]).items() if k != "dtype"}
         found = {k: v for k, v in model_directory.module_config(module).items() if k != "dtype"}

@@ -38,7 +38,7 @@ from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.inception import FEATURES
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.lpips import LPIPS
-from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import networks as networks_lib, stages
 from tests.test_anonymize_cli import temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
@@ -301,7 +301,7 @@ def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, t
     """The evaluation takes any family: an iFADIT model directory (the tiny config,
     random weights) is measured on the image-mode sets, with no latent-mode ones (iFADIT
     recovers from the image alone), and its report writes every table."""
-    nets = networks_lib.build(ifadit_config.get_config("phase2,tiny"))
+    nets = stages.build_networks(ifadit_config.get_config("phase2,tiny"))
     modules = nets.model.networks()
     variables = networks_lib.init_variables(nets, jax.random.PRNGKey(1), 64, tuple(modules))
     model_directory.save_model(tmp_path / "model", ifadit.FAMILY, {n: (m, variables[n]) for n, m in modules.items()}, {})

@@ -17,7 +17,7 @@ from dbaf_jax import model_families
 from dbaf_jax import keys, model_directory
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.sif import SecureIdentityFlow, bounded_log_scale
-from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import networks as networks_lib, stages
 
 IDENTITY_DIM = 512
 KEY_DIM = 512
@@ -91,7 +91,7 @@ def test_bounded_log_scale():
 
 
 def full_size_networks() -> networks_lib.IFADITNetworks:
-    return networks_lib.build(ifadit_config.get_config("phase2"))
+    return stages.build_networks(ifadit_config.get_config("phase2"))
 
 
 def test_full_size_shapes():
@@ -119,7 +119,7 @@ def test_full_size_shapes():
 @pytest.fixture(scope="module")
 def tiny():
     """The tiny config's model (64 px) with random weights."""
-    nets = networks_lib.build(ifadit_config.get_config("phase2,tiny"))
+    nets = stages.build_networks(ifadit_config.get_config("phase2,tiny"))
     model = nets.model
     variables = networks_lib.init_variables(nets, jax.random.PRNGKey(1), 64, tuple(model.networks()))
     return model, variables

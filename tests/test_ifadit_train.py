@@ -24,7 +24,7 @@ from dbaf_jax import anonymize, data, images as images_lib, keys, model_director
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
-from dbaf_jax.train import loop, networks as networks_lib, stages
+from dbaf_jax.train import loop, stages
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 16
@@ -70,7 +70,7 @@ def launch(phase: int, workdir: Path, init_from: Path | None = None) -> None:
 
 def fixed_loss(c, variables) -> dict[str, float]:
     """The phase's loss terms on the first batch of the synthetic data with a fixed key draw."""
-    nets = networks_lib.build(c)
+    nets = stages.build_networks(c)
     phase = stages.build(c, nets, None)
     source = data.SyntheticFaces(c.data.synthetic_size, c.model.size, c.seed)
     batch = images_lib.to_float(np.stack([source[i] for i in range(c.batch_size)]))
@@ -83,7 +83,7 @@ def variables_of(c, init_from: Path | None) -> dict:
     if init_from is not None:
         c = c.copy_and_resolve_references()
         c.init_from = str(init_from)
-    nets = networks_lib.build(c)
+    nets = stages.build_networks(c)
     init_rng = jax.random.split(jax.random.PRNGKey(c.seed), 4)[0]  # as the loop splits
     return loop.initial_variables(c, nets, init_rng)
 

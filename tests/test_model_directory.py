@@ -25,7 +25,7 @@ from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
-from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import networks as networks_lib, stages
 
 STYLE_DIM = 8
 
@@ -66,7 +66,7 @@ def test_every_exported_class_is_registered():
     """Training exports (both CID kinds) and every converter's classes have a kind."""
     exported = []
     for variants in ("tiny", "tiny,no_cid"):
-        exported += networks_lib.modules(networks_lib.build(stage2.get_config(variants))).values()
+        exported += networks_lib.modules(stages.build_networks(stage2.get_config(variants))).values()
     exported += [cls(stylegan_size=64, style_dim=STYLE_DIM) for cls in ENCODER_TYPES.values()]
     exported += [UNetParser(), BiSeNet(), Discriminator(size=64), InceptionResnetV1(), FIDInceptionV3()]
     exported += [module for module, _, _ in MTCNN_NETWORKS.values()]
@@ -152,7 +152,7 @@ def test_dbaf_load_names_the_missing_networks(saved, tmp_path):
 
 def test_load_pretrained_missing_directory_or_network(saved, tmp_path):
     path, _, _ = saved
-    nets = networks_lib.build(stage2.get_config("tiny"))
+    nets = stages.build_networks(stage2.get_config("tiny"))
     with pytest.raises(ModelDirectoryError, match=f"{tmp_path / 'nowhere'}: no such model directory"):
         networks_lib.load_pretrained(nets, {}, tmp_path / "nowhere", networks_lib.PRETRAINED)
     with pytest.raises(NetworkNotFoundError, match="no 'generator' network"):
@@ -169,7 +169,7 @@ def test_load_pretrained_missing_directory_or_network(saved, tmp_path):
 @pytest.fixture(scope="module")
 def dbaf_modules():
     """The tiny stage-2 config's DBAF networks, name -> module."""
-    built = networks_lib.modules(networks_lib.build(stage2.get_config("tiny")))
+    built = networks_lib.modules(stages.build_networks(stage2.get_config("tiny")))
     return {name: built[name] for name in dbaf.NETWORKS}
 
 
@@ -177,7 +177,7 @@ def dbaf_modules():
 def dbaf_variables(dbaf_modules):
     """Random variables of the shapes `init` gives (shapes only: traced, never compiled)."""
     rng = np.random.default_rng(0)
-    nets = networks_lib.build(stage2.get_config("tiny"))
+    nets = stages.build_networks(stage2.get_config("tiny"))
     shapes = jax.eval_shape(lambda key: networks_lib.init_variables(nets, key, 64, dbaf.NETWORKS), jax.random.key(0))
     return jax.tree.map(lambda s: (0.1 * rng.standard_normal(s.shape)).astype(s.dtype), shapes)
 

@@ -149,7 +149,7 @@ from dbaf_jax import sharding
 from dbaf_jax.train import loop, networks, stages, state as state_lib
 config = stage2.get_config("tiny")
 config.batch_size, config.mesh.fsdp, config.mesh.min_shard_size = 8, 4, 1024
-nets = networks.build(config)
+nets = stages.build_networks(config)
 state, frozen, txs = state_lib.create(config, networks.init_variables(nets, jax.random.PRNGKey(0), 64), jax.random.PRNGKey(1))
 mesh = sharding.make_mesh(None, 4)
 state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))

@@ -31,7 +31,7 @@ def tiny_config(compute_dtype: str):
 @pytest.fixture(scope="module")
 def start():
     """The tiny stage-2 networks in float32 and bfloat16, one set of float32 variables."""
-    networks = {d: networks_lib.build(tiny_config(d)) for d in ("float32", "bfloat16")}
+    networks = {d: stages.build_networks(tiny_config(d)) for d in ("float32", "bfloat16")}
     variables = networks_lib.init_variables(networks["float32"], jax.random.PRNGKey(0), SIZE)
     return networks, jax.device_get(variables)
 

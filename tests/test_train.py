@@ -37,7 +37,7 @@ from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, profiling, stages, state as state_lib
+from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, profiling, shared, stages, state as state_lib
 from dbaf_jax.train import stage1 as stage1_lib
 
 BATCH = 8  # one image per forced host device
@@ -108,7 +108,7 @@ class Start(NamedTuple):
 
 
 def start(config: ml_collections.ConfigDict) -> Start:
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)  # as the loop splits
     variables = loop.initial_variables(config, networks, init_rng)
     state, frozen, optimizers = state_lib.create(config, variables, state_rng)
@@ -333,7 +333,7 @@ def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     outputs = [jnp.asarray(np.random.default_rng(i).normal(size=(batch, 8, 8, 3)), jnp.float32) for i in range(5)]
     variables = discriminator.init(jax.random.PRNGKey(0), outputs[0])
     d_apply = jax.jit(lambda x: discriminator.apply(variables, x))
-    logits = adversarial.discriminate_each(d_apply, jnp.stack(outputs))
+    logits = shared.discriminate_each(d_apply, jnp.stack(outputs))
     np.testing.assert_allclose(logits, np.stack([d_apply(x) for x in outputs]), rtol=1e-5, atol=1e-6)
     if batch * 5 % 4 == 0:  # one call on all 20 images would group samples of different outputs
         assert not np.allclose(d_apply(jnp.concatenate(outputs)), logits.reshape(-1, 1), rtol=1e-3)
@@ -344,7 +344,7 @@ def test_full_size_stage2_step_shapes():
     init, train state and one step traced with jax.eval_shape (no compute)."""
     config = stage2.get_config("reference")
     config.batch_size = 2  # 5 x 2 fakes: D must see each output on its own
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
 
     def init_and_step(rng, images):
         variables = networks_lib.init_variables(networks, rng, config.model.size)

@@ -128,7 +128,7 @@ class OurStep(NamedTuple):
 
 def run_our_step(config, variables, images, rng, index_in_epoch: int = 0) -> OurStep:
     """One step of ours from a fresh train state."""
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     state, frozen, optimizers = state_lib.create(config, variables, rng)
     step = jax.jit(stages.build(config, networks, optimizers).step)
     state, metrics = step(state, frozen, images, jnp.asarray(index_in_epoch, jnp.int32))
@@ -374,7 +374,7 @@ def assert_step_matches(
     """Runs our step and the reference's from the same weights and compares every metric,
     the gradients (Ranger's first moments), the parameters after the update and MAAR's
     running statistics (after ONE update: see the module docstring)."""
-    networks = networks_lib.build(config)
+    networks = stages.build_networks(config)
     start = {**our_variables(networks, nets), **critic_variables}
     ours = run_our_step(config, start, images, *our_step_args)
     g_opt, d_opt = reference_optimizers(nets)

@@ -9,8 +9,7 @@
   recovered with it and with a third, wrong key.
 
 There is no discriminator: a step is one Adam update of the trained networks
-(`create_state`); the loop's hooks (`step`, `sample`, `evaluate`,
-`exported_networks`) are those of `AdversarialStage`. The losses are
+(`create_state`, `PhaseState`); a phase is a `dbaf_jax.train.method.TrainingStage`. The losses are
 `dbaf_jax.ifadit_losses`, looking through the frozen networks: ArcFace (E_ID),
 MTCNN's O-net on the image resized to 48x48 (the landmark stand-in E_LM), the model's
 BiSeNet (E_FP, parsing at the training size) and LPIPS.
@@ -19,8 +18,9 @@ BiSeNet (E_FP, parsing at the training size) and LPIPS.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
+import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -31,37 +31,62 @@ from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces.detect import ONET_SIDE
 from dbaf_jax.models.ifadit import Variables
 from dbaf_jax.models.parsers import bisenet_inputs
-from dbaf_jax.train.adversarial import REMAT_POLICIES, Critics, agreement
+from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement
 from dbaf_jax.train.networks import IFADITNetworks
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.state import Optimizers, TrainState
 
-Metrics = dict[str, jax.Array]
 ANONYMIZATION_KEYS = 2  # the diversity loss's inter-key term needs two
 RECOVERY_KEYS = 2  # the first anonymization key, then a wrong one
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Adam (the paper's b1 = 0, b2 = 0.999) over the train state's (fast, slow) parameter pair.
+@flax.struct.dataclass
+class PhaseState:
+    """Everything a phase's step changes (no discriminator, plain Adam).
 
-    The train state keeps Lookahead's pair (`TrainState`); Lookahead with a sync period
-    of 1 and a slow step of 1 makes slow = fast after every step, so this is plain Adam
-    on ``fast``.
+    step: int32 scalar, steps done.
+    params: {network: params} of the trained networks (``config.trainable``).
+    opt_state: their Adam state.
+    model_state: {network: non-param collections} of the trained networks.
+    rng: PRNG key data (uint32), for the training keys.
     """
+
+    step: jax.Array
+    params: dict
+    opt_state: Any
+    model_state: dict
+    rng: jax.Array
+
+    def variables(self, frozen: Variables, params=None) -> Variables:
+        """{network: variables} for the forward pass: the trained networks' parameters
+        (or ``params`` in their place) and model state, plus the frozen ones."""
+        params = self.params if params is None else params
+        merged = dict(frozen)
+        for name, trained in params.items():
+            merged[name] = {"params": trained, **self.model_state.get(name, {})}
+        return merged
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """Adam with the paper's b1 = 0, b2 = 0.999 (configs/ifadit.py)."""
     if config.optimizer.name != "adam":
         raise ConfigError(f"optimizer {config.optimizer.name!r}: iFADIT trains with 'adam' (the paper's)")
-    adam = optax.adam(config.optimizer.learning_rate, b1=config.optimizer.b1, b2=config.optimizer.b2)
-    return optax.lookahead(adam, sync_period=1, slow_step_size=1.0)
+    return optax.adam(config.optimizer.learning_rate, b1=config.optimizer.b1, b2=config.optimizer.b2)
 
 
-def optimizers_for(config: ml_collections.ConfigDict, trained_params) -> Optimizers:
-    """Adam for the trained networks; no discriminator to train."""
-    return Optimizers(generator=make_optimizer(config), discriminator=optax.identity())
-
-
-def create_state(config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array) -> tuple[TrainState, Variables, Optimizers]:
-    """`state.create` with Adam and no discriminator (empty parameters)."""
-    return state_lib.create(config, variables, rng, optimizers_for)
+def create_state(
+    config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
+) -> tuple[PhaseState, Variables, optax.GradientTransformation]:
+    """(phase state, frozen variables, Adam): ``variables`` split by ``config.trainable``."""
+    params, model_state, frozen = state_lib.split_trainable(config, variables)
+    optimizer = make_optimizer(config)
+    state = PhaseState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        model_state=model_state,
+        rng=jax.random.key_data(rng),
+    )
+    return state, frozen, optimizer
 
 
 def sample_keys(networks: IFADITNetworks, variables: Variables, rng: jax.Array, count: int) -> jax.Array:
@@ -77,17 +102,19 @@ class Phase:
     """What both phases share: the non-adversarial step and the frozen networks the losses use."""
 
     networks: IFADITNetworks
-    optimizers: Optimizers
+    optimizer: optax.GradientTransformation | None  # None: a phase built only to sample, evaluate or export
     remat: str
     trained_recovery = "image"  # iFADIT's recovery is the flow's exact inverse, on the image
 
     sample_columns: ClassVar[tuple[str, ...]]
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: IFADITNetworks, optimizers: Optimizers) -> "Phase":
+    def from_config(
+        cls, config: ml_collections.ConfigDict, networks: IFADITNetworks, optimizer: optax.GradientTransformation | None
+    ) -> "Phase":
         if config.remat not in REMAT_POLICIES:
             raise ConfigError(f"remat {config.remat!r}: expected one of {sorted(REMAT_POLICIES)}")
-        return cls(networks=networks, optimizers=optimizers, remat=config.remat)
+        return cls(networks=networks, optimizer=optimizer, remat=config.remat)
 
     # ---- what a phase defines
 
@@ -100,6 +127,10 @@ class Phase:
 
     def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
         raise NotImplementedError
+
+    def evaluation_summary(self, evaluated: dict[str, float], count: int) -> None:
+        """No summary line: the evaluation's measures go to the metrics only."""
+        return None
 
     # ---- shared
 
@@ -120,7 +151,7 @@ class Phase:
         )
 
     def critics(self, variables: Variables) -> Critics:
-        """The measures `adversarial.agreement` reports with."""
+        """The measures `shared.agreement` reports with."""
         networks = self.loss_networks(variables)
         return Critics(embed=networks.identity, lpips=networks.lpips, parse=networks.parser)
 
@@ -129,18 +160,22 @@ class Phase:
         del step
         return {}
 
-    def step(self, state: TrainState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array) -> tuple[TrainState, Metrics]:
+    def step(self, state: PhaseState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array) -> tuple[PhaseState, Metrics]:
         """One Adam update of the trained networks on ``images`` (B, H, W, 3)."""
         del index_in_epoch  # every step of an epoch is alike
         rng, loss_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
 
-        def loss(fast_params):
-            return self.loss(state.variables(frozen, fast_params), images, loss_rng)
+        def loss(params):
+            return self.loss(state.variables(frozen, params), images, loss_rng)
 
         if self.remat != "none":
             loss = jax.checkpoint(loss, policy=REMAT_POLICIES[self.remat])
-        (total, terms), grads = jax.value_and_grad(loss, has_aux=True)(state.generator_params.fast)
-        return state.after_generator_update(self.optimizers.generator, grads, rng), {"total": total, **terms}
+        (total, terms), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        state = state.replace(
+            step=state.step + 1, rng=jax.random.key_data(rng), params=optax.apply_updates(state.params, updates), opt_state=opt_state
+        )
+        return state, {"total": total, **terms}
 
     def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
         """The sample-grid columns for ``images``, one batch (B, H, W, 3) per `sample_columns`."""

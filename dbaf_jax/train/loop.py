@@ -38,7 +38,7 @@ from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.adversarial import AdversarialStage
+from dbaf_jax.train.method import MethodState, TrainingStage
 
 MODEL_EXPORT = "model"
 METRICS_FILE = "metrics.jsonl"
@@ -91,8 +91,8 @@ class Setup(NamedTuple):
     on the mesh, the frozen ones in the compute dtype), and the frozen networks as loaded
     (float32, on the host) for the exports."""
 
-    stage: AdversarialStage
-    state: state_lib.TrainState
+    stage: TrainingStage
+    state: MethodState
     frozen: dict
     exported_frozen: dict
 
@@ -114,7 +114,18 @@ def setup(config: ml_collections.ConfigDict, nets: networks_lib.Networks, variab
     return Setup(stage, state, frozen, exported_frozen)
 
 
-def make_step(stage: AdversarialStage, mesh, state, frozen, **variant):
+def random_setup(config: ml_collections.ConfigDict, rng: jax.Array, mesh=None) -> tuple[Any, Setup]:
+    """(networks, `setup`) of ``config`` with every network random (no ``model_dir`` or
+    ``init_from``): what the benchmarks and the FLOP counter measure. ``rng`` splits
+    into the networks' and the state's keys. Without a mesh it can be traced
+    (``jax.eval_shape``) like `setup`."""
+    nets = stages.build_networks(config)
+    init_rng, state_rng = jax.random.split(rng)
+    variables = networks_lib.init_variables(nets, init_rng, config.model.size)
+    return nets, setup(config, nets, variables, state_rng, mesh)
+
+
+def make_step(stage: TrainingStage, mesh, state, frozen, **variant):
     """The jitted step: (state, frozen, images, index_in_epoch) -> (state, metrics), with
     the static arguments ``variant`` (`stage.step_variant`; default: the step's own)."""
     state_sharding = jax.tree.map(lambda x: x.sharding, state)
@@ -133,7 +144,7 @@ class StepPrograms:
     the penalty), each compiled on first use, saying so through ``announce``:
     ``(step_number, state, frozen, images, index_in_epoch) -> (state, metrics)``."""
 
-    def __init__(self, stage: AdversarialStage, mesh, state, frozen, announce: Callable[[str], Any] = print):
+    def __init__(self, stage: TrainingStage, mesh, state, frozen, announce: Callable[[str], Any] = print):
         self._make = functools.partial(make_step, stage, mesh, state, frozen)
         self._variant = stage.step_variant
         self._announce = announce
@@ -168,7 +179,7 @@ class FirstCallAnnounced:
         return self._program(*args)
 
 
-def make_sampler(stage: AdversarialStage, rng: jax.Array):
+def make_sampler(stage: TrainingStage, rng: jax.Array):
     """A jitted function (state, frozen, images) -> list of image batches (B, H, W, 3),
     one per grid column (``stage.sample_columns``). The loop passes one fixed batch and
     the random keys are fixed, so successive grids show the same faces. The frozen
@@ -184,13 +195,13 @@ def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray
     return images_lib.label_columns(grid, labels, cell_width=stacked.shape[3])
 
 
-def make_evaluator(stage: AdversarialStage, rng: jax.Array):
+def make_evaluator(stage: TrainingStage, rng: jax.Array):
     """A jitted function (state, frozen, held-out images (replicated)) -> {metric: scalar}
     (arguments rather than constants, as in `make_sampler`)."""
     return jax.jit(lambda state, frozen, images: stage.evaluate(state.variables(frozen), frozen, images, rng))
 
 
-def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
+def export(workdir: Path, stage: TrainingStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
     """Writes the stage's trained networks as a model directory ``workdir/name``.
 
     ``variables`` are float32 (the train state's and the frozen networks' as loaded).
@@ -205,7 +216,7 @@ def export(workdir: Path, stage: AdversarialStage, variables: dict, name: str = 
     return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True, recovery=stage.trained_recovery)
 
 
-def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: state_lib.TrainState) -> None:
+def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: MethodState) -> None:
     """Saves the state of the last completed step, if an interrupt left it intact.
 
     An interrupt that lands after a step was dispatched (which donates the old state)
@@ -217,12 +228,12 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: stat
     checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> MethodState:
     started = time.perf_counter()  # the final line's total includes building and initialising the networks
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
-    nets = networks_lib.build(config)
+    nets = stages.build_networks(config)
     init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
 
     source, held_out = evaluation.split_held_out(config, data_source(config))

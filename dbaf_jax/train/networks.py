@@ -4,7 +4,7 @@ DBAF runs: the model proper (e4e, CID, MAAR, decoder, KRIA; see
 `dbaf_jax.models.dbaf`) and the auxiliary networks: the discriminator, the key
 generator (the base StyleGAN2 whose mapping network turns key z into w) and the
 frozen critics of the losses (ArcFace, LPIPS, the U-Net face parser). iFADIT runs
-(``config.family == 'ifadit'``): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
+(configs/ifadit.py): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
 its ArcFace and BiSeNet serve the losses too) plus LPIPS and MTCNN's O-net, the
 landmark extractor (`IFADITNetworks`).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,27 +41,34 @@ from dbaf_jax.models.mtcnn import ONet
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
+from dbaf_jax.train.state import DISCRIMINATOR
 
-# Network name in a run -> sub-directory of the converted model directory it starts from.
-PRETRAINED = {
-    "e4e": "e4e",
-    "decoder": "generator",  # the reference fine-tunes g_ema
-    KEY_GENERATOR: "generator",
-    "discriminator": "discriminator",
-    "arcface": "arcface",
-    "lpips": "lpips_alex",
-    "parser": "parser_unet",
-}
-# The same for an iFADIT run.
-IFADIT_PRETRAINED = {
-    "e4e": "e4e",
-    "arcface": "arcface",
-    "decoder": "generator",  # frozen in both phases (paper 3.2)
-    KEY_GENERATOR: "generator",
-    "parser": "parser_bisenet",
-    "lpips": "lpips_alex",
-    "landmarks": "mtcnn/onet",
-}
+class Examples(NamedTuple):
+    """The zero inputs networks are initialised on (batch 2)."""
+
+    images: jax.Array  # (2, size, size, 3)
+    latents: jax.Array  # (2, n_latent, style_dim): W+ codes
+    identity: jax.Array | None  # (2, identity_dim): iFADIT's identity vectors; None for DBAF
+
+
+class NetworkSpec(NamedTuple):
+    """One row of a method's networks table."""
+
+    name: str  # the network's name in a run (and in its exported model directory)
+    pretrained: str | None  # the sub-directory of the converted model directory it starts from, or None
+    # (networks, {key owner: key}, examples) -> the network's random variables (float32)
+    init: Callable[..., Variables]
+    own_key: bool = True  # False: initialised from another row's key (the key generator from the decoder's)
+
+
+def pretrained_of(table: tuple[NetworkSpec, ...]) -> dict[str, str]:
+    """Network name -> pretrained sub-directory, for the rows of ``table`` that have one."""
+    return {row.name: row.pretrained for row in table if row.pretrained is not None}
+
+
+def init_order_of(table: tuple[NetworkSpec, ...]) -> tuple[str, ...]:
+    """The rows that draw their own key, in the order the seed is split among them."""
+    return tuple(row.name for row in table if row.own_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +102,7 @@ class Networks:
         """Network name -> module, for every network of the run."""
         return {
             **self.model.networks(),
-            "discriminator": self.discriminator,
+            DISCRIMINATOR: self.discriminator,
             "arcface": self.arcface,
             "lpips": self.lpips,
             "parser": self.parser,
@@ -104,6 +111,10 @@ class Networks:
     @property
     def pretrained(self) -> dict[str, str]:
         return PRETRAINED
+
+    @property
+    def table(self) -> tuple[NetworkSpec, ...]:
+        return DBAF_NETWORKS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,12 +145,14 @@ class IFADITNetworks:
     def pretrained(self) -> dict[str, str]:
         return IFADIT_PRETRAINED
 
+    @property
+    def table(self) -> tuple[NetworkSpec, ...]:
+        return IFADIT_NETWORKS
 
-def build(config: ml_collections.ConfigDict) -> Networks | IFADITNetworks:
-    """The modules described by ``config.model`` (widths, variants), computing in
-    ``config.compute_dtype``."""
-    if config.get("family") == IFADIT.FAMILY:
-        return build_ifadit(config)
+
+def build_dbaf(config: ml_collections.ConfigDict) -> Networks:
+    """A DBAF run's modules described by ``config.model`` (widths, variants), computing in
+    ``config.compute_dtype`` (configs/stage1.py, configs/stage2.py)."""
     m = config.model
     decoder = Generator(
         size=m.size,
@@ -254,73 +267,68 @@ def _jitted_initializer(networks: Networks, size: int, names: tuple[str, ...]) -
     return jax.jit(_initializer(networks, size, names), compiler_options=options)
 
 
-def _initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
-    """The function that initialises the networks in ``names`` from one seed."""
-    if isinstance(networks, IFADITNetworks):
-        return _ifadit_initializer(networks, size, names)
+def _initializer(networks: Networks | IFADITNetworks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+    """The function that initialises the networks in ``names`` from one seed, as the
+    run's networks table (`DBAF_NETWORKS`, `IFADIT_NETWORKS`) says."""
+    rows = {row.name: row for row in networks.table}
+    order = init_order_of(networks.table)
     model = networks.model
 
     def init(rng):
-        images = jnp.zeros((2, size, size, 3))
-        latents = jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim))
-        rngs = dict(zip(_INIT_ORDER, jax.random.split(rng, len(_INIT_ORDER))))
-        e4e = model.e4e.init(rngs["e4e"], images)
-        decoder = model.decoder.init(rngs["decoder"], latents)
-        initialisers = {
-            "e4e": lambda: e4e,
-            "cid": lambda: model.cid.init(rngs["cid"], latents),
-            "maar": lambda: model.maar.init(rngs["maar"], *_maar_inputs(model.e4e.apply(e4e, images))),
-            "decoder": lambda: decoder,
-            "kria": lambda: model.kria.init(rngs["kria"], latents, latents),
-            "discriminator": lambda: networks.discriminator.init(rngs["discriminator"], images),
-            KEY_GENERATOR: lambda: jax.tree.map(jnp.copy, decoder),  # the decoder's start, own buffers
-            "arcface": lambda: networks.arcface.init(rngs["arcface"], images),
-            "lpips": lambda: networks.lpips.init(rngs["lpips"], images, images),
-            "parser": lambda: networks.parser.init(rngs["parser"], images),
-        }
-        return {name: initialisers[name]() for name in names}
+        identity = model.sif.identity_dim if isinstance(networks, IFADITNetworks) else None
+        examples = Examples(
+            images=jnp.zeros((2, size, size, 3)),
+            latents=jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim)),
+            identity=None if identity is None else jnp.zeros((2, identity)),
+        )
+        keys = dict(zip(order, jax.random.split(rng, len(order))))
+        return {name: rows[name].init(networks, keys, examples) for name in names}
 
     return init
-
-
-# The order in which init_variables splits its seed (fixed: it defines every network's key).
-_INIT_ORDER = ("e4e", "cid", "maar", "decoder", "kria", "discriminator", "arcface", "lpips", "parser")
-
-
-def _ifadit_initializer(
-    networks: IFADITNetworks, size: int, names: tuple[str, ...]
-) -> Callable[[jax.Array], Variables]:
-    """`_initializer` for an iFADIT run."""
-    model = networks.model
-
-    def init(rng):
-        images = jnp.zeros((2, size, size, 3))
-        identity = jnp.zeros((2, model.sif.identity_dim))
-        latents = jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim))
-        rngs = dict(zip(_IFADIT_INIT_ORDER, jax.random.split(rng, len(_IFADIT_INIT_ORDER))))
-        decoder = model.decoder.init(rngs["decoder"], latents)
-        initialisers = {
-            "e4e": lambda: model.e4e.init(rngs["e4e"], images),
-            "arcface": lambda: model.arcface.init(rngs["arcface"], images),
-            "mapper": lambda: model.mapper.init(rngs["mapper"], identity, latents),
-            "sif": lambda: model.sif.init(rngs["sif"], identity, jnp.zeros((2, model.sif.key_dim))),
-            "icl": lambda: model.icl.init(rngs["icl"], identity),
-            "decoder": lambda: decoder,
-            KEY_GENERATOR: lambda: jax.tree.map(jnp.copy, decoder),
-            "parser": lambda: model.parser.init(rngs["parser"], images),
-            "lpips": lambda: networks.lpips.init(rngs["lpips"], images, images),
-            "landmarks": lambda: networks.landmarks.init(rngs["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3))),
-        }
-        return {name: initialisers[name]() for name in names}
-
-    return init
-
-
-_IFADIT_INIT_ORDER = ("e4e", "arcface", "mapper", "sif", "icl", "decoder", "parser", "lpips", "landmarks")
 
 
 def _maar_inputs(features) -> tuple[jax.Array, jax.Array, jax.Array]:
     return features.c3, features.c2, features.c1
+
+
+def _maar_init(n: Networks, keys: dict, x: Examples) -> Variables:
+    """MAAR takes e4e's feature maps: e4e's own start (its key) gives their shapes."""
+    e4e = n.model.e4e.init(keys["e4e"], x.images)
+    return n.model.maar.init(keys["maar"], *_maar_inputs(n.model.e4e.apply(e4e, x.images)))
+
+
+# DBAF's networks, in the order the seed is split among them (fixed: it defines every
+# network's random start). The key generator (the base StyleGAN2, whose mapping turns
+# a key's z into w) starts as the decoder does, from the decoder's key.
+DBAF_NETWORKS = (
+    NetworkSpec("e4e", "e4e", lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
+    NetworkSpec("cid", None, lambda n, k, x: n.model.cid.init(k["cid"], x.latents)),
+    NetworkSpec("maar", None, _maar_init),
+    NetworkSpec("decoder", "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),  # the reference fine-tunes g_ema
+    NetworkSpec(KEY_GENERATOR, "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
+    NetworkSpec("kria", None, lambda n, k, x: n.model.kria.init(k["kria"], x.latents, x.latents)),
+    NetworkSpec(DISCRIMINATOR, "discriminator", lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images)),
+    NetworkSpec("arcface", "arcface", lambda n, k, x: n.arcface.init(k["arcface"], x.images)),
+    NetworkSpec("lpips", "lpips_alex", lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
+    NetworkSpec("parser", "parser_unet", lambda n, k, x: n.parser.init(k["parser"], x.images)),
+)
+PRETRAINED = pretrained_of(DBAF_NETWORKS)
+
+# iFADIT's networks, in the order the seed is split among them. The decoder is frozen
+# in both phases (paper 3.2); the model's ArcFace and BiSeNet serve the losses too.
+IFADIT_NETWORKS = (
+    NetworkSpec("e4e", "e4e", lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
+    NetworkSpec("arcface", "arcface", lambda n, k, x: n.model.arcface.init(k["arcface"], x.images)),
+    NetworkSpec("mapper", None, lambda n, k, x: n.model.mapper.init(k["mapper"], x.identity, x.latents)),
+    NetworkSpec("sif", None, lambda n, k, x: n.model.sif.init(k["sif"], x.identity, jnp.zeros((2, n.model.sif.key_dim)))),
+    NetworkSpec("icl", None, lambda n, k, x: n.model.icl.init(k["icl"], x.identity)),
+    NetworkSpec("decoder", "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),
+    NetworkSpec(KEY_GENERATOR, "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
+    NetworkSpec("parser", "parser_bisenet", lambda n, k, x: n.model.parser.init(k["parser"], x.images)),
+    NetworkSpec("lpips", "lpips_alex", lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
+    NetworkSpec("landmarks", "mtcnn/onet", lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3)))),
+)
+IFADIT_PRETRAINED = pretrained_of(IFADIT_NETWORKS)
 
 
 def load_pretrained(

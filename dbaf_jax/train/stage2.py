@@ -22,7 +22,8 @@ import ml_collections
 from dbaf_jax import losses, sharding
 from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train.adversarial import AdversarialStage, Critics, StepSettings, agreement
+from dbaf_jax.train.adversarial import AdversarialStage, StepSettings
+from dbaf_jax.train.shared import Critics, agreement
 from dbaf_jax.train.networks import Networks
 from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
 

@@ -1,32 +1,63 @@
-"""The stage a config trains: ``config.stage`` -> its `AdversarialStage` (DBAF's stages 1
-and 2) or iFADIT phase (``'ifadit1'``, ``'ifadit2'``: `dbaf_jax.train.ifadit`), and the
-train state it starts from."""
+"""The registry of training methods: one line per model family, naming its stages (or
+phases), how its networks are built and how its train state is made. The loop, the
+benchmarks and the tests reach a method only through here (`build_networks`,
+`create_state`, `build`); docs/methods.md says how a method plugs in.
+
+DBAF trains in two adversarial stages (``config.stage`` 1 and 2) with Ranger and a
+discriminator; iFADIT in two phases (``'ifadit1'``, ``'ifadit2'``,
+`dbaf_jax.train.ifadit`) with Adam and no discriminator.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Callable, NamedTuple
+
+import jax
 import ml_collections
 
 from dbaf_jax.errors import ConfigError
-import jax
-
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train import ifadit
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.adversarial import AdversarialStage
-from dbaf_jax.train.networks import IFADITNetworks, Networks
+from dbaf_jax.train.method import MethodState, TrainingStage
 from dbaf_jax.train.stage1 import Stage1
 from dbaf_jax.train.stage2 import Stage2
-from dbaf_jax.train.state import Optimizers
-
-STAGES = {1: Stage1, 2: Stage2, **ifadit.PHASES}
 
 
-def build(
-    config: ml_collections.ConfigDict, networks: Networks | IFADITNetworks, optimizers: Optimizers
-) -> AdversarialStage | ifadit.Phase:
-    if config.stage not in STAGES:
-        raise ConfigError(f"config.stage {config.stage!r}: expected one of {[str(s) for s in STAGES]}")
-    return STAGES[config.stage].from_config(config, networks, optimizers)
+class Method(NamedTuple):
+    """What the loop needs of a method's training."""
+
+    stages: dict[Any, type[TrainingStage]]  # config.stage -> its stage class
+    build_networks: Callable[[ml_collections.ConfigDict], Any]  # config -> the networks table
+    # (config, variables, rng) -> (train state, frozen variables, the optimizers its stages take)
+    create_state: Callable[[ml_collections.ConfigDict, Variables, jax.Array], tuple[MethodState, Variables, Any]]
+
+
+METHODS = {
+    "dbaf": Method({1: Stage1, 2: Stage2}, networks_lib.build_dbaf, state_lib.create),
+    "ifadit": Method(ifadit.PHASES, networks_lib.build_ifadit, ifadit.create_state),
+}
+
+
+def method(config: ml_collections.ConfigDict) -> Method:
+    """The method whose stages hold ``config.stage``."""
+    for candidate in METHODS.values():
+        if config.stage in candidate.stages:
+            return candidate
+    known = [str(s) for m in METHODS.values() for s in m.stages]
+    raise ConfigError(f"config.stage {config.stage!r}: expected one of {known}")
+
+
+def build_networks(config: ml_collections.ConfigDict):
+    """The modules of ``config``'s method, described by ``config.model``, computing in
+    ``config.compute_dtype``."""
+    return method(config).build_networks(config)
+
+
+def build(config: ml_collections.ConfigDict, networks, optimizers: Any) -> TrainingStage:
+    """The stage (or phase) ``config.stage`` trains."""
+    return method(config).stages[config.stage].from_config(config, networks, optimizers)
 
 
 def name(config: ml_collections.ConfigDict) -> str:
@@ -36,9 +67,8 @@ def name(config: ml_collections.ConfigDict) -> str:
 
 def create_state(
     config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
-) -> tuple[state_lib.TrainState, Variables, Optimizers]:
-    """(train state, frozen variables, optimizers): iFADIT's phases train with Adam and no
-    discriminator (`ifadit.create_state`), DBAF's stages with Ranger (`state.create`)."""
-    if config.stage in ifadit.PHASES:
-        return ifadit.create_state(config, variables, rng)
-    return state_lib.create(config, variables, rng)
+) -> tuple[MethodState, Variables, Any]:
+    """(train state, frozen variables, optimizers) as ``config``'s method makes them:
+    DBAF's stages with Ranger and a discriminator (`state.create`), iFADIT's phases with
+    Adam and no discriminator (`ifadit.create_state`)."""
+    return method(config).create_state(config, variables, rng)

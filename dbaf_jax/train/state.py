@@ -1,4 +1,4 @@
-"""The train state of either stage, and how it splits a run's variables.
+"""The train state of DBAF's stages, and how a run's variables split into trained and frozen.
 
 Networks named in ``config.trainable`` train; the rest (e4e, the critics, the key
 generator, and whatever the config freezes) are ``frozen``: passed to the step as an
@@ -97,6 +97,22 @@ def synced(params) -> optax.LookaheadParams:
     return optax.LookaheadParams(fast=params, slow=jax.tree.map(jnp.copy, params))
 
 
+def split_trainable(
+    config: ml_collections.ConfigDict, variables: Variables, apart: tuple[str, ...] = ()
+) -> tuple[Variables, Variables, Variables]:
+    """(params of the networks ``config.trainable`` names, their other collections (model
+    state), the frozen networks' variables), leaving out the networks in ``apart`` (which
+    the caller trains on their own, e.g. the discriminator)."""
+    trainable = set(config.trainable)
+    unknown = trainable - set(variables)
+    if unknown:
+        raise ConfigError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
+    trained = {n: v["params"] for n, v in variables.items() if n in trainable and n not in apart}
+    model_state = {n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in trained}
+    frozen = {n: v for n, v in variables.items() if n not in trained and n not in apart}
+    return trained, model_state, frozen
+
+
 def create(
     config: ml_collections.ConfigDict,
     variables: Variables,
@@ -106,15 +122,7 @@ def create(
     """Splits ``variables`` by ``config.trainable`` -> (TrainState, frozen variables,
     optimizers ``optimizers_for(config, trained generator-side params)``). A run without
     a discriminator network keeps empty discriminator parameters."""
-    trainable = set(config.trainable)
-    unknown = trainable - set(variables)
-    if unknown:
-        raise ConfigError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
-    generator_side = {n: v["params"] for n, v in variables.items() if n in trainable and n != DISCRIMINATOR}
-    model_state = {
-        n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in generator_side
-    }
-    frozen = {n: v for n, v in variables.items() if n not in generator_side and n != DISCRIMINATOR}
+    generator_side, model_state, frozen = split_trainable(config, variables, apart=(DISCRIMINATOR,))
     txs = optimizers_for(config, generator_side)
     g_params = synced(generator_side)
     d_params = synced(variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {})

@@ -1,0 +1,78 @@
+"""What the training loop (`dbaf_jax.train.loop`) needs of a method's stage or phase
+(`TrainingStage`) and of its train state (`MethodState`). DBAF's stages (`dbaf_jax.train.adversarial.AdversarialStage`) and
+iFADIT's phases (`dbaf_jax.train.ifadit.Phase`) both satisfy it; the loop, the
+benchmarks and the exports are typed against it, never against one method's class.
+docs/methods.md says how a method plugs in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+import jax
+import ml_collections
+
+from dbaf_jax.train.shared import Metrics
+
+Variables = dict[str, Any]  # {network: flax variables}
+
+
+class MethodState(Protocol):
+    """A method's train state: a pytree (checkpointed, placed on the mesh and donated
+    whole) holding what the steps change. DBAF's is `dbaf_jax.train.state.TrainState`
+    (Ranger's Lookahead pairs and a discriminator), iFADIT's
+    `dbaf_jax.train.ifadit.PhaseState` (Adam)."""
+
+    step: jax.Array  # int32 scalar, steps done
+    rng: jax.Array  # PRNG key data (uint32)
+
+    def variables(self, frozen: Variables) -> Variables:
+        """{network: variables} for the forward pass: the trained networks' plus ``frozen``."""
+        ...
+
+
+class TrainingStage(Protocol):
+    """One stage (or phase) of a method's training, built from a config.
+
+    ``networks`` is the method's networks table (its ``model`` is the composition the
+    export names by ``FAMILY``); images are (B, H, W, 3) in [-1, 1].
+    """
+
+    networks: Any
+    sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, networks: Any, optimizers: Any) -> "TrainingStage":
+        """The stage with ``optimizers`` as its method's state creation made them (None:
+        a stage built only to sample, evaluate or export)."""
+        ...
+
+    def step(self, state: Any, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, **variant) -> tuple[Any, Metrics]:
+        """One pure training step on the method's `MethodState` (jitted by the loop with a
+        donated state)."""
+        ...
+
+    def step_variant(self, step: int) -> dict:
+        """The static arguments of ``step`` at the 0-based step ``step`` (e.g. lazy R1)."""
+        ...
+
+    def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+        """One image batch (B, H, W, 3) per entry of ``sample_columns``."""
+        ...
+
+    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+        """Scalar measures on held-out images."""
+        ...
+
+    def evaluation_summary(self, evaluated: dict[str, float], count: int) -> str | None:
+        """One line for the log about an evaluation, or None."""
+        ...
+
+    @property
+    def trained_recovery(self) -> str:
+        """What recovery the export's model directory was trained for (`model_directory.RECOVERY`)."""
+        ...
+
+    def exported_networks(self) -> tuple[str, ...]:
+        """The networks the stage's model directory holds."""
+        ...
