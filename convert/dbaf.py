@@ -6,7 +6,7 @@
         [--discriminator D.pth] --out DIR [--overwrite]
 
 writes, with `dbaf_jax.model_directory.save_model`:
-  DIR/model.json     the networks below with their content hashes (what `dbaf_jax.models.dbaf.load`
+  DIR/model.json     the networks below with their content hashes (what `dbaf_jax.model_families.load`
                      loads: a model converted without a network never takes one left in DIR)
   DIR/e4e            the encoder of the e4e (pSp-layout) file, with its latent_avg
   DIR/key_generator  ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping

@@ -301,32 +301,32 @@ def _maar_init(n: Networks, keys: dict, x: Examples) -> Variables:
 # network's random start). The key generator (the base StyleGAN2, whose mapping turns
 # a key's z into w) starts as the decoder does, from the decoder's key.
 DBAF_NETWORKS = (
-    NetworkSpec("e4e", "e4e", lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
+    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
     NetworkSpec("cid", None, lambda n, k, x: n.model.cid.init(k["cid"], x.latents)),
     NetworkSpec("maar", None, _maar_init),
-    NetworkSpec("decoder", "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),  # the reference fine-tunes g_ema
-    NetworkSpec(KEY_GENERATOR, "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
+    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),  # the reference fine-tunes g_ema
+    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
     NetworkSpec("kria", None, lambda n, k, x: n.model.kria.init(k["kria"], x.latents, x.latents)),
-    NetworkSpec(DISCRIMINATOR, "discriminator", lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images)),
-    NetworkSpec("arcface", "arcface", lambda n, k, x: n.arcface.init(k["arcface"], x.images)),
-    NetworkSpec("lpips", "lpips_alex", lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
-    NetworkSpec("parser", "parser_unet", lambda n, k, x: n.parser.init(k["parser"], x.images)),
+    NetworkSpec(DISCRIMINATOR, model_directory.DISCRIMINATOR_DIR, lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images)),
+    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.arcface.init(k["arcface"], x.images)),
+    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
+    NetworkSpec("parser", model_directory.parser_dir("unet"), lambda n, k, x: n.parser.init(k["parser"], x.images)),
 )
 PRETRAINED = pretrained_of(DBAF_NETWORKS)
 
 # iFADIT's networks, in the order the seed is split among them. The decoder is frozen
 # in both phases (paper 3.2); the model's ArcFace and BiSeNet serve the losses too.
 IFADIT_NETWORKS = (
-    NetworkSpec("e4e", "e4e", lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
-    NetworkSpec("arcface", "arcface", lambda n, k, x: n.model.arcface.init(k["arcface"], x.images)),
+    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
+    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.model.arcface.init(k["arcface"], x.images)),
     NetworkSpec("mapper", None, lambda n, k, x: n.model.mapper.init(k["mapper"], x.identity, x.latents)),
     NetworkSpec("sif", None, lambda n, k, x: n.model.sif.init(k["sif"], x.identity, jnp.zeros((2, n.model.sif.key_dim)))),
     NetworkSpec("icl", None, lambda n, k, x: n.model.icl.init(k["icl"], x.identity)),
-    NetworkSpec("decoder", "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),
-    NetworkSpec(KEY_GENERATOR, "generator", lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
-    NetworkSpec("parser", "parser_bisenet", lambda n, k, x: n.model.parser.init(k["parser"], x.images)),
-    NetworkSpec("lpips", "lpips_alex", lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
-    NetworkSpec("landmarks", "mtcnn/onet", lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3)))),
+    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),
+    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
+    NetworkSpec("parser", model_directory.parser_dir("bisenet"), lambda n, k, x: n.model.parser.init(k["parser"], x.images)),
+    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
+    NetworkSpec("landmarks", f"{model_directory.MTCNN_DIR}/onet", lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3)))),
 )
 IFADIT_PRETRAINED = pretrained_of(IFADIT_NETWORKS)
 
