@@ -7,6 +7,11 @@ recovery of the same face with the right password and not with a wrong one, meta
 and key files, EXIF orientation, a photo without faces."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -16,9 +21,7 @@ from benchmarks.jpeg_recovery import psnr
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import metadata
-from dbaf_jax import new_key
-from dbaf_jax import anonymize, commands, images, keys, recover
+from dbaf_jax import anonymize, commands, images, keys, metadata, new_key, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.planning import crop_path
@@ -508,3 +511,35 @@ def test_a_run_that_skipped_every_input_fails(workspace, tmp_path):
     args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
             str(tmp_path / "out")]
     assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
+
+
+@pytest.mark.slow  # a separate process loads the model and compiles before it is killed
+def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path):
+    """anonymize killed with SIGKILL once its first photo is written, then run again with
+    --resume: the outputs are bit for bit those of a run that was never interrupted."""
+    photos_dir = tmp_path / "photos"
+    photos_dir.mkdir()
+    for i in range(6):
+        shutil.copy(DATA / "office3.jpg", photos_dir / f"{i}.jpg")
+    key_file = str(workspace / "fixed.key")
+    cli(anonymize, workspace, photos_dir, tmp_path / "whole", "password.txt", "--key-file", key_file)
+    out = tmp_path / "resumed"
+    argv = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(photos_dir), str(out),
+            "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, "--key-file", key_file]
+    killed = subprocess.Popen([sys.executable, "-m", "dbaf_jax.anonymize", *argv], stderr=subprocess.DEVNULL,
+                              env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        while killed.poll() is None and not list(out.glob("[0-9].png")):
+            time.sleep(0.01)
+        killed.kill()
+    finally:
+        killed.wait()
+    done = sorted(p.name for p in out.glob("[0-9].png"))
+    assert done and len(done) < 6, "the run was not killed part-way"
+    report = cli(anonymize, workspace, photos_dir, out, "password.txt", "--key-file", key_file, "--resume")
+    assert report.status == 0 and sorted(p.name for p in report.kept) == done
+    for i in range(6):
+        whole, resumed = tmp_path / "whole" / f"{i}.png", out / f"{i}.png"
+        np.testing.assert_array_equal(pixels(resumed), pixels(whole))
+        assert images.read_metadata(resumed) == images.read_metadata(whole)
+    assert sorted(p.name for p in out.iterdir()) == [f"{i}.png" for i in range(6)]  # no temporary left
