@@ -13,7 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -516,6 +518,64 @@ def test_a_failed_write_is_one_line_naming_the_file_and_cause(workspace, anonymi
     [line] = [line for line in stderr.splitlines() if line.startswith("error: ")]  # the rest is the progress bar
     assert "Traceback" not in stderr and re.fullmatch(rf"error: {re.escape(str(out))}/\S+\.png: cannot write it \(File too large\)", line), line
     assert [p for p in out.rglob("*") if p.is_file()] == []  # nothing torn, no temporary left
+
+
+NOBODY = 65534  # the unprivileged user and group of Linux distributions
+
+
+def _as_unprivileged_user(run):
+    """``run()``'s InputError message, or its other fault, computed without the right to
+    write where only the owner may: as this user when it is not root (root writes
+    everywhere), else in a forked child that became the user nobody."""
+    if os.geteuid() != 0:
+        try:
+            run()
+        except InputError as err:
+            return str(err)
+        return "no error"
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child only checks the folder: it exits before any JAX work
+        code = 1
+        signal.alarm(120)  # were the check gone, the run's JAX work after fork() could hang
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            run()
+            message = "no error"
+        except InputError as err:
+            message, code = str(err), 0
+        except BaseException as err:  # noqa: BLE001 - reported to the parent
+            message = f"{type(err).__name__}: {err}"
+        os.write(writer, message.encode())
+        os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(child, 0)
+    return message
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see _as_unprivileged_user
+@pytest.mark.parametrize("case", ["folder not writable", "parent not writable"])
+def test_a_folder_the_user_cannot_write_is_refused_before_work(workspace, anonymizer, tmp_path, case):
+    """Permission denied, as an unprivileged user: one InputError naming the folder and
+    the system's reason, before any image is read or written."""
+    shared = Path(tempfile.mkdtemp(prefix="dbaf-unprivileged-"))  # readable by nobody, unlike tmp_path
+    try:
+        shutil.copytree(workspace / "faces", shared / "faces")
+        locked = shared / "locked"
+        locked.mkdir()
+        out = locked if case == "folder not writable" else locked / "out"
+        for path in (shared, *(p for p in shared.rglob("*"))):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        locked.chmod(0o555)
+        message = _as_unprivileged_user(lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, BATCH))
+        assert message == f"{out}: cannot write to the output folder (Permission denied)", message
+        assert list(locked.iterdir()) == []
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anonymizer, tmp_path):
