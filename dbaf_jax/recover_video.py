@@ -2,8 +2,9 @@
 
     python -m dbaf_jax.recover_video --model DIR --password-file F ANON.mp4 OUT.mp4
 
-The sidecar ``ANON.mp4.dbaf.json`` (or ``--sidecar``) gives the salt and every
-track's place in every frame, so only the password is needed; each face is recovered
+The sidecar ``ANON.mp4.dbaf.json`` (or ``--sidecar``; or, when no file is there, its
+copy in the container's metadata) gives the salt and every track's place in every
+frame, so only the password is needed; each face is recovered
 with its track's key and pasted back, and no pixel outside the faces' masks is
 changed before encoding. Without a sidecar, ``--key-file`` (the one anonymize used)
 lets the faces be found again by detection and tracking. A wrong password is not an
@@ -21,7 +22,7 @@ from dbaf_jax.video import runner
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     parser = commands.video_parser("python -m dbaf_jax.recover_video", __doc__)
-    parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json")
+    parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json, else the copy in INPUT's container metadata")
     parser.add_argument("--ignore-model-mismatch", action="store_true", help="recover a clip another model anonymized")
     args = parser.parse_args(argv)
     password = keys.read_password(args.password_file)

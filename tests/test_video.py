@@ -4,7 +4,9 @@ real MTCNN and the tempered tiny DBAF model of the photo tests. The end-to-end t
 share one anonymization and its recoveries (module fixtures); the tracker, smoothing,
 sidecar and I/O tests need no model."""
 
+import base64
 import types
+import zlib
 
 import av
 import numpy as np
@@ -290,6 +292,55 @@ def test_rotation_frame_times_and_audio_streams_kept(tmp_path):
     # Matroska may start the clip later (the encoder's delay); the intervals are kept.
     np.testing.assert_allclose(np.diff(times), np.diff(pts) / 12, atol=1e-3)
     assert np.abs(decoded(target)[1] - frames[1]).mean() < 4
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".mkv", ".webm"])
+def test_the_sidecar_travels_in_the_container(tmp_path, suffix):
+    """The sidecar written as a container tag reads back equal to the file's content;
+    AVI, which drops such tags, is known not to hold it."""
+    source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
+    info = clip.probe(source)
+    data = _sidecar_data()
+    target = tmp_path / f"out{suffix}"
+    writer = clip.Writer(source, target, clip.muxer(target), info, clip.Encoding(), clip.Encoding().codec_for(target),
+                         {sidecar.TAG: sidecar.as_tag(data)})
+    for frame in clip.frames(source, info):
+        writer.write(frame.pixels, frame.pts)
+    writer.finish()
+    assert clip.holds_tags(target)
+    carried = sidecar.from_tag(clip.read_tag(target, sidecar.TAG), target)
+    written = sidecar.check(data)
+    assert (carried.made, carried.shape, carried.frames, carried.size) == (written.made, written.shape, written.frames, written.size)
+    for (n, first, stack), (n2, first2, stack2) in zip(carried.tracks, written.tracks, strict=True):
+        assert (n, first) == (n2, first2)
+        np.testing.assert_array_equal(stack, stack2)
+    assert clip.read_tag(source, sidecar.TAG) is None
+    assert not clip.holds_tags(tmp_path / "out.avi")
+
+
+def test_a_spoiled_container_sidecar_is_one_error(tmp_path, monkeypatch):
+    clip_path = tmp_path / "x.mp4"
+    data = _sidecar_data()
+    data["tracks"][0].update(first=4)
+    with pytest.raises(InputError, match=r"x.mp4: the sidecar in the container's metadata is malformed: track 0 runs past"):
+        sidecar.from_tag(sidecar.as_tag(data), clip_path)
+    with pytest.raises(InputError, match="cannot be decoded"):
+        sidecar.from_tag("not base64 at all!", clip_path)
+    monkeypatch.setattr(sidecar, "MAX_BYTES", 1000)  # a small tag that inflates past the bound
+    with pytest.raises(InputError, match="once decompressed"):
+        sidecar.from_tag(base64.b64encode(zlib.compress(b" " * 5000)).decode(), clip_path)
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_recover_without_the_sidecar_file_reads_the_container(ws, anonymized, recovered, tmp_path):
+    """The clip shared alone (no .dbaf.json beside it) is recovered with the password
+    alone, from the sidecar anonymize put in the MP4's metadata: as with the file."""
+    assert not anonymized.notes
+    alone = tmp_path / "anon.mp4"
+    alone.write_bytes((ws / "anon.mp4").read_bytes())
+    report = cli(recover_video, ws, alone, tmp_path / "right.mkv", "password.txt", "--crf", str(CRF))
+    assert (report.frames, report.tracks, report.faces) == (recovered.frames, recovered.tracks, recovered.faces)
+    np.testing.assert_array_equal(decoded(tmp_path / "right.mkv"), decoded(ws / "right.mkv"))
 
 
 def test_not_a_video_name():

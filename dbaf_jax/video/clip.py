@@ -27,6 +27,7 @@ DEFAULT_CODEC = "libx264"
 WEBM_CODEC = "libvpx-vp9"  # WebM only holds VP8/VP9/AV1
 DEFAULT_CRF = 18
 DEFAULT_PIX_FMT = "yuv420p"
+UNTAGGED = {"avi"}  # muxers that drop container metadata tags of their own naming
 
 
 def is_video(path: str | Path) -> bool:
@@ -39,6 +40,20 @@ def muxer(path: str | Path) -> str:
     if suffix not in FORMATS:
         raise ConfigError(f"{path}: not a video file name (one of {', '.join(FORMATS)})")
     return FORMATS[suffix]
+
+
+def holds_tags(path: str | Path) -> bool:
+    """Whether ``path``'s container keeps metadata tags of any name (`Writer`'s ``tags``)."""
+    return muxer(path) not in UNTAGGED
+
+
+def read_tag(path: str | Path, key: str) -> str | None:
+    """The container metadata tag ``key`` of the clip (any case: Matroska writes it
+    upper-case), or None."""
+    path = Path(path)
+    with _open(path) as container:
+        found = [value for name, value in container.metadata.items() if name.lower() == key.lower()]
+    return found[0] if found else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +156,17 @@ class Encoding:
 
 class Writer:
     """Writes upright frames to ``target`` (a temporary file the caller renames; its
-    muxer is ``format``) with the source's rotation, time base and audio streams."""
+    muxer is ``format``) with the source's rotation, time base and audio streams, and
+    the container metadata ``tags`` (for a muxer that holds them, `holds_tags`)."""
 
-    def __init__(self, source: Path, target: Path, format: str, info: ClipInfo, encoding: Encoding, codec: str):
+    def __init__(self, source: Path, target: Path, format: str, info: ClipInfo, encoding: Encoding, codec: str,
+                 tags: dict[str, str] | None = None):
         self.info = info
         self.source = source
-        self.output = av.open(str(target), "w", format=format)
+        # MP4 and MOV write tags beyond their fixed set (title, comment, ...) only when asked.
+        options = {"movflags": "use_metadata_tags"} if tags and format in ("mp4", "mov") else {}
+        self.output = av.open(str(target), "w", format=format, options=options)
+        self.output.metadata.update(tags or {})
         try:
             self.stream = self.output.add_stream(codec, rate=info.rate)
         except (av.error.FFmpegError, ValueError) as err:

@@ -7,8 +7,9 @@ The second pass crops those faces, runs the model on batches gathered across fra
 and tracks (each face with its track's key), pastes them back through the mask and
 encodes the frames as they complete, before any lossy step of ours. The output is
 written to a hidden temporary file renamed into place when whole
-(`images.write_file`), then the sidecar beside it. Recovery reads the sidecar (or,
-with a key file and no sidecar, re-detects and re-tracks the anonymized clip) and
+(`images.write_file`) with a copy of the sidecar in its container metadata, then the
+sidecar file beside it. Recovery reads the sidecar (the file, else the container's
+copy; or, with a key file and neither, re-detects and re-tracks the anonymized clip) and
 changes only the pixels under the faces' masks.
 """
 
@@ -133,6 +134,7 @@ def _processed(
 def _rewrite(
     anonymizer, faces, source: Path, target: Path, info: clip.ClipInfo, encoding: clip.Encoding, placed: Placed,
     track_keys, step, batch_size: int, frame_count: int, overwrite: bool, hidden: dict[int, list[np.ndarray]] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     format, codec = clip.muxer(target), encoding.codec_for(target)
     originals: list[clip.Frame] = []  # the frame being written: its time
@@ -143,7 +145,7 @@ def _rewrite(
             yield frame
 
     def write(tmp: Path) -> None:
-        writer = clip.Writer(source, tmp, format, info, encoding, codec)
+        writer = clip.Writer(source, tmp, format, info, encoding, codec, tags)
         try:
             written = 0
             for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden):
@@ -187,12 +189,16 @@ def anonymize_video(
     found, placed, count, tracker = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    recorded = sidecar.content(metadata.anonymization(record, anonymizer.fingerprint), info.upright_shape, count, faces.size, placed)
+    tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count,
-             overwrite, tracker.unusable)
-    made = metadata.anonymization(record, anonymizer.fingerprint)
-    sidecar.write(side, sidecar.content(made, info.upright_shape, count, faces.size, placed), overwrite)
+             overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None)
+    sidecar.write(side, recorded, overwrite)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
                          sum(map(len, tracker.unusable.values())), tracker.left)
+    if tag is None:
+        where = f"the {clip.muxer(target)} container cannot hold it" if not clip.holds_tags(target) else "it is too long for a container tag"
+        report.notes.append(f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip")
     if not found and not tracker.unusable and not tracker.left:
         report.notes.append(f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged")
     return report
@@ -211,21 +217,22 @@ def recover_video(
     check_outputs([target], overwrite)
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
-    if side.exists() or sidecar_path is not None:
-        recorded = sidecar.read(side)
+    tag = None if side.exists() or sidecar_path is not None else clip.read_tag(source, sidecar.TAG)
+    if side.exists() or sidecar_path is not None or tag is not None:
+        recorded, where = (sidecar.read(side), side) if tag is None else (sidecar.from_tag(tag, source), f"{source} (its container's sidecar)")
         if recorded.made.fingerprint != anonymizer.fingerprint and not ignore_model_mismatch:
             raise ModelMismatchError(
-                f"{side}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"
+                f"{where}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"
             )
         if recorded.shape != info.upright_shape or recorded.size != faces.size:
-            raise InputError(f"{side}: records a {recorded.shape} clip and {recorded.size}-pixel crops, not this clip's {info.upright_shape} and the model's {faces.size}")
+            raise InputError(f"{where}: records a {recorded.shape} clip and {recorded.size}-pixel crops, not this clip's {info.upright_shape} and the model's {faces.size}")
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:
         found, placed, count, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
         tracked = len(found)
     else:
-        raise InputError(f"{source}: no sidecar {side}; give the key file (--key-file) to find the faces again")
+        raise InputError(f"{source}: no sidecar ({side}, or in the container's metadata); give the key file (--key-file) to find the faces again")
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite)
     return VideoReport([target], count, tracked, _count(placed))

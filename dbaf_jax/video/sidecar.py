@@ -5,12 +5,21 @@ password), the clip's upright size and frame count, the crop size, and every tra
 its number (which chooses its key) and its frame-to-crop transforms, one per frame
 from its first. Read back as untrusted input: `read` checks every field and raises
 InputError naming the file and the field.
+
+The same content also travels inside the clip, as the container metadata tag `TAG`
+(`as_tag`: zlib-compressed JSON in base64), where the container holds such tags (MP4,
+MOV, Matroska, WebM; not AVI): a clip shared without its sidecar file can still be
+recovered with the password alone. `from_tag` checks it like the file, and bounds
+the decompressed size before parsing.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,8 @@ FIELDS = {"format", "version", "anonymization", "clip", "size", "tracks"}
 MAX_TRACKS = 100_000
 MAX_FRAMES = 10_000_000
 MAX_BYTES = 1 << 30
+TAG = "dbaf_jax_video"  # the container metadata key (Matroska stores it upper-case)
+MAX_TAG_CHARS = 64 << 20  # a larger encoded sidecar stays beside the clip only
 
 
 def path_for(video: str | Path) -> Path:
@@ -49,9 +60,19 @@ def content(anonymization: dict, shape: tuple[int, int], frames: int, size: int,
     }
 
 
+def _text(data: dict) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
 def write(path: Path, data: dict, overwrite: bool) -> Path:
-    text = json.dumps(data, separators=(",", ":"))
+    text = _text(data)
     return images.write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite)
+
+
+def as_tag(data: dict) -> str | None:
+    """The sidecar ``data`` as a container tag value, or None when it is too long for one."""
+    tag = base64.b64encode(zlib.compress(_text(data).encode("utf-8"), 9)).decode("ascii")
+    return tag if len(tag) <= MAX_TAG_CHARS else None
 
 
 class Sidecar:
@@ -115,18 +136,40 @@ def check(data: Any) -> Sidecar:
     return Sidecar(made, (height, width), frames, size, tracks)
 
 
+def _parsed(text: str | bytes, where: str) -> Sidecar:
+    """The checked sidecar in JSON ``text``; InputError starting with ``where`` otherwise."""
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise InputError(f"{where} is not JSON") from None
+    try:
+        return check(data)
+    except ValueError as err:
+        raise InputError(f"{where} is malformed: {err}") from None
+
+
 def read(path: str | Path) -> Sidecar:
     """The checked sidecar at ``path``; InputError naming it when missing or malformed."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_BYTES:
             raise InputError(f"{path}: a sidecar over {MAX_BYTES} bytes is refused")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except OSError as err:
         raise InputError(f"cannot read the sidecar {path}: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise InputError(f"{path}: the sidecar is not JSON") from None
+    return _parsed(text, f"{path}: the sidecar")
+
+
+def from_tag(tag: str, video: Path) -> Sidecar:
+    """The checked sidecar carried in ``video``'s container tag `TAG`; InputError naming the clip otherwise."""
+    where = f"{video}: the sidecar in the container's metadata"
     try:
-        return check(data)
-    except ValueError as err:
-        raise InputError(f"{path}: malformed sidecar: {err}") from None
+        if len(tag) > MAX_TAG_CHARS:
+            raise ValueError(f"over {MAX_TAG_CHARS} characters")
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(base64.b64decode(tag, validate=True), MAX_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ValueError(f"truncated, or over {MAX_BYTES} bytes once decompressed")
+    except (ValueError, binascii.Error, zlib.error) as err:
+        raise InputError(f"{where} cannot be decoded ({err})") from None
+    return _parsed(text, where)
