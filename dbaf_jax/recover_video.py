@@ -6,8 +6,9 @@ The sidecar ``ANON.mp4.dbaf.json`` (or ``--sidecar``; or, when no file is there,
 copy in the container's metadata) gives the salt and every track's place in every
 frame, so only the password is needed; each face is recovered
 with its track's key and pasted back, and no pixel outside the faces' masks is
-changed before encoding. Without a sidecar, ``--key-file`` (the one anonymize used)
-lets the faces be found again by detection and tracking. A wrong password is not an
+changed before encoding. Without any sidecar, ``--key-file`` (the one anonymize used)
+with ``--recover-redetected`` lets the faces be found again by detection and tracking,
+unverified: every face found is recovered, anonymized or not. A wrong password is not an
 error: it gives other faces. See docs/video.md.
 """
 
@@ -24,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     parser = commands.video_parser("python -m dbaf_jax.recover_video", __doc__)
     parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json, else the copy in INPUT's container metadata")
     parser.add_argument("--ignore-model-mismatch", action="store_true", help="recover a clip another model anonymized")
+    parser.add_argument("--recover-redetected", action="store_true",
+                        help="with --key-file and no sidecar: recover every face detection and tracking find, keys by order of "
+                             "first appearance; nothing checks that a face was anonymized, so one that never was is overwritten too")
     args = parser.parse_args(argv)
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
@@ -31,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
     report = runner.recover_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
-        args.overwrite, record, args.sidecar, commands.video_encoding(args), args.smooth, args.ignore_model_mismatch,
+        args.overwrite, record, args.sidecar, commands.video_encoding(args), args.smooth, args.ignore_model_mismatch, args.recover_redetected,
     )
     report.print()
     return report

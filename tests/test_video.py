@@ -15,7 +15,7 @@ import pytest
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize_video, keys, recover_video
+from dbaf_jax import anonymize_video, commands, keys, recover_video
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
@@ -341,6 +341,24 @@ def test_recover_without_the_sidecar_file_reads_the_container(ws, anonymized, re
     report = cli(recover_video, ws, alone, tmp_path / "right.mkv", "password.txt", "--crf", str(CRF))
     assert (report.frames, report.tracks, report.faces) == (recovered.frames, recovered.tracks, recovered.faces)
     np.testing.assert_array_equal(decoded(tmp_path / "right.mkv"), decoded(ws / "right.mkv"))
+
+
+@pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
+def test_redetection_without_any_sidecar_only_when_asked(ws, anonymized, tmp_path, capsys):
+    """A re-encoded copy (a sharing site's: no tags, no sidecar file) is recovered by
+    re-detection only with --recover-redetected, since detection cannot tell an
+    anonymized face from one never anonymized; without it, one error line."""
+    shared = write_clip(tmp_path / "shared.mp4", decoded(ws / "anon.mp4").astype(np.uint8), audio_streams=0)
+    assert clip.read_tag(shared, sidecar.TAG) is None
+    args = ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(shared), str(tmp_path / "back.mp4"),
+            "--batch-size", str(BATCH), "--key-file", str(ws / "fixed.key")]
+    assert commands.exit_status(recover_video.main, args) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {shared}: no sidecar") and "--recover-redetected" in line, line
+    assert not (tmp_path / "back.mp4").exists()
+    # The random model's faces are rarely faces to MTCNN: the run is checked, not what it finds.
+    report = recover_video.main([*args, "--recover-redetected"])
+    assert report.frames == FRAMES and (tmp_path / "back.mp4").exists()
 
 
 def test_not_a_video_name():

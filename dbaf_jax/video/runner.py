@@ -208,10 +208,13 @@ def recover_video(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, password: str, source: str | Path, target: str | Path,
     batch_size: int, overwrite: bool = False, record: keys.KeyRecord | None = None, sidecar_path: str | Path | None = None,
     encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA, ignore_model_mismatch: bool = False,
+    redetect: bool = False,
 ) -> VideoReport:
     """Recovers the anonymized clip ``source`` into ``target``: at the sidecar's places
-    (default ``source`` + `sidecar.SUFFIX`), or, with ``record`` (a key file's) and no
-    sidecar, where detection and tracking find the faces again."""
+    (default ``source`` + `sidecar.SUFFIX`, else the container's copy), or, with
+    ``record`` (a key file's), no sidecar and ``redetect``, wherever detection and
+    tracking find faces (unverified: a face never anonymized is overwritten too, so
+    this is refused unless asked for)."""
     source, target = Path(source), Path(target)
     clip.muxer(target)
     check_outputs([target], overwrite)
@@ -229,6 +232,11 @@ def recover_video(
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:
+        if not redetect:
+            raise InputError(
+                f"{source}: no sidecar ({side}, or in the container's metadata), so the faces could only be found again by detection, "
+                "which cannot tell an anonymized face from one that never was; pass --recover-redetected to recover every face found"
+            )
         found, placed, count, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
         tracked = len(found)
     else:
