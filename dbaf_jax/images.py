@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import glob
 import json
 import math
 import os
@@ -297,15 +298,17 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_partials(folder: str | Path) -> list[Path]:
+def remove_stale_partials(folder: str | Path, name: str | None = None) -> list[Path]:
     """Removes the named temporaries (`write_file`) below ``folder`` that a killed run
     left (their process is gone, or an older version named no process) and returns them.
-    They may hold the pixels of faces. A running process's temporaries stay."""
+    They may hold the pixels of faces. A running process's temporaries stay. With
+    ``name``: only those of the file ``folder/name``, for a run that writes one file
+    into a folder it does not own (a clip into a home folder)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
-    for path in folder.rglob(".*.partial"):
+    for path in folder.rglob(".*.partial") if name is None else folder.glob(f".{glob.escape(name)}.*.partial"):
         match = PARTIAL_NAME.match(path.name)
         if match is None or not path.is_file():
             continue

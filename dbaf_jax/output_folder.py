@@ -46,9 +46,10 @@ def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets
         raise InputError(f"{out_dir}: cannot write to the output folder ({err.strerror or err})") from None
 
 
-def clear_stale_temporaries(out_dir: Path) -> list[str]:
-    """Removes the temporaries killed runs left below ``out_dir``; a note per file."""
+def clear_stale_temporaries(out_dir: Path, name: str | None = None) -> list[str]:
+    """Removes the temporaries killed runs left below ``out_dir`` (with ``name``: only
+    those of ``out_dir/name``); a note per file."""
     return [
         f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)"
-        for path in images.remove_stale_partials(out_dir)
+        for path in images.remove_stale_partials(out_dir, name)
     ]

@@ -5,8 +5,13 @@ share one anonymization and its recoveries (module fixtures); the tracker, smoot
 sidecar and I/O tests need no model."""
 
 import base64
+import os
+import subprocess
+import sys
+import time
 import types
 import zlib
+from pathlib import Path
 
 import av
 import numpy as np
@@ -359,6 +364,68 @@ def test_redetection_without_any_sidecar_only_when_asked(ws, anonymized, tmp_pat
     # The random model's faces are rarely faces to MTCNN: the run is checked, not what it finds.
     report = recover_video.main([*args, "--recover-redetected"])
     assert report.frames == FRAMES and (tmp_path / "back.mp4").exists()
+
+
+def _writing_into(pid: int, folder: Path) -> bool:
+    """Whether process ``pid`` holds a non-empty file open in ``folder`` (named or not)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd).startswith(f"{folder}/") and fd.stat().st_size > 0:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow  # a separate process loads the model and compiles before it is killed
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="watches the process's open files in /proc")
+def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
+    """kill -9 of recover_video while it writes the recovered clip: no file is left in
+    the output folder, neither a torn clip under the output's name nor a temporary
+    with recovered pixels."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "dbaf_jax.recover_video", "--model", str(ws / "model"), "--password-file", str(ws / "password.txt"),
+         str(ws / "anon.mp4"), str(out / "back.mp4"), "--batch-size", "1"],
+        stderr=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    try:
+        while run.poll() is None and not _writing_into(run.pid, out):
+            time.sleep(0.005)
+        assert run.poll() is None, "the run ended before it was seen writing"
+        run.kill()
+    finally:
+        run.wait()
+    assert list(out.iterdir()) == []
+
+
+def test_the_input_is_never_an_output(tmp_path):
+    """Even with --overwrite the clip cannot be anonymized into itself (the original would be gone)."""
+    source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
+    for target in (source, tmp_path / "." / "in.mp4"):
+        with pytest.raises(InputError, match="would replace the input"):
+            runner.anonymize_video(None, None, PASSWORD, source, target, BATCH, overwrite=True)
+    assert clip.probe(source).width == WIDTH
+
+
+def test_a_killed_runs_temporaries_of_the_output_are_removed(tmp_path):
+    """Where temporaries have names, a later run into the same output removes those of a
+    dead process (they may hold face pixels) with a note, and leaves other files' alone."""
+    source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    ours, other = out / f".back.mp4.{dead}.0badf00d.partial", out / f".other.mp4.{dead}.0badf00d.partial"
+    ours.write_bytes(b"face pixels")
+    other.write_bytes(b"face pixels")
+    notes = runner._prepare_outputs(source, [out / "back.mp4"], overwrite=False)
+    assert notes == [f"removed {ours}, a temporary file an interrupted run left (it may hold face pixels)"]
+    assert not ours.exists() and other.exists()
 
 
 def test_not_a_video_name():

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import jax
 import numpy as np
 
-from dbaf_jax import images, keys, metadata
+from dbaf_jax import images, keys, metadata, output_folder
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
 from dbaf_jax.inference.programs import pad_batch
@@ -169,6 +169,17 @@ def _recover_step(anonymizer: FaceAnonymizer):
     return lambda crops, face_keys: anonymizer.recover_async(crops, jax.numpy.asarray(face_keys))
 
 
+def _prepare_outputs(source: Path, targets: list[Path], overwrite: bool) -> list[str]:
+    """Checks, before any work, that ``targets`` are video names (the first) that do not
+    replace ``source`` and do not exist unless ``overwrite``; removes the temporaries
+    killed runs left beside them, a note each."""
+    clip.muxer(targets[0])
+    if any(target.resolve() == source.resolve() for target in targets):
+        raise InputError(f"{targets[0]}: the output would replace the input {source}; choose another output name")
+    check_outputs(targets, overwrite)
+    return [note for target in targets for note in output_folder.clear_stale_temporaries(target.parent, target.name)]
+
+
 def _count(placed: Placed) -> int:
     return sum(len(stack) for _, _, stack in placed)
 
@@ -182,9 +193,8 @@ def anonymize_video(
     rate, rotation, audio) and writes ``target``'s sidecar. ``record``: a key file's
     (else a fresh salt)."""
     source, target = Path(source), Path(target)
-    clip.muxer(target)
     side = sidecar.path_for(target)
-    check_outputs([target, side], overwrite)
+    notes = _prepare_outputs(source, [target, side], overwrite)
     info = clip.probe(source)
     found, placed, count, tracker = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()
@@ -195,7 +205,7 @@ def anonymize_video(
              overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None)
     sidecar.write(side, recorded, overwrite)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
-                         sum(map(len, tracker.unusable.values())), tracker.left)
+                         sum(map(len, tracker.unusable.values())), tracker.left, notes)
     if tag is None:
         where = f"the {clip.muxer(target)} container cannot hold it" if not clip.holds_tags(target) else "it is too long for a container tag"
         report.notes.append(f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip")
@@ -216,8 +226,7 @@ def recover_video(
     tracking find faces (unverified: a face never anonymized is overwritten too, so
     this is refused unless asked for)."""
     source, target = Path(source), Path(target)
-    clip.muxer(target)
-    check_outputs([target], overwrite)
+    notes = _prepare_outputs(source, [target], overwrite)
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
     tag = None if side.exists() or sidecar_path is not None else clip.read_tag(source, sidecar.TAG)
@@ -243,4 +252,4 @@ def recover_video(
         raise InputError(f"{source}: no sidecar ({side}, or in the container's metadata); give the key file (--key-file) to find the faces again")
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite)
-    return VideoReport([target], count, tracked, _count(placed))
+    return VideoReport([target], count, tracked, _count(placed), notes=notes)
