@@ -63,8 +63,10 @@ def dbaf_config() -> ml_collections.ConfigDict:
     c.loss.identity_reduction = "sum"  # stage 2 identity terms over outputs: "sum" (DBAF) or "mean" (HFORD)
     c.loss.parse_classes = (2, 4, 5, 10, 11, 12)  # ref ParseLoss.select_list (CelebAMask-HQ labels)
     c.loss.adversarial_reduction = ""  # "" the form's; "sum"/"mean" of G's and D's terms over the outputs
-    c.loss.same_threshold = 0.0  # stage 1 contrastive: ref --same_thres
-    c.loss.different_threshold = 0.5  # stage 1 contrastive: ref --not_same_thres
+    # Stage 1's contrastive thresholds, for every variant: the reference's --same_thres and
+    # --not_same_thres; DBAF's tau+/tau- and HFORD's are not given in their papers.
+    c.loss.same_threshold = 0.0
+    c.loss.different_threshold = 0.5
     return c
 
 

@@ -26,8 +26,6 @@ def reference(c: ml_collections.ConfigDict) -> None:
     c.loss.reg = 0.1  # ref --lambdalatent, mean(w^2)
     c.loss.parse = 0.1  # ref --lambdaparse
     c.loss.contrastive = 0.1  # ref --lambdacontrastive
-    c.loss.same_threshold = 0.0  # ref --same_thres
-    c.loss.different_threshold = 0.5  # ref --not_same_thres
     c.loss.adv = 1.0  # ref: non-saturating G loss, unweighted
 
 
@@ -40,8 +38,6 @@ def paper(c: ml_collections.ConfigDict) -> None:
     c.loss.reg = 0.1  # paper: lambda_reg, sum_i ||w_i - w_avg||
     c.loss.parse = 0.1  # paper: lambda_parse
     c.loss.contrastive = 1.0  # paper: lambda_c
-    c.loss.same_threshold = 0.0  # paper tau+ (value not given; the reference's)
-    c.loss.different_threshold = 0.5  # paper tau- (value not given; the reference's)
     c.loss.adv = 1.0  # paper eq. (18)
     dbaf_schema.paper_model(c)
 
@@ -57,8 +53,6 @@ def hford(c: ml_collections.ConfigDict) -> None:
     c.loss.parse = 0.1  # HFORD lambda_parse
     c.loss.reg = 0.1  # HFORD lambda_reg
     c.loss.adv = 1.0  # HFORD eq. (18): L_adv unweighted
-    c.loss.same_threshold = 0.0  # HFORD tau+ (value not given; the reference's)
-    c.loss.different_threshold = 0.5  # HFORD tau- (value not given; the reference's)
 
 
 VARIANTS = {
