@@ -39,6 +39,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from dbaf_jax import sharding
+from dbaf_jax.models.stylegan2 import LATENT_GROUPS
 
 ATTENTION_MODES = ("tokens", "batch", "single")
 
@@ -120,7 +121,7 @@ class CID(nn.Module):
 
     n_latent: int = 14
     style_dim: int = 512
-    groups: tuple[int, ...] = (4, 4, 6)
+    groups: tuple[int, ...] = LATENT_GROUPS
     depth: int = 6
     heads: int = 14
     head_dim: int = 64

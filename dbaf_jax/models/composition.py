@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dbaf_jax.models.stylegan2 import LATENT_GROUPS
+
 Variables = dict[str, Any]
 Model = TypeVar("Model")
 
@@ -33,7 +35,7 @@ def network_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls) if field.name != "compute_dtype")
 
 
-def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = (4, 4, 6)) -> jnp.ndarray:
+def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = LATENT_GROUPS) -> jnp.ndarray:
     """z (..., len(groups), style_dim) -> key (..., sum(groups), style_dim).
 
     Each z goes through the generator's mapping network; group g's w fills

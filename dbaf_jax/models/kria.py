@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from dbaf_jax.nn.equalized import EqualLinear
+from dbaf_jax.models.stylegan2 import LATENT_GROUPS
 
 
 class ConditionalMLP(nn.Module):
@@ -46,7 +47,7 @@ class KRIA(nn.Module):
     GROUP_NAMES = ("coarse", "medium", "fine")
 
     style_dim: int = 512
-    groups: tuple[int, ...] = (4, 4, 6)
+    groups: tuple[int, ...] = LATENT_GROUPS
     extra_layers: int = 4
     lr_mul: float = 0.01
 

@@ -35,6 +35,9 @@ from dbaf_jax.nn.equalized import EqualConv2d, EqualLinear, cast, conv2d, fused_
 from dbaf_jax.nn.upfirdn import BLUR_TAPS, blur, make_kernel, upfirdn2d
 
 # Channel counts of rosinality's networks at width 1, per resolution.
+# How DBAF's networks split the 14 W+ rows of the 256 px generator: 4 coarse (pose,
+# shape), 4 medium (features), 6 fine (colour, texture) rows, one latent group each.
+LATENT_GROUPS = (4, 4, 6)
 _BASE_CHANNELS = {4: 512, 8: 512, 16: 512, 32: 512}
 
 
