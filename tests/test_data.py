@@ -3,8 +3,6 @@
 import json
 import shutil
 import sys
-from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -15,32 +13,14 @@ from dbaf_jax import data
 from dbaf_jax.errors import DatasetError
 
 
-def make_loader(
-    data_dir: str | Path,
-    global_batch_size: int,
-    seed: int,
-    start_step: int = 0,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    num_epochs: int | None = None,
-) -> Iterator[np.ndarray]:
-    """Batches of a dataset prepared by `data.prepare`; see `data.batches`."""
-    return data.batches(data.PreparedImages(data_dir), global_batch_size, seed, start_step, process_index, process_count, num_epochs)
+def make_loader(data_dir, *args, **kwargs):
+    """`data.batches` (its arguments after the source) of a dataset prepared by `data.prepare`."""
+    return data.batches(data.PreparedImages(data_dir), *args, **kwargs)
 
 
-def make_synthetic_loader(
-    num_images: int,
-    size: int,
-    global_batch_size: int,
-    seed: int,
-    start_step: int = 0,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    num_epochs: int | None = None,
-) -> Iterator[np.ndarray]:
-    """Batches of `data.SyntheticFaces` (images drawn from ``seed``); see `data.batches`."""
-    source = data.SyntheticFaces(num_images, size, seed)
-    return data.batches(source, global_batch_size, seed, start_step, process_index, process_count, num_epochs)
+def make_synthetic_loader(num_images: int, size: int, global_batch_size: int, seed: int, **kwargs):
+    """`data.batches` of `data.SyntheticFaces` drawn from ``seed``, the stream's seed too."""
+    return data.batches(data.SyntheticFaces(num_images, size, seed), global_batch_size, seed, **kwargs)
 
 
 SIZE = 16
