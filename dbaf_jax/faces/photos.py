@@ -20,7 +20,6 @@ size; written and checked by `dbaf_jax.metadata`).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -44,6 +43,15 @@ class AlignedFace:
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "transform": [float(v) for v in self.transform.reshape(-1)], "size": self.size}
+
+
+def usable_side(points: np.ndarray) -> float | None:
+    """The FFHQ quad side (pixels) of a detection's landmarks (5, 2), or None when the
+    model cannot take the face: landmarks not finite, or a quad under `MIN_USABLE_SIDE`."""
+    if not np.isfinite(points).all():
+        return None
+    side = align.quad_side(points)
+    return side if side >= MIN_USABLE_SIDE else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +95,8 @@ class PhotoFaces:
         detections = self.detector.detect(photo)
         kept, too_small, unusable = [], [], []
         for box, points in zip(detections.boxes, detections.landmarks):
-            side = align.quad_side(points) if np.isfinite(points).all() else math.nan
-            if not side >= MIN_USABLE_SIDE:
+            side = usable_side(points)
+            if side is None:
                 unusable.append(np.asarray(box, np.float64))
             elif side < self.min_face_size:
                 too_small.append(side)

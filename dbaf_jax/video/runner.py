@@ -229,8 +229,9 @@ def recover_video(
     notes = _prepare_outputs(source, [target], overwrite)
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
-    tag = None if side.exists() or sidecar_path is not None else clip.read_tag(source, sidecar.TAG)
-    if side.exists() or sidecar_path is not None or tag is not None:
+    in_file = sidecar_path is not None or side.exists()
+    tag = None if in_file else clip.read_tag(source, sidecar.TAG)
+    if in_file or tag is not None:
         recorded, where = (sidecar.read(side), side) if tag is None else (sidecar.from_tag(tag, source), f"{source} (its container's sidecar)")
         if recorded.made.fingerprint != anonymizer.fingerprint and not ignore_model_mismatch:
             raise ModelMismatchError(

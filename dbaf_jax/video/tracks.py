@@ -7,10 +7,10 @@ key changes when someone else enters or leaves. Frames a track misses between tw
 detections (a blink of the detector, a brief occlusion) get linearly interpolated
 landmarks, so the face is still anonymized there. A detection ByteTrack leaves
 unmatched becomes a track of its own: a face is never left as it was. A detection
-whose landmarks cannot be aligned (as for photos: not finite, or a quad under
-`faces.photos.MIN_USABLE_SIDE`) is not tracked; its box is kept per frame
-(`Tracker.unusable`) for the irreversible fallback (`faces.paste.hide`), and faces the
-user asked to leave (``min_face_size``) are counted (`Tracker.left`).
+whose landmarks cannot be aligned (as for photos, `faces.photos.usable_side`) is
+not tracked; its box is kept per frame (`Tracker.unusable`) for the irreversible
+fallback (`faces.paste.hide`), and faces the user asked to leave (``min_face_size``)
+are counted (`Tracker.left`).
 
 Smoothing: every track's landmarks (T, 5, 2) are filtered along time with a centred
 Gaussian of ``sigma`` frames (`scipy.ndimage.gaussian_filter1d`, edges repeated),
@@ -22,7 +22,6 @@ the box mask lives in crop coordinates and so moves with the smoothed transform.
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from typing import Iterable
 
@@ -35,7 +34,7 @@ with warnings.catch_warnings():
 
 from dbaf_jax.faces import align
 from dbaf_jax.faces.detect import Detections
-from dbaf_jax.faces.photos import MIN_USABLE_SIDE
+from dbaf_jax.faces.photos import usable_side
 
 DEFAULT_SIGMA = 2.0  # frames
 CONTINUE_IOU = 0.3  # see Tracker._identity
@@ -87,8 +86,8 @@ class Tracker:
         """The next frame's detections."""
         keep = []
         for i, points in enumerate(found.landmarks):
-            side = align.quad_side(points) if np.isfinite(points).all() else math.nan
-            if not side >= MIN_USABLE_SIDE:
+            side = usable_side(points)
+            if side is None:
                 self.unusable.setdefault(self._frame, []).append(np.asarray(found.boxes[i], np.float64))
             elif side < self.min_face_size:
                 self.left += 1
