@@ -59,11 +59,7 @@ class PhaseState:
     def variables(self, frozen: Variables, params=None) -> Variables:
         """{network: variables} for the forward pass: the trained networks' parameters
         (or ``params`` in their place) and model state, plus the frozen ones."""
-        params = self.params if params is None else params
-        merged = dict(frozen)
-        for name, trained in params.items():
-            merged[name] = {"params": trained, **self.model_state.get(name, {})}
-        return merged
+        return state_lib.joined(frozen, self.params if params is None else params, self.model_state)
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:

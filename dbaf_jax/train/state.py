@@ -53,11 +53,7 @@ class TrainState:
         model state (or ``fast_params`` and ``model_state`` in their place) plus the frozen ones."""
         fast_params = self.generator_params.fast if fast_params is None else fast_params
         model_state = self.model_state if model_state is None else model_state
-        merged = dict(frozen)
-        for name, params in fast_params.items():
-            merged[name] = {"params": params, **model_state.get(name, {})}
-        merged[DISCRIMINATOR] = {"params": self.discriminator_params.fast}
-        return merged
+        return {**joined(frozen, fast_params, model_state), DISCRIMINATOR: {"params": self.discriminator_params.fast}}
 
     def after_generator_update(self, optimizer: optax.GradientTransformation, grads, rng: jax.Array, **fields) -> "TrainState":
         """The next step's state: ``grads`` of the fast generator-side params applied by
@@ -95,6 +91,12 @@ def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) ->
 def synced(params) -> optax.LookaheadParams:
     """Fast and slow weights equal but in separate buffers (the state is donated)."""
     return optax.LookaheadParams(fast=params, slow=jax.tree.map(jnp.copy, params))
+
+
+def joined(frozen: Variables, params: Variables, model_state: Variables) -> Variables:
+    """{network: variables}: the frozen networks' and, for each trained network, its
+    ``params`` with its ``model_state`` collections (what `split_trainable` took apart)."""
+    return {**frozen, **{name: {"params": trained, **model_state.get(name, {})} for name, trained in params.items()}}
 
 
 def split_trainable(
