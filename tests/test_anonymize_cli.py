@@ -392,6 +392,36 @@ def test_unusable_folders_are_one_line(workspace, tmp_path, capsys, case):
         assert snapshot(tmp_path) == before
 
 
+def _mounts_read_only(path: Path) -> bool:
+    """Whether this machine lets an unprivileged process mount a private read-only
+    file system over ``path`` (a user and mount namespace: nothing outside sees it)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs -o ro tmpfs '{path}'"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
+    """The output folder on a real read-only file system (a tmpfs mounted read-only in a
+    private mount namespace): both commands stop with one line naming the folder and the
+    system's reason, exit 1, no traceback, before any image is processed."""
+    out = tmp_path / "read-only"
+    out.mkdir()
+    if not _mounts_read_only(out):
+        pytest.skip("this machine does not let a process mount a private file system (unshare --user --mount)")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    for module in ("dbaf_jax.anonymize", "dbaf_jax.recover"):
+        command = (f"mount -t tmpfs -o ro tmpfs '{out}' && exec '{sys.executable}' -m {module} --aligned"
+                   f" --model '{workspace / 'model'}' --password-file '{workspace / 'password.txt'}' '{workspace / 'faces'}' '{out}'")
+        result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command],
+                                capture_output=True, text=True, env=env)
+        assert result.returncode == 1, result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and str(out) in errors[0] and "Read-only file system" in errors[0], result.stderr
+        assert "Traceback" not in result.stderr and "processed" not in result.stderr, result.stderr
+    assert list(out.iterdir()) == []
+
+
 def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     """Two anonymize processes started together into one output folder: at most one
     succeeds; a run that meets a file the other made stops with one error line;
