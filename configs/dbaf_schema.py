@@ -48,6 +48,14 @@ def dbaf_config() -> ml_collections.ConfigDict:
     # or "image" (paper eqs. 21-23: re-encode the anonymized image).
     c.recovery = "latent"
 
+    # Stage 2: KRIA's latent-space warm-up before the first step (not in the papers;
+    # dbaf_jax.train.dbaf.kria_warmup). Only the quick start turns it on.
+    c.kria_warmup = ml_collections.ConfigDict()
+    c.kria_warmup.steps = 0
+    c.kria_warmup.learning_rate = 3e-3
+    c.kria_warmup.noise = 0.5
+    c.kria_warmup.images = 256
+
     # Loss weights (0: the term is not computed) and their parameters; the stages'
     # `reference` and `paper` variants set them.
     c.loss = ml_collections.ConfigDict()
@@ -90,6 +98,10 @@ def quickstart(c: ml_collections.ConfigDict) -> None:
     c.data.synthetic = False
     c.data.dir = QUICKSTART_DATA
     c.eval_images = 16
+    # A generator trained from scratch for 30 steps cannot teach KRIA reversibility
+    # through images in minutes; the latent warm-up does (stage 2 only).
+    if c.stage == 2:
+        c.kria_warmup.steps = 2000
 
 
 def tokens(c: ml_collections.ConfigDict) -> None:

@@ -20,18 +20,18 @@ paper's and fixed (`dbaf_jax.ifadit_losses`).
 import ml_collections
 
 from configs import common
+from dbaf_jax.train.ifadit import PHASE1, PHASE2
 
-PHASES = {1: "ifadit1", 2: "ifadit2"}  # config.stage of each phase (dbaf_jax.train.stages)
 
 
 def phase1(c: ml_collections.ConfigDict) -> None:
-    c.stage = PHASES[1]
+    c.stage = PHASE1
     c.trainable = ("e4e", "mapper")  # paper 3.2: E_Attr and M train; ArcFace and StyleGAN2 stay fixed
     c.best_metric = "reconstruction_psnr"
 
 
 def phase2(c: ml_collections.ConfigDict) -> None:
-    c.stage = PHASES[2]
+    c.stage = PHASE2
     c.trainable = ("sif", "icl")  # paper 3.5: SIF and ICL train, every other component frozen
     c.best_metric = "recovery_psnr"
 
@@ -50,7 +50,7 @@ VARIANTS = {"phase1": phase1, "phase2": phase2, "tiny": tiny}
 
 def get_config(variants: str = "phase1") -> ml_collections.ConfigDict:
     c = common.base_config()
-    c.stage = PHASES[1]  # a phase's name (phase1, phase2 set it)
+    c.stage = PHASE1  # a phase's name (phase1, phase2 set it)
     c.trainable = ("e4e", "mapper")
     c.family = "ifadit"  # the run's model family, as its exported model.json names it
 

@@ -32,18 +32,17 @@ def main() -> None:
 
     from configs import stage1
     from dbaf_jax import data, sharding
-    from dbaf_jax.train import loop, stages, state as state_lib
+    from dbaf_jax.train import loop, stages
 
     config = stage1.get_config("tiny")
     config.batch_size = 8
     config.data.synthetic_size = 16
     network = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    state, frozen, optimizers = state_lib.create(config, loop.initial_variables(config, network, init_rng), state_rng)
     mesh = sharding.make_mesh(8, 1)
-    state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
-    frozen = jax.device_put(frozen, sharding.replicated(mesh))
-    step = loop.make_step(stages.build(config, network, optimizers), mesh, state, frozen)
+    run = loop.setup(config, network, loop.initial_variables(config, network, init_rng), state_rng, mesh)
+    state, frozen = run.state, run.frozen
+    step = loop.make_step(run.stage, mesh, state, frozen)
     images = next(data.batches(loop.data_source(config), config.batch_size, config.seed))
     state, metrics = step(state, frozen, sharding.put_batch(mesh, images), jax.numpy.asarray(1))
     # Replicated outputs: every process holds them whole.

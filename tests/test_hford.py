@@ -8,7 +8,7 @@ import pytest
 from configs import stage1, stage2
 from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.train.adversarial import StepSettings
+from dbaf_jax.train.dbaf.adversarial import StepSettings
 
 
 def np_cos(a, b):

@@ -18,6 +18,7 @@ from dbaf_jax import keys, model_directory
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.sif import SecureIdentityFlow, bounded_log_scale
 from dbaf_jax.train import networks as networks_lib, stages
+from dbaf_jax.train.ifadit.networks import IFADITNetworks
 
 IDENTITY_DIM = 512
 KEY_DIM = 512
@@ -90,7 +91,7 @@ def test_bounded_log_scale():
     np.testing.assert_allclose(bounded_log_scale(s, 2.0), 2.0 * np.tanh(np.asarray(s) / 2.0), atol=1e-6)
 
 
-def full_size_networks() -> networks_lib.IFADITNetworks:
+def full_size_networks() -> IFADITNetworks:
     return stages.build_networks(ifadit_config.get_config("phase2"))
 
 

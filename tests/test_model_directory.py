@@ -26,6 +26,7 @@ from dbaf_jax.models.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
 from dbaf_jax.train import networks as networks_lib, stages
+from dbaf_jax.train.dbaf.networks import PRETRAINED
 
 STYLE_DIM = 8
 
@@ -154,7 +155,7 @@ def test_load_pretrained_missing_directory_or_network(saved, tmp_path):
     path, _, _ = saved
     nets = stages.build_networks(stage2.get_config("tiny"))
     with pytest.raises(ModelDirectoryError, match=f"{tmp_path / 'nowhere'}: no such model directory"):
-        networks_lib.load_pretrained(nets, {}, tmp_path / "nowhere", networks_lib.PRETRAINED)
+        networks_lib.load_pretrained(nets, {}, tmp_path / "nowhere", PRETRAINED)
     with pytest.raises(NetworkNotFoundError, match="no 'generator' network"):
         networks_lib.load_pretrained(nets, {}, path.parent, {"decoder": "generator"})
     with pytest.raises(ModelDirectoryError, match="architecture differs"):  # a KRIA of another width

@@ -146,17 +146,15 @@ COMPILE_FSDP_STEP = """
 import jax, jax.numpy as jnp, numpy as np
 from configs import stage2
 from dbaf_jax import sharding
-from dbaf_jax.train import loop, networks, stages, state as state_lib
+from dbaf_jax.train import loop, networks, stages
 config = stage2.get_config("tiny")
 config.batch_size, config.mesh.fsdp, config.mesh.min_shard_size = 8, 4, 1024
 nets = stages.build_networks(config)
-state, frozen, txs = state_lib.create(config, networks.init_variables(nets, jax.random.PRNGKey(0), 64), jax.random.PRNGKey(1))
 mesh = sharding.make_mesh(None, 4)
-state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
-frozen = jax.device_put(frozen, sharding.replicated(mesh))
+run = loop.setup(config, nets, networks.init_variables(nets, jax.random.PRNGKey(0), 64), jax.random.PRNGKey(1), mesh)
 images = sharding.put_batch(mesh, np.zeros((8, 64, 64, 3), np.float32))
-step = loop.make_step(stages.build(config, nets, txs), mesh, state, frozen)
-step.lower(state, frozen, images, jnp.asarray(0, jnp.int32)).compile()
+step = loop.make_step(run.stage, mesh, run.state, run.frozen)
+step.lower(run.state, run.frozen, images, jnp.asarray(0, jnp.int32)).compile()
 print("compiled")
 """
 

@@ -16,7 +16,7 @@ from configs import stage2
 from dbaf_jax import precision
 from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet
-from dbaf_jax.train import loop, networks as networks_lib, stages, state as state_lib
+from dbaf_jax.train import loop, networks as networks_lib, stages
 
 SIZE = 64  # the tiny config's
 
@@ -117,11 +117,9 @@ def test_cast_params_keeps_statistics_and_non_floats():
 def one_step(networks, variables, compute_dtype: str):
     """One stage-2 step (1 device) of the tiny config from ``variables`` -> (state, metrics)."""
     config = tiny_config(compute_dtype)
-    state, frozen, optimizers = state_lib.create(config, variables, jax.random.PRNGKey(1))
-    stage = stages.build(config, networks, optimizers)
-    frozen = networks.model.compute_variables(frozen)
+    run = loop.setup(config, networks, variables, jax.random.PRNGKey(1))
     images = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (config.batch_size, SIZE, SIZE, 3)), jnp.float32)
-    state, metrics = jax.jit(stage.step)(state, frozen, images, jnp.asarray(0, jnp.int32))
+    state, metrics = jax.jit(run.stage.step)(run.state, run.frozen, images, jnp.asarray(0, jnp.int32))
     return jax.device_get(state), {k: float(v) for k, v in jax.device_get(metrics).items()}
 
 
@@ -157,8 +155,7 @@ def test_a_bfloat16_run_exports_the_float32_architecture(start, tmp_path):
     written = {}
     for dtype, nets in networks.items():
         config = tiny_config(dtype)
-        _, _, optimizers = state_lib.create(config, variables, jax.random.PRNGKey(1))
-        loop.export(tmp_path, stages.build(config, nets, optimizers), variables, name=dtype)
+        loop.export(tmp_path, loop.setup(config, nets, variables, jax.random.PRNGKey(1)).stage, variables, name=dtype)
         written[dtype] = json.loads((tmp_path / dtype / "model.json").read_text())
     assert written["bfloat16"] == written["float32"]
     decoder = json.loads((tmp_path / "bfloat16" / "decoder" / "network.json").read_text())

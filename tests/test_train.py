@@ -3,7 +3,7 @@ uninterrupted run, both stages' losses fall, and KRIA learns a key-reversible ma
 
 The step and loop tests run the ``tiny`` configs (64 px) with a global batch of 8
 (one image per forced host device) through the loop's own functions
-(`loop.initial_variables`, `state.create`, `stages.build`, `loop.make_step`,
+(`loop.initial_variables`, `loop.setup`, `loop.make_step`,
 `loop.train_and_evaluate`).
 Compilation dominates on a CPU and every loop run jits its own step, so these tests
 share a persistent compilation cache (one per pytest session, shared by xdist
@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import pytest
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 from jax.sharding import PartitionSpec as P
@@ -37,8 +36,9 @@ from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import adversarial, checkpoints, loop, networks as networks_lib, profiling, shared, stages, state as state_lib
-from dbaf_jax.train import stage1 as stage1_lib
+from dbaf_jax.train import checkpoints, loop, networks as networks_lib, profiling, shared, stages, state as state_lib
+from dbaf_jax.train.dbaf import adversarial, kria_warmup, networks as dbaf_networks, state as dbaf_state
+from dbaf_jax.train.dbaf import stage1 as stage1_lib
 
 BATCH = 8  # one image per forced host device
 # 300x the reference's 1e-4, so that a couple of dozen steps show progress. Every
@@ -98,25 +98,21 @@ class Start(NamedTuple):
     """A run's starting point, on the host: the loop's initial state and frozen networks."""
 
     config: ml_collections.ConfigDict
-    networks: networks_lib.Networks
-    state: state_lib.TrainState
+    networks: dbaf_networks.Networks
+    state: dbaf_state.TrainState
     frozen: dict
-    optimizers: state_lib.Optimizers
-
-    def stage(self) -> adversarial.AdversarialStage:
-        return stages.build(self.config, self.networks, self.optimizers)
+    stage: adversarial.AdversarialStage
 
 
 def start(config: ml_collections.ConfigDict) -> Start:
     networks = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)  # as the loop splits
-    variables = loop.initial_variables(config, networks, init_rng)
-    state, frozen, optimizers = state_lib.create(config, variables, state_rng)
-    return Start(config, networks, jax.device_get(state), jax.device_get(frozen), optimizers)
+    run = loop.setup(config, networks, loop.initial_variables(config, networks, init_rng), state_rng)
+    return Start(config, networks, jax.device_get(run.state), jax.device_get(run.frozen), run.stage)
 
 
 class Trajectory(NamedTuple):
-    states: dict[int, state_lib.TrainState]  # steps done -> host state, for the steps asked for
+    states: dict[int, dbaf_state.TrainState]  # steps done -> host state, for the steps asked for
     metrics: list[dict[str, float]]  # per step
 
 
@@ -125,7 +121,7 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
     config = run.config
     state = jax.device_put(run.state, sharding.param_sharding(mesh, run.state, config.mesh.min_shard_size))
     frozen = jax.device_put(run.frozen, sharding.replicated(mesh))
-    step_fn = loop.StepPrograms(run.stage(), mesh, state, frozen)
+    step_fn = loop.StepPrograms(run.stage, mesh, state, frozen)
     source = loop.data_source(config)
     steps_per_epoch = len(source) // config.batch_size
     states, metrics = {}, []
@@ -347,9 +343,8 @@ def test_full_size_stage2_step_shapes():
     networks = stages.build_networks(config)
 
     def init_and_step(rng, images):
-        variables = networks_lib.init_variables(networks, rng, config.model.size)
-        state, frozen, optimizers = state_lib.create(config, variables, rng)
-        return stages.build(config, networks, optimizers).step(state, frozen, images, jnp.asarray(0))
+        run = loop.setup(config, networks, networks_lib.init_variables(networks, rng, config.model.size), rng)
+        return run.stage.step(run.state, run.frozen, images, jnp.asarray(0))
 
     images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
     state, metrics = jax.eval_shape(init_and_step, jax.random.PRNGKey(0), images)
@@ -472,7 +467,7 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
 
     first, second = tmp_path / "stage1", tmp_path / "stage2"
     trained = state_lib.exported_variables(stage1_trajectory.states[STAGE1_STEPS], stage1_start.frozen)
-    loop.export(first, stage1_start.stage(), trained)
+    loop.export(first, stage1_start.stage, trained)
     config = small_config(2, num_steps=6, sample_every=6, init_from=str(first), eval_every=3, eval_images=BATCH)
     config.data.synthetic_size = 3 * BATCH  # two training batches and one held out
     loop.train_and_evaluate(config, second)
@@ -490,22 +485,12 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
 
 
 @pytest.mark.slow
-def test_kria_alone_can_learn_a_key_reversible_identity_transform():
-    """What KRIA's architecture can learn, apart from the stage-2 step: KRIA alone, with a
-    latent-space loss and optimiser of this test's own, trained on four identity codes
-    with fresh random keys every step. On keys it never saw, the right key recovers the
-    identity code and wrong keys do not.
-
-    The objective is the latent-space counterpart of stage 2's: the reference's
-    reconstruction, LPIPS and identity terms on the recovered image pull
-    w_rec = A + KRIA(KRIA(I, k), k) towards the original A + I, so here
-    ||KRIA(KRIA(I, k), k) - I||^2; its clamped reverse-identity terms push the
-    anonymized and wrong-key images' identities away, so here hinges that keep
-    KRIA(I, k) and KRIA(KRIA(I, k), k') at least a unit mean square from I.
-    Optimiser: LAMB (per-layer trust ratio), since KRIA's lr_mul=0.01 layers store
-    weights ~100x larger than its final plain Linear, which no single Adam step size suits.
-    """
-    style_dim, groups, n_latent, num_steps = 64, (2, 2, 4), 8, 2000
+def test_kria_warmup_learns_a_key_reversible_identity_transform():
+    """Stage 2's optional latent warm-up (`kria_warmup.fit`, what the quick start runs
+    before its first step): KRIA alone, trained on four identity codes with fresh random
+    keys every step. On keys it never saw, the right key recovers the identity code and
+    wrong keys do not, and the anonymized code is far from the original."""
+    style_dim, groups, n_latent = 64, (2, 2, 4), 8
     kria = KRIA(style_dim=style_dim, groups=groups)
     key_generator = Generator(size=8, style_dim=style_dim, n_mlp=2, width_scale=1 / 16)
     rngs = jax.random.split(jax.random.PRNGKey(0), 5)
@@ -513,42 +498,23 @@ def test_kria_alone_can_learn_a_key_reversible_identity_transform():
     identity = jax.random.normal(rngs[1], (4, n_latent, style_dim))
     params = kria.init(rngs[2], identity, identity)["params"]
 
-    def random_keys(rng):  # as training draws them: z per group through the mapping network
-        z = jax.random.normal(rng, (len(identity), len(groups), style_dim))
-        return composition.latents_to_key(key_generator, generator_variables, z, groups)
+    def random_keys(rng, count):  # as training draws them: z per group through the mapping network
+        z = jax.random.normal(rng, (2 * count, len(groups), style_dim))
+        return composition.latents_to_key(key_generator, generator_variables, z, groups).reshape(2, count, n_latent, style_dim)
 
     def transform(params, code, key):
         return kria.apply({"params": params}, code, key)
 
-    def mean_square(a, b):
-        return jnp.mean((a - b) ** 2, axis=(1, 2))
-
-    def loss(params, rng):
-        key, wrong_key = random_keys(jax.random.fold_in(rng, 0)), random_keys(jax.random.fold_in(rng, 1))
-        anonymized = transform(params, identity, key)
-        recovered, wrong = transform(params, anonymized, key), transform(params, anonymized, wrong_key)
-        push_away = jax.nn.relu(1.0 - mean_square(anonymized, identity)) + jax.nn.relu(1.0 - mean_square(wrong, identity))
-        return jnp.mean(mean_square(recovered, identity) + push_away)
-
-    tx = optax.lamb(optax.cosine_decay_schedule(3e-3, num_steps), weight_decay=0.0)
-
-    @jax.jit
-    def train(params):
-        def step(i, carry):
-            params, opt_state = carry
-            grads = jax.grad(loss)(params, jax.random.fold_in(rngs[3], i))
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state
-
-        return jax.lax.fori_loop(0, num_steps, step, (params, tx.init(params)))[0]
-
-    params = train(params)
-    key, wrong_key = random_keys(jax.random.fold_in(rngs[4], 0)), random_keys(jax.random.fold_in(rngs[4], 1))
-    anonymized = transform(params, identity, key)
+    settings = kria_warmup.Settings(steps=2000, learning_rate=3e-3, noise=0.0, images=len(identity))
+    before = float(kria_warmup.loss(kria, params, identity, random_keys(rngs[4], len(identity))))
+    params = jax.jit(lambda p: kria_warmup.fit(kria, p, identity, random_keys, settings, rngs[3]))(params)
+    keys = random_keys(rngs[4], len(identity))
+    assert float(kria_warmup.loss(kria, params, identity, keys)) < 0.25 * before
+    anonymized = transform(params, identity, keys[0])
 
     def relative_distance(code):
         return float(jnp.linalg.norm(code - identity) / jnp.linalg.norm(identity))
 
-    right, wrong = relative_distance(transform(params, anonymized, key)), relative_distance(transform(params, anonymized, wrong_key))
+    right, wrong = relative_distance(transform(params, anonymized, keys[0])), relative_distance(transform(params, anonymized, keys[1]))
     assert right < 0.2 and right < 0.1 * wrong, (right, wrong)
     assert relative_distance(anonymized) > 1.0

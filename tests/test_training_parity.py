@@ -40,8 +40,9 @@ from convert.parser import main as convert_parser
 from convert.stylegan2 import discriminator_variables, generator_variables
 from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.dbaf import KEY_GENERATOR
-from dbaf_jax.train import networks as networks_lib, optimizers, stages, state as state_lib
-from dbaf_jax.train import stage2 as stage2_lib
+from dbaf_jax.train import loop, optimizers, stages
+from dbaf_jax.train.dbaf import stage2 as stage2_lib
+from dbaf_jax.train.dbaf.networks import PRETRAINED
 from tests.parity import nchw, randomize_
 from tests.test_lpips import reference_lpips, torchvision_trunk_state_dict
 from tests.test_parsers import random_reference
@@ -129,9 +130,8 @@ class OurStep(NamedTuple):
 def run_our_step(config, variables, images, rng, index_in_epoch: int = 0) -> OurStep:
     """One step of ours from a fresh train state."""
     networks = stages.build_networks(config)
-    state, frozen, optimizers = state_lib.create(config, variables, rng)
-    step = jax.jit(stages.build(config, networks, optimizers).step)
-    state, metrics = step(state, frozen, images, jnp.asarray(index_in_epoch, jnp.int32))
+    run = loop.setup(config, networks, variables, rng)
+    state, metrics = jax.jit(run.stage.step)(run.state, run.frozen, images, jnp.asarray(index_in_epoch, jnp.int32))
     trained = {**state.generator_params.fast, "discriminator": state.discriminator_params.fast}
     moments = {**first_moments(state.generator_opt_state), "discriminator": first_moments(state.discriminator_opt_state)}
     return OurStep(*jax.device_get((metrics, trained, state.model_state, moments)))
@@ -175,7 +175,7 @@ def convert_critics(critics: training.Critics, directory) -> dict:
     run(convert_lpips, ["--net", "alex", "--trunk", str(directory / "alexnet.pth"), "--out", str(out)])
     torch.save(critics.parser.state_dict(), directory / "parsenet.pth")
     run(convert_parser, ["--kind", "unet", "--ckpt", str(directory / "parsenet.pth"), "--out", str(out)])
-    return {name: load_network(out / sub).variables for name, sub in networks_lib.PRETRAINED.items() if name in ("arcface", "lpips", "parser")}
+    return {name: load_network(out / sub).variables for name, sub in PRETRAINED.items() if name in ("arcface", "lpips", "parser")}
 
 
 def torch_generator_side(stage: int, seed: int) -> training.GeneratorSide:

@@ -47,6 +47,7 @@ import numpy as np
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.models.mtcnn import ONET_SIDE, RNET_SIDE
 
 MIN_FACE_SIZE = 20
 SCALE_FACTOR = 0.709
@@ -54,8 +55,6 @@ THRESHOLDS = (0.6, 0.7, 0.7)
 
 PROPOSAL_STRIDE = 2  # P-net's output cells step 2 input pixels ...
 PROPOSAL_CELL = 12  # ... and each sees a 12x12 window
-RNET_SIDE = 24
-ONET_SIDE = 48
 NMS_WITHIN_LEVEL = 0.5
 NMS_ACROSS_LEVELS = 0.7
 NMS_REFINED = 0.7

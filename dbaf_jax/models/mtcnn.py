@@ -48,6 +48,11 @@ def flatten_whc(x: jax.Array) -> jax.Array:
     return x.transpose(0, 2, 1, 3).reshape(x.shape[0], -1)
 
 
+# The crop sides the refinement and output networks take (their Dense layers fix them).
+RNET_SIDE = 24
+ONET_SIDE = 48
+
+
 class PNet(nn.Module):
     """Proposal network: (B, H, W, 3) normalized pixels -> per-cell box offsets and face probabilities.
 

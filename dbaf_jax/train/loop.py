@@ -38,7 +38,7 @@ from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.method import MethodState, TrainingStage
+from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage
 
 MODEL_EXPORT = "model"
 METRICS_FILE = "metrics.jsonl"
@@ -49,7 +49,7 @@ def architecture(config: ml_collections.ConfigDict) -> dict:
     return {"architecture": json.loads(config.model.to_json())}
 
 
-def initial_variables(config: ml_collections.ConfigDict, nets: networks_lib.Networks, rng: jax.Array) -> dict:
+def initial_variables(config: ml_collections.ConfigDict, nets: MethodNetworks, rng: jax.Array) -> dict:
     """The converted base networks (``model_dir``), then every network of the run that
     ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random."""
     built = networks_lib.modules(nets)
@@ -97,7 +97,7 @@ class Setup(NamedTuple):
     exported_frozen: dict
 
 
-def setup(config: ml_collections.ConfigDict, nets: networks_lib.Networks, variables: dict, rng: jax.Array, mesh=None) -> Setup:
+def setup(config: ml_collections.ConfigDict, nets: MethodNetworks, variables: dict, rng: jax.Array, mesh=None) -> Setup:
     """The one training setup of the loop, the benchmarks and the FLOP counter:
     ``variables`` ({network: variables}, float32) split into the train state and the
     frozen networks, which the step takes in the compute dtype (cast once here), both
@@ -264,12 +264,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     )
     announce = progress.write if primary else (lambda message: None)
     clock = progress_lib.StepClock(total_steps, started)
+    if restored is None:
+        warm_up_started = time.perf_counter()
+        warmed = jax.block_until_ready(stage.warm_up(state, frozen, source))
+        if warmed is not state:
+            clock.add("warm-up", time.perf_counter() - warm_up_started)
+            announce(f"warmed up before the first step in {clock.other_seconds['warm-up']:.1f} s")
+            state = warmed
     step_fn = StepPrograms(stage, mesh, state, frozen, announce)
     profile = profiling.StepProfile(workdir, start, config.profile_steps if primary else 0)
     batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
     sampling = config.sample_every > 0
     if sampling:
-        sample_images = sharding.put_batch(mesh, next(data.batches(source, config.batch_size, config.seed + 1)))
+        # Held-out faces when there are enough: a grid of faces the model trained on flatters it.
+        local = config.batch_size // jax.process_count()  # put_batch takes each process's part
+        first = jax.process_index() * local
+        shown = held_out[first : first + local] if held_out is not None and len(held_out) >= config.batch_size else None
+        shown = next(data.batches(source, config.batch_size, config.seed + 1)) if shown is None else shown
+        sample_images = sharding.put_batch(mesh, shown)
         sampler = FirstCallAnnounced(make_sampler(stage, sample_rng), "the sample grid", announce)
     if held_out is not None:
         held_out_images = jax.device_put(held_out, sharding.replicated(mesh))

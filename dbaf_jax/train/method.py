@@ -1,6 +1,6 @@
 """What the training loop (`dbaf_jax.train.loop`) needs of a method's stage or phase
-(`TrainingStage`) and of its train state (`MethodState`). DBAF's stages (`dbaf_jax.train.adversarial.AdversarialStage`) and
-iFADIT's phases (`dbaf_jax.train.ifadit.Phase`) both satisfy it; the loop, the
+(`TrainingStage`) and of its train state (`MethodState`). DBAF's stages (`dbaf_jax.train.dbaf.adversarial.AdversarialStage`) and
+iFADIT's phases (`dbaf_jax.train.ifadit.phases.Phase`) both satisfy it; the loop, the
 benchmarks and the exports are typed against it, never against one method's class.
 docs/methods.md says how a method plugs in.
 """
@@ -17,11 +17,41 @@ from dbaf_jax.train.shared import Metrics
 Variables = dict[str, Any]  # {network: flax variables}
 
 
+class MethodNetworks(Protocol):
+    """A method's networks: the modules of a run, described by its networks table
+    (`dbaf_jax.train.networks.NetworkSpec` rows). DBAF's is
+    `dbaf_jax.train.dbaf.networks.Networks`, iFADIT's
+    `dbaf_jax.train.ifadit.networks.IFADITNetworks`."""
+
+    model: Any  # the composition (`dbaf_jax.models.composition.Anonymizer`) the export names by its FAMILY
+
+    @property
+    def table(self) -> tuple:
+        """The method's networks table (name, pretrained sub-directory, initialiser, exported)."""
+        ...
+
+    @property
+    def pretrained(self) -> dict[str, str]:
+        """Network name -> sub-directory of a converted model directory (from the table)."""
+        ...
+
+    def modules(self) -> dict:
+        """Network name -> module, for every network of the run."""
+        ...
+
+    def with_compute_dtype(self, dtype: str | None) -> "MethodNetworks":
+        ...
+
+    def examples(self, size: int) -> Any:
+        """The zero inputs (`dbaf_jax.train.networks.Examples`) the networks are initialised on."""
+        ...
+
+
 class MethodState(Protocol):
     """A method's train state: a pytree (checkpointed, placed on the mesh and donated
-    whole) holding what the steps change. DBAF's is `dbaf_jax.train.state.TrainState`
+    whole) holding what the steps change. DBAF's is `dbaf_jax.train.dbaf.state.TrainState`
     (Ranger's Lookahead pairs and a discriminator), iFADIT's
-    `dbaf_jax.train.ifadit.PhaseState` (Adam)."""
+    `dbaf_jax.train.ifadit.state.PhaseState` (Adam)."""
 
     step: jax.Array  # int32 scalar, steps done
     rng: jax.Array  # PRNG key data (uint32)
@@ -38,11 +68,11 @@ class TrainingStage(Protocol):
     export names by ``FAMILY``); images are (B, H, W, 3) in [-1, 1].
     """
 
-    networks: Any
+    networks: MethodNetworks
     sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: Any, optimizers: Any) -> "TrainingStage":
+    def from_config(cls, config: ml_collections.ConfigDict, networks: MethodNetworks, optimizers: Any) -> "TrainingStage":
         """The stage with ``optimizers`` as its method's state creation made them (None:
         a stage built only to sample, evaluate or export)."""
         ...
@@ -66,6 +96,12 @@ class TrainingStage(Protocol):
 
     def evaluation_summary(self, evaluated: dict[str, float], count: int) -> str | None:
         """One line for the log about an evaluation, or None."""
+        ...
+
+    def warm_up(self, state: Any, frozen: Variables, source: Any) -> Any:
+        """A fresh state (never a resumed one) changed once before the first step, from
+        the training images ``source`` (`dbaf_jax.data.ImageSource`); most stages return
+        it unchanged (DBAF's stage 2 may warm KRIA up, `dbaf_jax.train.dbaf.kria_warmup`)."""
         ...
 
     @property

@@ -1,47 +1,30 @@
-"""Every network a training run needs, built from the config and initialised.
+"""What every method's networks table shares: the table's row (`NetworkSpec`), what
+derives from a table (the pretrained list, the init order, the exported networks),
+random initialisation from one seed and loading pretrained networks from a converted
+model directory.
 
-DBAF runs: the model proper (e4e, CID, MAAR, decoder, KRIA; see
-`dbaf_jax.models.dbaf`) and the auxiliary networks: the discriminator, the key
-generator (the base StyleGAN2 whose mapping network turns key z into w) and the
-frozen critics of the losses (ArcFace, LPIPS, the U-Net face parser). iFADIT runs
-(configs/ifadit.py): the `IFADIT` composition (`dbaf_jax.models.ifadit`;
-its ArcFace and BiSeNet serve the losses too) plus LPIPS and MTCNN's O-net, the
-landmark extractor (`IFADITNetworks`).
-
-Pretrained networks come from the converted model directory ``config.model_dir``
-(sub-directories named as in `PRETRAINED`); without one every network is initialised
-at random from the seed, which is what the ``tiny`` smoke runs do.
+A method's table and its networks class live in its own folder:
+`dbaf_jax.train.dbaf.networks` (DBAF_NETWORKS, `Networks`) and
+`dbaf_jax.train.ifadit.networks` (IFADIT_NETWORKS, `IFADITNetworks`). A networks
+class names its ``table`` and gives the ``examples`` its networks are initialised on.
+Pretrained networks come from ``config.model_dir`` (the sub-directories the table
+names); without one every network starts at random from the seed, as the ``tiny``
+smoke runs do.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
-from dbaf_jax.faces.detect import ONET_SIDE
-from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.cid import CID, LatentMLP
-from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
-from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.icl import IdentityCompensation
-from dbaf_jax.models.ifadit import IFADIT
-from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.lpips import LPIPS
-from dbaf_jax.models.maar import MAAR
-from dbaf_jax.models.mapper import IdentityAttributeMapper
-from dbaf_jax.models.mtcnn import ONet
-from dbaf_jax.models.parsers import BiSeNet, UNetParser
-from dbaf_jax.models.sif import SecureIdentityFlow
-from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train.state import DISCRIMINATOR
+from dbaf_jax.train.method import Variables
+
 
 class Examples(NamedTuple):
     """The zero inputs networks are initialised on (batch 2)."""
@@ -49,6 +32,15 @@ class Examples(NamedTuple):
     images: jax.Array  # (2, size, size, 3)
     latents: jax.Array  # (2, n_latent, style_dim): W+ codes
     identity: jax.Array | None  # (2, identity_dim): iFADIT's identity vectors; None for DBAF
+
+
+def examples(size: int, n_latent: int, style_dim: int, identity_dim: int | None = None) -> Examples:
+    """Zero `Examples` at image side ``size``."""
+    return Examples(
+        images=jnp.zeros((2, size, size, 3)),
+        latents=jnp.zeros((2, n_latent, style_dim)),
+        identity=None if identity_dim is None else jnp.zeros((2, identity_dim)),
+    )
 
 
 class NetworkSpec(NamedTuple):
@@ -59,6 +51,7 @@ class NetworkSpec(NamedTuple):
     # (networks, {key owner: key}, examples) -> the network's random variables (float32)
     init: Callable[..., Variables]
     own_key: bool = True  # False: initialised from another row's key (the key generator from the decoder's)
+    exported: bool = True  # written to the model directory a finished run exports (False: a loss's critic)
 
 
 def pretrained_of(table: tuple[NetworkSpec, ...]) -> dict[str, str]:
@@ -71,173 +64,21 @@ def init_order_of(table: tuple[NetworkSpec, ...]) -> tuple[str, ...]:
     return tuple(row.name for row in table if row.own_key)
 
 
-@dataclasses.dataclass(frozen=True)
-class Networks:
-    """The modules of a run: the DBAF composition and the auxiliary networks."""
-
-    model: DBAF
-    discriminator: Discriminator
-    arcface: ArcFace
-    lpips: LPIPS
-    parser: UNetParser
-
-    @property
-    def compute_dtype(self) -> str | None:
-        """The dtype every network of the step computes in but the key generator's."""
-        return self.model.compute_dtype
-
-    def with_compute_dtype(self, dtype: str | None) -> "Networks":
-        """Every network computing in ``dtype`` (`DBAF.with_compute_dtype`); parameters stay float32."""
-        return dataclasses.replace(
-            self,
-            model=self.model.with_compute_dtype(dtype),
-            discriminator=self.discriminator.clone(dtype=dtype or "float32"),
-        )
-
-    def apply(self, name: str, variables: Variables, *args, **kwargs):
-        """Network ``name`` (`modules`) on ``variables[name]`` as the step runs it (`dbaf.apply_network`)."""
-        return apply_network(self.compute_dtype, modules(self)[name], variables[name], *args, **kwargs)
-
-    def modules(self) -> dict:
-        """Network name -> module, for every network of the run."""
-        return {
-            **self.model.networks(),
-            DISCRIMINATOR: self.discriminator,
-            "arcface": self.arcface,
-            "lpips": self.lpips,
-            "parser": self.parser,
-        }
-
-    @property
-    def pretrained(self) -> dict[str, str]:
-        return PRETRAINED
-
-    @property
-    def table(self) -> tuple[NetworkSpec, ...]:
-        return DBAF_NETWORKS
+def exported_of(networks, leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The networks of ``networks``' table that a finished run exports, in table order:
+    the exported rows the run has (a model without MAAR or a parser has no such row),
+    but those in ``leave_out`` (e.g. KRIA, which stage 1 does not train)."""
+    built = networks.modules()
+    return tuple(row.name for row in networks.table if row.exported and row.name in built and row.name not in leave_out)
 
 
-@dataclasses.dataclass(frozen=True)
-class IFADITNetworks:
-    """The modules of an iFADIT run: the composition, LPIPS and the landmark extractor."""
-
-    model: IFADIT
-    lpips: LPIPS
-    landmarks: ONet
-
-    @property
-    def compute_dtype(self) -> str | None:
-        return self.model.compute_dtype
-
-    def with_compute_dtype(self, dtype: str | None) -> "IFADITNetworks":
-        return dataclasses.replace(self, model=self.model.with_compute_dtype(dtype))
-
-    def apply(self, name: str, variables: Variables, *args, **kwargs):
-        """Network ``name`` on ``variables[name]`` as the step runs it (`IFADIT.apply` for the model's)."""
-        if name in self.model.networks():
-            return self.model.apply(name, variables, *args, **kwargs)
-        return apply_network(self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs)
-
-    def modules(self) -> dict:
-        return {**self.model.networks(), "lpips": self.lpips, "landmarks": self.landmarks}
-
-    @property
-    def pretrained(self) -> dict[str, str]:
-        return IFADIT_PRETRAINED
-
-    @property
-    def table(self) -> tuple[NetworkSpec, ...]:
-        return IFADIT_NETWORKS
-
-
-def build_dbaf(config: ml_collections.ConfigDict) -> Networks:
-    """A DBAF run's modules described by ``config.model`` (widths, variants), computing in
-    ``config.compute_dtype`` (configs/stage1.py, configs/stage2.py)."""
-    m = config.model
-    decoder = Generator(
-        size=m.size,
-        style_dim=m.style_dim,
-        n_mlp=m.n_mlp,
-        channel_multiplier=m.channel_multiplier,
-        width_scale=m.width_scale,
-    )
-    groups = tuple(m.latent_groups)
-    if m.cid.kind == "vit":
-        cid = CID(
-            n_latent=decoder.n_latent,
-            style_dim=m.style_dim,
-            groups=groups,
-            depth=m.cid.depth,
-            heads=m.cid.heads,
-            head_dim=m.cid.head_dim,
-            mlp_dim=m.cid.mlp_dim,
-            dropout=m.cid.dropout,
-            attention=m.cid.attention,
-            shared=m.cid.shared,
-        )
-    else:
-        cid = LatentMLP(style_dim=m.style_dim)
-    maar = MAAR(channels=decoder.channels(16), variant=m.maar.variant) if m.maar.enabled else None
-    model = DBAF(
-        e4e=Encoder4Editing(
-            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
-        ),
-        cid=cid,
-        maar=maar,
-        decoder=decoder,
-        kria=KRIA(style_dim=m.style_dim, groups=groups),
-        key_generator=decoder,
-    )
-    networks = Networks(
-        model=model,
-        discriminator=Discriminator(size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale),
-        arcface=ArcFace(width_scale=m.encoder_width_scale),
-        lpips=LPIPS(net="alex"),
-        parser=UNetParser(),
-    )
-    return networks.with_compute_dtype(config.compute_dtype)
-
-
-def build_ifadit(config: ml_collections.ConfigDict) -> IFADITNetworks:
-    """An iFADIT run's modules (configs/ifadit.py)."""
-    m = config.model
-    decoder = Generator(
-        size=m.size,
-        style_dim=m.style_dim,
-        n_mlp=m.n_mlp,
-        channel_multiplier=m.channel_multiplier,
-        width_scale=m.width_scale,
-    )
-    model = IFADIT(
-        e4e=Encoder4Editing(
-            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
-        ),
-        arcface=ArcFace(width_scale=m.encoder_width_scale, embedding_dim=m.identity_dim),
-        mapper=IdentityAttributeMapper(style_dim=m.style_dim, hidden=m.mapper_hidden),
-        sif=SecureIdentityFlow(
-            identity_dim=m.identity_dim,
-            key_dim=m.style_dim,
-            blocks=m.sif.blocks,
-            hidden=m.sif.hidden,
-            depth=m.sif.depth,
-            clamp=m.sif.clamp,
-        ),
-        icl=IdentityCompensation(features=m.identity_dim, hidden=m.icl.hidden, layers=m.icl.layers),
-        decoder=decoder,
-        key_generator=decoder,
-        parser=BiSeNet() if m.parser else None,
-    )
-    networks = IFADITNetworks(model=model, lpips=LPIPS(net="alex"), landmarks=ONet())
-    return networks.with_compute_dtype(config.compute_dtype)
-
-
-def modules(networks: Networks | IFADITNetworks) -> dict:
+def modules(networks) -> dict:
     """Network name -> module, for every network of a run."""
     return networks.modules()
 
 
 def init_variables(
-    networks: Networks, rng: jax.Array, size: int, names: Sequence[str] | None = None
+    networks, rng: jax.Array, size: int, names: Sequence[str] | None = None
 ) -> Variables:
     """Random variables (float32) for the networks in ``names`` (default: all), from one seed.
 
@@ -255,7 +96,7 @@ def init_variables(
 
 
 @functools.lru_cache(maxsize=4)
-def _jitted_initializer(networks: Networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+def _jitted_initializer(networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
     """One jitted program per architecture, kept for later runs in the process.
 
     Traced eagerly, Flax would compile every distinct small op separately; under jit
@@ -267,75 +108,25 @@ def _jitted_initializer(networks: Networks, size: int, names: tuple[str, ...]) -
     return jax.jit(_initializer(networks, size, names), compiler_options=options)
 
 
-def _initializer(networks: Networks | IFADITNetworks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+def _initializer(networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
     """The function that initialises the networks in ``names`` from one seed, as the
-    run's networks table (`DBAF_NETWORKS`, `IFADIT_NETWORKS`) says."""
+    run's networks table says."""
     rows = {row.name: row for row in networks.table}
     order = init_order_of(networks.table)
-    model = networks.model
 
     def init(rng):
-        identity = model.sif.identity_dim if isinstance(networks, IFADITNetworks) else None
-        examples = Examples(
-            images=jnp.zeros((2, size, size, 3)),
-            latents=jnp.zeros((2, model.decoder.n_latent, model.decoder.style_dim)),
-            identity=None if identity is None else jnp.zeros((2, identity)),
-        )
         keys = dict(zip(order, jax.random.split(rng, len(order))))
-        return {name: rows[name].init(networks, keys, examples) for name in names}
+        example = networks.examples(size)
+        return {name: rows[name].init(networks, keys, example) for name in names}
 
     return init
 
 
-def _maar_inputs(features) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return features.c3, features.c2, features.c1
-
-
-def _maar_init(n: Networks, keys: dict, x: Examples) -> Variables:
-    """MAAR takes e4e's feature maps: e4e's own start (its key) gives their shapes."""
-    e4e = n.model.e4e.init(keys["e4e"], x.images)
-    return n.model.maar.init(keys["maar"], *_maar_inputs(n.model.e4e.apply(e4e, x.images)))
-
-
-# DBAF's networks, in the order the seed is split among them (fixed: it defines every
-# network's random start). The key generator (the base StyleGAN2, whose mapping turns
-# a key's z into w) starts as the decoder does, from the decoder's key.
-DBAF_NETWORKS = (
-    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
-    NetworkSpec("cid", None, lambda n, k, x: n.model.cid.init(k["cid"], x.latents)),
-    NetworkSpec("maar", None, _maar_init),
-    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),  # the reference fine-tunes g_ema
-    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
-    NetworkSpec("kria", None, lambda n, k, x: n.model.kria.init(k["kria"], x.latents, x.latents)),
-    NetworkSpec(DISCRIMINATOR, model_directory.DISCRIMINATOR_DIR, lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images)),
-    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.arcface.init(k["arcface"], x.images)),
-    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
-    NetworkSpec("parser", model_directory.parser_dir("unet"), lambda n, k, x: n.parser.init(k["parser"], x.images)),
-)
-PRETRAINED = pretrained_of(DBAF_NETWORKS)
-
-# iFADIT's networks, in the order the seed is split among them. The decoder is frozen
-# in both phases (paper 3.2); the model's ArcFace and BiSeNet serve the losses too.
-IFADIT_NETWORKS = (
-    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
-    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.model.arcface.init(k["arcface"], x.images)),
-    NetworkSpec("mapper", None, lambda n, k, x: n.model.mapper.init(k["mapper"], x.identity, x.latents)),
-    NetworkSpec("sif", None, lambda n, k, x: n.model.sif.init(k["sif"], x.identity, jnp.zeros((2, n.model.sif.key_dim)))),
-    NetworkSpec("icl", None, lambda n, k, x: n.model.icl.init(k["icl"], x.identity)),
-    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),
-    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
-    NetworkSpec("parser", model_directory.parser_dir("bisenet"), lambda n, k, x: n.model.parser.init(k["parser"], x.images)),
-    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images)),
-    NetworkSpec("landmarks", f"{model_directory.MTCNN_DIR}/onet", lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3)))),
-)
-IFADIT_PRETRAINED = pretrained_of(IFADIT_NETWORKS)
-
-
 def load_pretrained(
-    networks: Networks, variables: Variables, model_dir: str | Path, sub_dirs: dict[str, str]
+    networks, variables: Variables, model_dir: str | Path, sub_dirs: dict[str, str]
 ) -> Variables:
     """Replaces the variables of the networks in ``sub_dirs`` (name -> sub-directory of
-    ``model_dir``, e.g. `PRETRAINED`) by the ones stored there.
+    ``model_dir``, e.g. a table's `pretrained_of`) by the ones stored there.
 
     Raises ModelDirectoryError for a missing directory or network, and for a stored
     network whose architecture differs from the run's (naming the fields), since its

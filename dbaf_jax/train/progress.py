@@ -50,7 +50,11 @@ class StepClock:
         """Times work that is not a training step (``what``: 'evaluation', 'samples', ...)."""
         start = time.perf_counter()
         yield
-        self.other_seconds[what] = self.other_seconds.get(what, 0.0) + time.perf_counter() - start
+        self.add(what, time.perf_counter() - start)
+
+    def add(self, what: str, seconds: float) -> None:
+        """Counts ``seconds`` of work that is not a training step, timed by the caller."""
+        self.other_seconds[what] = self.other_seconds.get(what, 0.0) + seconds
 
     def steps_per_sec(self) -> float:
         return self.steps / self.train_seconds if self.steps and self.train_seconds > 0 else float("nan")

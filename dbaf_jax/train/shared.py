@@ -2,7 +2,7 @@
 frozen critics behind the losses and the agreement measures the evaluations report.
 
 A neutral home, so that a method (`dbaf_jax.train.ifadit`) uses these without
-importing another method's step (`dbaf_jax.train.adversarial`).
+importing another method's step (`dbaf_jax.train.dbaf.adversarial`).
 """
 
 from __future__ import annotations

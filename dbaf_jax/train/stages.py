@@ -3,9 +3,10 @@ phases), how its networks are built and how its train state is made. The loop, t
 benchmarks and the tests reach a method only through here (`build_networks`,
 `create_state`, `build`); docs/methods.md says how a method plugs in.
 
-DBAF trains in two adversarial stages (``config.stage`` 1 and 2) with Ranger and a
-discriminator; iFADIT in two phases (``'ifadit1'``, ``'ifadit2'``,
-`dbaf_jax.train.ifadit`) with Adam and no discriminator.
+Each method's training is a folder: DBAF (`dbaf_jax.train.dbaf`) trains in two
+adversarial stages (``config.stage`` 1 and 2) with Ranger and a discriminator; iFADIT
+(`dbaf_jax.train.ifadit`) in two phases (``config.stage`` its `PHASE1`, `PHASE2`) with
+Adam and no discriminator.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ import jax
 import ml_collections
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train import ifadit
-from dbaf_jax.train import networks as networks_lib
-from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.method import MethodState, TrainingStage
-from dbaf_jax.train.stage1 import Stage1
-from dbaf_jax.train.stage2 import Stage2
+from dbaf_jax.train.dbaf import networks as dbaf_networks, state as dbaf_state
+from dbaf_jax.train.dbaf.stage1 import Stage1
+from dbaf_jax.train.dbaf.stage2 import Stage2
+from dbaf_jax.train.ifadit import networks as ifadit_networks, phases as ifadit_phases, state as ifadit_state
+from dbaf_jax.train.method import MethodState, TrainingStage, Variables
 
 
 class Method(NamedTuple):
@@ -35,8 +34,8 @@ class Method(NamedTuple):
 
 
 METHODS = {
-    "dbaf": Method({1: Stage1, 2: Stage2}, networks_lib.build_dbaf, state_lib.create),
-    "ifadit": Method(ifadit.PHASES, networks_lib.build_ifadit, ifadit.create_state),
+    "dbaf": Method({1: Stage1, 2: Stage2}, dbaf_networks.build, dbaf_state.create),
+    "ifadit": Method(ifadit_phases.PHASES, ifadit_networks.build, ifadit_state.create_state),
 }
 
 
@@ -69,6 +68,6 @@ def create_state(
     config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
 ) -> tuple[MethodState, Variables, Any]:
     """(train state, frozen variables, optimizers) as ``config``'s method makes them:
-    DBAF's stages with Ranger and a discriminator (`state.create`), iFADIT's phases with
-    Adam and no discriminator (`ifadit.create_state`)."""
+    DBAF's stages with Ranger and a discriminator (`dbaf.state.create`), iFADIT's phases
+    with Adam and no discriminator (`ifadit.state.create_state`)."""
     return method(config).create_state(config, variables, rng)

@@ -8,6 +8,9 @@ keys. Recovery is ``recovery='latent'`` (the reference: KRIA applied again to th
 anonymized identity code, with the original image's attribute code and MAAR maps)
 or ``'image'`` (the paper: re-encode the anonymized image). D sees the inputs as real
 and each of the five outputs as fake, one call per output.
+
+With ``config.kria_warmup.steps`` > 0 (the quick start only) KRIA first learns
+reversibility in latent space alone (`kria_warmup`, `Stage2.warm_up`).
 """
 
 from __future__ import annotations
@@ -18,14 +21,18 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
+import optax
 
-from dbaf_jax import losses, sharding
+from dbaf_jax import data, images as images_lib, losses, sharding
 from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train.adversarial import AdversarialStage, StepSettings
+from dbaf_jax.train.dbaf import kria_warmup
+from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.shared import Critics, agreement
-from dbaf_jax.train.networks import Networks
-from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
+from dbaf_jax.train.dbaf.networks import Networks
+from dbaf_jax.train.dbaf.state import Optimizers, TrainState
 
 RECOVERY_MODES = ("latent", "image")
 KEYS_PER_STEP = 4  # p1, p2, wrong 1, wrong 2
@@ -60,6 +67,7 @@ def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, shape: tu
 @dataclasses.dataclass(frozen=True)
 class Stage2(AdversarialStage):
     recovery: str
+    warmup: kria_warmup.Settings
 
     @property
     def trained_recovery(self) -> str:
@@ -80,7 +88,30 @@ class Stage2(AdversarialStage):
             optimizers=optimizers,
             settings=StepSettings.from_config(config, cls.terms),
             recovery=config.recovery,
+            warmup=kria_warmup.Settings.from_config(config),
         )
+
+    def warm_up(self, state: TrainState, frozen: Variables, source: data.ImageSource) -> TrainState:
+        """The fresh ``state`` with KRIA warmed up in latent space on the identity codes of
+        the first ``warmup.images`` images of ``source`` (`kria_warmup`); unchanged when
+        ``warmup.steps`` is 0. Lookahead's fast and slow KRIA weights both take the result."""
+        if self.warmup.steps == 0:
+            return state
+        count = min(self.warmup.images, len(source))
+        images = jnp.asarray(images_lib.to_float(np.stack([source[i] for i in range(count)])))
+        rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), 0x4B524941)  # state.rng itself stays as it was
+
+        @jax.jit
+        def warmed_kria(state):
+            variables = state.variables(frozen)
+            encoding, _ = self.networks.model.encode(variables, images)
+            keys = lambda key_rng, n: sample_keys(self.networks, frozen, key_rng, (2, n))  # noqa: E731
+            return kria_warmup.fit(self.networks.model.kria, state.generator_params.fast["kria"], encoding.identity_code, keys, self.warmup, rng)
+
+        kria = warmed_kria(state)
+        params = state.generator_params  # fast and slow in separate buffers: the state is donated
+        params = optax.LookaheadParams(fast={**params.fast, "kria": kria}, slow={**params.slow, "kria": jax.tree.map(jnp.copy, kria)})
+        return jax.device_put(state.replace(generator_params=params), jax.tree.map(lambda x: x.sharding, state))  # placed as before
 
     def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Inputs:
         critics = self.critics(frozen)
@@ -176,4 +207,4 @@ class Stage2(AdversarialStage):
 
     def exported_networks(self) -> tuple[str, ...]:
         """What `dbaf_jax.anonymize` runs, and D to continue training."""
-        return tuple(self.networks.model.networks()) + (DISCRIMINATOR,)
+        return networks_lib.exported_of(self.networks)

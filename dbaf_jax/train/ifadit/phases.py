@@ -9,7 +9,7 @@
   recovered with it and with a third, wrong key.
 
 There is no discriminator: a step is one Adam update of the trained networks
-(`create_state`, `PhaseState`); a phase is a `dbaf_jax.train.method.TrainingStage`. The losses are
+(`dbaf_jax.train.ifadit.state`); a phase is a `dbaf_jax.train.method.TrainingStage`. The losses are
 `dbaf_jax.ifadit_losses`, looking through the frozen networks: ArcFace (E_ID),
 MTCNN's O-net on the image resized to 48x48 (the landmark stand-in E_LM), the model's
 BiSeNet (E_FP, parsing at the training size) and LPIPS.
@@ -18,9 +18,8 @@ BiSeNet (E_FP, parsing at the training size) and LPIPS.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
-import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -28,61 +27,17 @@ import optax
 
 from dbaf_jax import ifadit_losses, losses
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.faces.detect import ONET_SIDE
 from dbaf_jax.models.ifadit import Variables
+from dbaf_jax.models.mtcnn import ONET_SIDE
 from dbaf_jax.models.parsers import bisenet_inputs
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement
-from dbaf_jax.train.networks import IFADITNetworks
-from dbaf_jax.train import state as state_lib
+from dbaf_jax.train.ifadit import PHASE1, PHASE2
+from dbaf_jax.train.ifadit.networks import IFADITNetworks
+from dbaf_jax.train.ifadit.state import PhaseState
 
 ANONYMIZATION_KEYS = 2  # the diversity loss's inter-key term needs two
 RECOVERY_KEYS = 2  # the first anonymization key, then a wrong one
-
-
-@flax.struct.dataclass
-class PhaseState:
-    """Everything a phase's step changes (no discriminator, plain Adam).
-
-    step: int32 scalar, steps done.
-    params: {network: params} of the trained networks (``config.trainable``).
-    opt_state: their Adam state.
-    model_state: {network: non-param collections} of the trained networks.
-    rng: PRNG key data (uint32), for the training keys.
-    """
-
-    step: jax.Array
-    params: dict
-    opt_state: Any
-    model_state: dict
-    rng: jax.Array
-
-    def variables(self, frozen: Variables, params=None) -> Variables:
-        """{network: variables} for the forward pass: the trained networks' parameters
-        (or ``params`` in their place) and model state, plus the frozen ones."""
-        return state_lib.joined(frozen, self.params if params is None else params, self.model_state)
-
-
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Adam with the paper's b1 = 0, b2 = 0.999 (configs/ifadit.py)."""
-    if config.optimizer.name != "adam":
-        raise ConfigError(f"optimizer {config.optimizer.name!r}: iFADIT trains with 'adam' (the paper's)")
-    return optax.adam(config.optimizer.learning_rate, b1=config.optimizer.b1, b2=config.optimizer.b2)
-
-
-def create_state(
-    config: ml_collections.ConfigDict, variables: Variables, rng: jax.Array
-) -> tuple[PhaseState, Variables, optax.GradientTransformation]:
-    """(phase state, frozen variables, Adam): ``variables`` split by ``config.trainable``."""
-    params, model_state, frozen = state_lib.split_trainable(config, variables)
-    optimizer = make_optimizer(config)
-    state = PhaseState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        opt_state=optimizer.init(params),
-        model_state=model_state,
-        rng=jax.random.key_data(rng),
-    )
-    return state, frozen, optimizer
 
 
 def sample_keys(networks: IFADITNetworks, variables: Variables, rng: jax.Array, count: int) -> jax.Array:
@@ -127,6 +82,10 @@ class Phase:
     def evaluation_summary(self, evaluated: dict[str, float], count: int) -> None:
         """No summary line: the evaluation's measures go to the metrics only."""
         return None
+
+    def warm_up(self, state: PhaseState, frozen: Variables, source) -> PhaseState:
+        """No preparation: a phase starts from its fresh state."""
+        return state
 
     # ---- shared
 
@@ -180,7 +139,7 @@ class Phase:
 
     def exported_networks(self) -> tuple[str, ...]:
         """Every network of the model (phase 2 starts from phase 1's; `dbaf_jax.anonymize` runs phase 2's)."""
-        return tuple(self.networks.model.networks())
+        return networks_lib.exported_of(self.networks)
 
 
 class Phase2Outputs(NamedTuple):
@@ -241,5 +200,5 @@ class Phase2(Phase):
         }
 
 
-# config.stage -> phase (configs/ifadit.py's PHASES).
-PHASES: dict[str, type[Phase]] = {"ifadit1": Phase1, "ifadit2": Phase2}
+# config.stage -> phase.
+PHASES: dict[str, type[Phase]] = {PHASE1: Phase1, PHASE2: Phase2}

@@ -26,10 +26,11 @@ import ml_collections
 from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.models.e4e import EncoderOutput
-from dbaf_jax.train.adversarial import AdversarialStage, StepSettings
+from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.shared import Critics, agreement
-from dbaf_jax.train.networks import Networks
-from dbaf_jax.train.state import DISCRIMINATOR, Optimizers
+from dbaf_jax.train.dbaf.networks import Networks
+from dbaf_jax.train.dbaf.state import Optimizers
 
 
 class Inputs(NamedTuple):
@@ -145,5 +146,5 @@ class Stage1(AdversarialStage):
 
     def exported_networks(self) -> tuple[str, ...]:
         """Everything stage 2 starts from; KRIA is not trained yet."""
-        return tuple(n for n in self.networks.model.networks() if n != "kria") + (DISCRIMINATOR,)
+        return networks_lib.exported_of(self.networks, leave_out=("kria",))
 

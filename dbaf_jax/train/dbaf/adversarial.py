@@ -2,7 +2,7 @@
 the generator side, as the reference trains (a pure ``step(state, frozen, images,
 index_in_epoch) -> (state, metrics)``).
 
-A stage (`dbaf_jax.train.stage1`, `dbaf_jax.train.stage2`) says what its generator
+A stage (`dbaf_jax.train.dbaf.stage1`, `dbaf_jax.train.dbaf.stage2`) says what its generator
 side computes (`AdversarialStage.forward`), which images D sees as real and fake, and
 its generator-side loss terms; this module runs the updates.
 
@@ -28,9 +28,9 @@ import optax
 from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import Variables
-from dbaf_jax.train.networks import Networks
+from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, discriminate_each
-from dbaf_jax.train.state import DISCRIMINATOR, Optimizers, TrainState
+from dbaf_jax.train.dbaf.state import DISCRIMINATOR, Optimizers, TrainState
 
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
@@ -132,6 +132,10 @@ class AdversarialStage:
     def evaluation_summary(self, evaluated: dict[str, float], count: int) -> str | None:
         """One line for the user about the last evaluation (of ``count`` held-out faces), or None."""
         return None
+
+    def warm_up(self, state: TrainState, frozen: Variables, source: Any) -> TrainState:
+        """A fresh state before the first step; the stage's own preparation, if any."""
+        return state
 
     # ---- shared
 
