@@ -51,10 +51,11 @@ mkdir -p "$out"
 export DBAF_JAX_CACHE_DIR="${cache:-$out/xla-cache}"
 seconds="${PART_SECONDS:-570}"
 # Every test that compares a converted network with its PyTorch reference.
-parity_tests=(tests/test_stylegan2.py tests/test_e4e.py tests/test_irse.py tests/test_arcface.py tests/test_cid.py
-              tests/test_maar.py tests/test_kria.py tests/test_lpips.py tests/test_parsers.py tests/test_mtcnn.py
-              tests/test_facenet.py tests/test_inception.py tests/test_losses.py tests/test_dbaf_pipeline.py
-              tests/test_training_parity.py)
+parity_tests=(tests/models/test_stylegan2.py tests/models/test_e4e.py tests/models/test_irse.py
+              tests/models/test_arcface.py tests/models/test_cid.py tests/models/test_maar.py
+              tests/models/test_kria.py tests/models/test_lpips.py tests/models/test_parsers.py
+              tests/models/test_mtcnn.py tests/models/test_facenet.py tests/models/test_inception.py
+              tests/test_losses.py tests/models/test_dbaf_pipeline.py tests/train/test_training_parity.py)
 
 run() {  # run PART python-module args...
   local part="$1"; shift

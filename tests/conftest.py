@@ -14,7 +14,6 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
 
 import gc  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -22,8 +21,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
-
-DATA = Path(__file__).parent / "data"  # the real photos and clips tests use
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -18,8 +18,8 @@ import torch
 
 from convert.common import ConversionError, load_torch_checkpoint, run, to_numpy
 from dbaf_jax.model_directory import Network, load_network, save_network
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # Neither a zip archive nor a pickle: what torch.load meets in a mislabelled file.
 NOT_A_CHECKPOINT = b"\x00\x01 these are not weights\n"
 

@@ -1,4 +1,4 @@
-"""One stage-1 training step as one of several processes (run by tests/test_multiprocess.py).
+"""One stage-1 training step as one of several processes (run by tests/train/test_multiprocess.py).
 
     python -m tests.multiprocess_step --processes N --process-id I --port P --out FILE
 

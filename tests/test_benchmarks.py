@@ -8,13 +8,13 @@ is tested here, and the GPU script's plumbing with a stand-in for Python."""
 import argparse
 import os
 import subprocess
-from pathlib import Path
 
 import jax
 import pytest
 
 from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, train_step
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from tests.paths import REPO
 
 PEAK_TFLOPS = 0.002  # a made-up peak: the CPU is not in the table
 CELL = 3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells
@@ -145,7 +145,7 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     stand_in.write_text('#!/bin/bash\necho "$*"\n[[ "$2" != benchmarks.train_step ]]\n')
     stand_in.chmod(0o755)
     out = tmp_path / "out"
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_figures.sh"
+    script = REPO / "benchmarks" / "gpu_figures.sh"
     parts = ["train2-f32", "reference-train", "bogus", "anonymize-bf16"]
     env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(["bash", str(script), "--out", str(out), *parts], env=env, capture_output=True, text=True)

@@ -5,15 +5,13 @@ import os
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from dbaf_jax import commands, data
 from dbaf_jax.inference import anonymizer
 from dbaf_jax.errors import DatasetError
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 
 def failing(argv):
@@ -73,7 +71,7 @@ def test_a_folder_that_is_no_prepared_dataset(tmp_path):
 def test_every_command_is_a_console_script():
     """pyproject.toml declares each command of `commands.COMMANDS` as dbaf-<name>, run
     by the entry of that name in `commands`; each command module has ``main(argv)``."""
-    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands:{name}" for name in commands.COMMANDS}
     for name in commands.COMMANDS:
         assert callable(getattr(commands, name))

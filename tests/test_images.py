@@ -1,13 +1,12 @@
 """Image folder reading, corrupt-file skipping and PNG metadata."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
 
 from dbaf_jax import images
 from dbaf_jax.errors import OutputExistsError
+from tests.paths import DATA
 
 
 def _write(path, size, seed):
@@ -86,7 +85,7 @@ def test_failed_write_leaves_nothing(tmp_path):
 def _modes_of_a_photo(tmp_path):
     """A real photo (tests/data/jf.jpg, reduced) saved in each mode PIL reads, in a
     format that keeps that mode: (mode, path, the 8-bit grey or RGB it must read as)."""
-    with Image.open(Path(__file__).parent / "data" / "jf.jpg") as img:
+    with Image.open(DATA / "jf.jpg") as img:
         rgb = img.convert("RGB").resize((96, 72))
     grey = rgb.convert("L")
     wide = np.asarray(grey, np.uint16) * 257  # the same picture at 16 bits

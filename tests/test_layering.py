@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dbaf_jax"
+from tests.paths import REPO
+
+PACKAGE = REPO / "dbaf_jax"
 
 # Lowest first; a module's layer is that of the longest name that is it or contains it.
 LAYERS = [

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +11,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from dbaf_jax import sharding
+from tests.paths import REPO
 
 
 def test_mesh_shapes():
@@ -139,7 +139,6 @@ def test_merged_keys_stay_on_their_images_device():
     assert any(op in compiled_text(key_major, mesh, x, in_specs=(spec,)) for op in COLLECTIVES)
 
 
-ROOT = Path(__file__).resolve().parents[1]
 REMATERIALIZATION = "Involuntary full rematerialization"
 # Compiles the tiny stage-2 step (batch 8) on data=2 x fsdp=4 as the loop builds it.
 COMPILE_FSDP_STEP = """
@@ -174,7 +173,7 @@ def test_fsdp_step_compiles_without_involuntary_rematerialization():
         JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_USE_SHARDY_PARTITIONER="0"
     )
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_FSDP_STEP], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", COMPILE_FSDP_STEP], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if REMATERIALIZATION in line]

@@ -10,7 +10,7 @@ import av
 import numpy as np
 from PIL import Image
 
-from tests.conftest import DATA
+from tests.paths import DATA
 
 WIDTH, HEIGHT = 320, 240
 

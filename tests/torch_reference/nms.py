@@ -4,7 +4,7 @@ facenet-pytorch's detector calls `torchvision.ops.batched_nms`, whose compiled
 `torchvision::nms` op is missing from the CUDA-only torchvision wheel installed here.
 This follows the CPU kernel's rules (areas (x2 - x1) * (y2 - y1), candidates by
 descending score, a candidate suppressed when its IoU with a kept box exceeds the
-threshold) and batched_nms's per-image coordinate offsets. tests/test_mtcnn.py checks
+threshold) and batched_nms's per-image coordinate offsets. tests/models/test_mtcnn.py checks
 it against a brute-force NMS before patching it into facenet-pytorch.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.ledger_recovery import measure
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from tests.conftest import DATA
+from tests.paths import DATA
 
 
 @pytest.fixture(scope="module")

@@ -39,19 +39,18 @@ from dbaf_jax.models.inception import FEATURES
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.train import networks as networks_lib, stages
-from tests.test_anonymize_cli import temper_
+from tests.inference.test_anonymize_cli import temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
-from tests.conftest import DATA
+from tests.paths import DATA, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PHOTOS = ("jf.jpg", "office3.jpg", "office5.jpg")
 FACE_SIZE = 256
 BATCH = 2
 KEYS = 3
 DIVERSITY_FACES = 2
 GUESSES = 2
-INVERSION_STEPS = 20  # the attack's path, not its strength (tests/test_calibration.py holds its controls)
+INVERSION_STEPS = 20  # the attack's path, not its strength (tests/evaluation/test_calibration.py holds its controls)
 
 
 def random_network(path: Path, module, *inputs) -> None:
@@ -72,7 +71,7 @@ def build_metrics_models(folder: Path) -> Path:
     run(convert_facenet, ["--ckpt", str(folder / "vggface2.pt"), "--out", str(folder)])
     torch.save(random_fid_inception_state_dict(), folder / "inception.pth")
     run(convert_inception, ["--ckpt", str(folder / "inception.pth"), "--out", str(folder)])
-    # In a fresh interpreter, as tests/test_mtcnn.py does: the converter reads the
+    # In a fresh interpreter, as tests/models/test_mtcnn.py does: the converter reads the
     # facenet-pytorch wheel's files and must not depend on this process's imports.
     done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -98,7 +97,7 @@ def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:
 
 
 def build_tiny_model(tmp: Path) -> Path:
-    """The reduced reference, tempered as in tests/test_anonymize_cli.py, converted to ``tmp/model``."""
+    """The reduced reference, tempered as in tests/inference/test_anonymize_cli.py, converted to ``tmp/model``."""
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(1))
     files = save_reference_files(tmp / "reference", ref, seed=30)

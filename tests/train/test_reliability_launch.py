@@ -13,8 +13,7 @@ import pytest
 from configs import stage1
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.train import run_config
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 
 def launch(*args: str) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from dbaf_jax.evaluation import dlib_recognition, recognition
 from dbaf_jax.evaluation.dlib_recognition import THRESHOLD, DlibRecognizer
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.dlib_detect import DlibDetector
-from tests.test_evaluate import DATA
+from tests.paths import DATA
 
 FACE_SIZE = 224
 

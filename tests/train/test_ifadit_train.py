@@ -25,8 +25,8 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
 from dbaf_jax.train import loop, stages
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = 16
 SYNTHETIC_IMAGES = 8  # two batches of the tiny config's 4: training revisits every image
 LEARNING_RATE = 1e-3  # 2.5x the paper's 4e-4, so that 16 steps show progress

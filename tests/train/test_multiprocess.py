@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 
 def free_port() -> int:
@@ -27,7 +27,7 @@ def run_step(processes: int, out: Path) -> dict[str, np.ndarray]:
         subprocess.Popen(
             [sys.executable, "-m", "tests.multiprocess_step", "--processes", str(processes),
              "--process-id", str(i), "--port", str(port), "--out", str(out)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for i in range(processes)
     ]

@@ -6,7 +6,6 @@ office5.jpg from the MTCNN example images, several faces each, and jf.jpg, one f
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,10 +24,9 @@ from dbaf_jax.faces.detect import FaceDetector, area_resize, batch_bucket, run_o
 from dbaf_jax.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
-from tests.conftest import DATA
+from tests.paths import DATA, REPO
 
 PHOTOS = ("office3.jpg", "office5.jpg", "jf.jpg")
-REPO = Path(__file__).resolve().parents[1]
 
 # Input side per network (P-net is fully convolutional: odd sizes exercise ceil-mode
 # pooling), and a weight scale that keeps random activations out of softmax saturation.

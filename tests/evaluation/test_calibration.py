@@ -1,5 +1,5 @@
 """Calibrated thresholds and the gallery re-identification attack, with dlib's real
-descriptor on real faces (tests/test_dlib_recognition.py's crops) and two stand-in
+descriptor on real faces (tests/evaluation/test_dlib_recognition.py's crops) and two stand-in
 "anonymizers" as controls: one that barely changes a face must be caught (low protection,
 Rank-1 re-identification of every face), one that replaces it with noise must not."""
 
@@ -9,7 +9,7 @@ from PIL import Image
 
 from dbaf_jax import images
 from dbaf_jax.evaluation import attacks, calibration, inversion
-from tests.test_dlib_recognition import faces, mildly_changed, recognizer  # noqa: F401 (fixtures)
+from tests.evaluation.test_dlib_recognition import faces, mildly_changed, recognizer  # noqa: F401 (fixtures)
 
 
 def test_threshold_at_far_accepts_at_most_far():

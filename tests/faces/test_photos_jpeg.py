@@ -15,8 +15,9 @@ import pytest
 from benchmarks.jpeg_recovery import CROP, compare, corner_displacement, pair_faces, reencode
 from dbaf_jax import images
 from dbaf_jax.faces import align, photos
-from tests.test_faces import CANONICAL, similarity
-from tests.test_mtcnn import DATA, real_detector  # noqa: F401 - the converted real MTCNN (a fixture)
+from tests.faces.test_faces import CANONICAL, similarity
+from tests.models.test_mtcnn import real_detector  # noqa: F401 - the converted real MTCNN (a fixture)
+from tests.paths import DATA
 
 
 

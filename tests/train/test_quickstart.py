@@ -1,13 +1,12 @@
 """The quick start's data: the real face crops the repository ships, prepared as the
 README says, feed the ``:quickstart`` configs with 16 faces held out."""
 
-from pathlib import Path
-
 from configs import stage1, stage2
 from dbaf_jax import data
 from dbaf_jax.train import evaluation, loop
+from tests.paths import REPO
 
-FACES = Path(__file__).resolve().parents[1] / "quickstart" / "faces"
+FACES = REPO / "quickstart" / "faces"
 
 
 def test_shipped_faces_are_small_real_crops_with_their_licence():

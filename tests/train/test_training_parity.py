@@ -18,7 +18,7 @@ Two differences of our step are intended (docs/decisions.md, "One forward pass p
 the generator side once per step where the reference runs it twice, so MAAR's BatchNorm
 running statistics take one update per step instead of two (compared here with the
 reference's statistics after its first forward pass, i.e. after ONE update; that
-``two_pass`` then gives the reference's second update is checked in tests/test_train.py),
+``two_pass`` then gives the reference's second update is checked in tests/train/test_train.py),
 and D's fakes and the generator loss share one dropout mask (moot at dropout 0).
 """
 
@@ -44,8 +44,8 @@ from dbaf_jax.train import loop, optimizers, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED
 from tests.parity import nchw, randomize_
-from tests.test_lpips import reference_lpips, torchvision_trunk_state_dict
-from tests.test_parsers import random_reference
+from tests.models.test_lpips import reference_lpips, torchvision_trunk_state_dict
+from tests.models.test_parsers import random_reference
 from tests.torch_reference import training
 from tests.torch_reference.arcface import Backbone
 from tests.torch_reference.dbaf import AttrBlock, DisentanglementId

@@ -32,8 +32,8 @@ import pytest
 
 from dbaf_jax import model_directory
 from dbaf_jax.train import checkpoints, loop
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
 TRIALS = int(os.environ.get("DBAF_RESUME_FUZZ_TRIALS", "2"))
 KILLS_PER_TRIAL = 2
@@ -41,7 +41,7 @@ SEED = int(os.environ.get("DBAF_RESUME_FUZZ_SEED", "0"))
 POLL_S = 0.002
 RUN_TIMEOUT_S = 900
 ARGS = [
-    "--config", str(ROOT / "configs" / "stage1.py") + ":tiny",
+    "--config", str(REPO / "configs" / "stage1.py") + ":tiny",
     "--config.num_steps", str(STEPS),
     "--config.checkpoint_every", "1",
     "--config.keep_checkpoints", str(STEPS + 1),
@@ -89,8 +89,8 @@ def reached(point: tuple[str, int], workdir: Path, logged_before: int) -> bool:
 def launch(workdir: Path, env: dict[str, str], kill_at: tuple[str, int] | None = None) -> bool:
     """Runs launch.py; with ``kill_at``, SIGKILLs it there. True if it was killed there."""
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "--workdir", str(workdir), *ARGS],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, str(REPO / "launch.py"), "--workdir", str(workdir), *ARGS],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + RUN_TIMEOUT_S
     logged_before = times_logged(workdir, kill_at[1]) if kill_at else 0
