@@ -42,9 +42,8 @@ from dbaf_jax import compilation_cache, images, model_directory
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.faces.detect import FaceDetector
 from tests.parity import nchw
-from tests.evaluation.test_evaluate import build_metrics_models, build_tiny_model, face_crops, write_faces
-from tests.models.test_lpips import reference_lpips, torchvision_trunk_state_dict
-from tests.torch_reference.metric_networks import random_images
+from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces
+from tests.torch_reference.metric_networks import random_images, reference_lpips, torchvision_trunk_state_dict
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
 
 SIZE = 256

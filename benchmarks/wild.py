@@ -67,7 +67,7 @@ def stage_seconds(anonymizer: FaceAnonymizer, faces, photo: np.ndarray, seed: by
 
 
 def tiny_model(work: Path) -> Path:
-    from tests.evaluation.test_evaluate import build_tiny_model  # the tests' reduced model; only without --model
+    from tests.evaluation_models import build_tiny_model  # the tests' reduced model; only without --model
 
     model = build_tiny_model(work)
     run(convert_mtcnn, ["--out", str(model)])

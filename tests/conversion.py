@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 import torch
 
+from convert import parser as parser_converter
 from convert.common import ConversionError, load_torch_checkpoint, run, to_numpy
 from dbaf_jax.model_directory import Network, load_network, save_network
 from tests.paths import REPO
@@ -43,6 +44,12 @@ def convert(main: Main, argv: list[str], out: Path, network: str) -> Network:
     """Runs a converter with ``--out out`` and loads the network it wrote as ``out/network``."""
     run(main, [*argv, "--out", str(out)])
     return load_network(out / network)
+
+
+def convert_parser(kind: str, module: torch.nn.Module, tmp_path):
+    """A face parser ``module`` saved as a state_dict and converted by convert.parser ``--kind kind``."""
+    ckpt = save(module.state_dict(), tmp_path / f"{kind}.pth")
+    return convert(parser_converter.main, ["--kind", kind, "--ckpt", str(ckpt)], tmp_path / "models", f"parser_{kind}")
 
 
 def read_state_dict(path: Path) -> dict:

@@ -1,4 +1,7 @@
-"""Helpers for comparing JAX outputs with PyTorch references."""
+"""Helpers for comparing JAX outputs with PyTorch references, and for giving those
+references random weights."""
+
+import math
 
 import numpy as np
 import torch
@@ -45,3 +48,16 @@ def randomize_(module: torch.nn.Module, seed: int = 0, scale: float = 1.0) -> to
                 values = values.abs() + 0.5
             tensor.copy_(values)
     return module
+
+
+def random_reference(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Random weights, biases and BatchNorm statistics; conv weights scaled by sqrt(2 / fan_in)
+    so activations stay O(1) through ResNet18's depth."""
+    randomize_(module, seed)
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.ConvTranspose2d):  # each output pixel sees one tap per input channel
+                layer.weight.mul_(math.sqrt(2.0 / layer.in_channels))
+            elif isinstance(layer, torch.nn.Conv2d):
+                layer.weight.mul_(math.sqrt(2.0 / layer.weight[0].numel()))
+    return module.eval()

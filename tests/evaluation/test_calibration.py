@@ -1,5 +1,5 @@
 """Calibrated thresholds and the gallery re-identification attack, with dlib's real
-descriptor on real faces (tests/evaluation/test_dlib_recognition.py's crops) and two stand-in
+descriptor on real faces (the dlib_faces crops of tests/conftest.py) and two stand-in
 "anonymizers" as controls: one that barely changes a face must be caught (low protection,
 Rank-1 re-identification of every face), one that replaces it with noise must not."""
 
@@ -9,7 +9,7 @@ from PIL import Image
 
 from dbaf_jax import images
 from dbaf_jax.evaluation import attacks, calibration, inversion
-from tests.evaluation.test_dlib_recognition import faces, mildly_changed, recognizer  # noqa: F401 (fixtures)
+from tests.face_helpers import mildly_changed
 
 
 def test_threshold_at_far_accepts_at_most_far():
@@ -30,13 +30,13 @@ def test_roc_runs_from_none_to_all_accepted():
 
 
 @pytest.fixture(scope="module")
-def embeddings(recognizer, faces):  # noqa: F811
+def embeddings(recognizer, dlib_faces):
     as_float = images.to_float
-    noise = np.random.default_rng(0).integers(0, 256, faces.shape, dtype=np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, dlib_faces.shape, dtype=np.uint8)
     return {
-        "originals": recognizer(as_float(faces)),
-        "views": recognizer(calibration.augmented_views(as_float(faces))),
-        "barely_changed": recognizer(as_float(np.stack([mildly_changed(f) for f in faces]))),
+        "originals": recognizer(as_float(dlib_faces)),
+        "views": recognizer(calibration.augmented_views(as_float(dlib_faces))),
+        "barely_changed": recognizer(as_float(np.stack([mildly_changed(f) for f in dlib_faces]))),
         "noise": recognizer(as_float(noise)),
     }
 
@@ -93,13 +93,13 @@ def test_linkability_controls(embeddings):
 
 
 @pytest.fixture(scope="module")
-def small_faces(faces):  # noqa: F811
+def small_faces(dlib_faces):
     """The four faces at 112 px in [-1, 1]: the inverter trains on a CPU in seconds."""
-    return images.to_float(np.stack([np.asarray(Image.fromarray(f).resize((112, 112), Image.BILINEAR)) for f in faces]))
+    return images.to_float(np.stack([np.asarray(Image.fromarray(f).resize((112, 112), Image.BILINEAR)) for f in dlib_faces]))
 
 
 @pytest.mark.long  # two trainings at 112 px: minutes on a shared 2-core CPU
-def test_learned_inversion_controls(recognizer, small_faces):  # noqa: F811
+def test_learned_inversion_controls(recognizer, small_faces):
     """Trained on two faces' pairs, scored on the other two: an invertible stand-in
     (colours negated) is undone and re-identified; noise in place of the face is not."""
     train, test = small_faces[:2], small_faces[2:]

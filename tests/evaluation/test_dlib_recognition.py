@@ -4,92 +4,54 @@ different people lie beyond dlib's documented 0.6, a face and a mildly changed c
 within, and a face replaced by noise is neither detected nor matched."""
 
 import importlib.util
-import io
 
 import numpy as np
-import pytest
-from PIL import Image, ImageEnhance, ImageFilter
 
 from dbaf_jax import images
 from dbaf_jax.evaluation import dlib_recognition, recognition
-from dbaf_jax.evaluation.dlib_recognition import THRESHOLD, DlibRecognizer
+from dbaf_jax.evaluation.dlib_recognition import THRESHOLD
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.dlib_detect import DlibDetector
-from tests.paths import DATA
-
-FACE_SIZE = 224
-
-
-@pytest.fixture(scope="module")
-def recognizer():
-    return DlibRecognizer()
-
-
-@pytest.fixture(scope="module")
-def faces():
-    """Square crops (2x the box) of four different people: office3.jpg's two faces dlib finds
-    (upsampled 3 times), jf.jpg's and face0.jpg's, (4, 224, 224, 3) uint8."""
-    import dlib
-
-    detector = dlib.get_frontal_face_detector()
-    crops = []
-    for name, upsample, count in (("office3.jpg", 3, 2), ("jf.jpg", 1, 1), ("face0.jpg", 1, 1)):
-        photo = Image.open(DATA / name).convert("RGB")
-        boxes = sorted(detector(np.asarray(photo), upsample), key=lambda r: r.left())
-        assert len(boxes) >= count, name
-        for r in boxes[:count]:
-            half = r.width()
-            cx, cy = (r.left() + r.right()) // 2, (r.top() + r.bottom()) // 2
-            crop = photo.crop((cx - half, cy - half, cx + half, cy + half))
-            crops.append(np.asarray(crop.resize((FACE_SIZE, FACE_SIZE), Image.BILINEAR)))
-    return np.stack(crops)
-
-
-def mildly_changed(pixels: np.ndarray) -> np.ndarray:
-    """Blur sigma 0.8, brightness +8%, JPEG quality 85: what sharing a photo does to it."""
-    image = ImageEnhance.Brightness(Image.fromarray(pixels).filter(ImageFilter.GaussianBlur(0.8))).enhance(1.08)
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG", quality=85)
-    return np.asarray(Image.open(buffer).convert("RGB"))
+from tests.face_helpers import mildly_changed
 
 
 def raw_l2(a, b):
     return np.asarray(recognition.distances(a, b, unit=False)["l2"])
 
 
-def test_descriptor_separates_people_and_matches_a_changed_copy(recognizer, faces):
-    descriptors = recognizer(images.to_float(faces))
-    assert descriptors.shape == (len(faces), 128)
-    between = np.linalg.norm(descriptors[:, None] - descriptors[None], axis=-1)[np.triu_indices(len(faces), 1)]
+def test_descriptor_separates_people_and_matches_a_changed_copy(recognizer, dlib_faces):
+    descriptors = recognizer(images.to_float(dlib_faces))
+    assert descriptors.shape == (len(dlib_faces), 128)
+    between = np.linalg.norm(descriptors[:, None] - descriptors[None], axis=-1)[np.triu_indices(len(dlib_faces), 1)]
     assert between.min() > THRESHOLD, between
-    changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in faces])))
+    changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in dlib_faces])))
     assert raw_l2(descriptors, changed).max() < THRESHOLD
 
 
-def test_noise_is_undetected_and_unmatched(recognizer, faces):
-    noise = np.random.default_rng(0).integers(0, 256, faces.shape, dtype=np.uint8)
-    descriptors = recognizer(images.to_float(faces))
+def test_noise_is_undetected_and_unmatched(recognizer, dlib_faces):
+    noise = np.random.default_rng(0).integers(0, 256, dlib_faces.shape, dtype=np.uint8)
+    descriptors = recognizer(images.to_float(dlib_faces))
     before = recognizer.undetected
     noisy = recognizer(images.to_float(noise))
-    assert recognizer.undetected - before == len(faces)  # every noise image fell back to the whole frame
+    assert recognizer.undetected - before == len(dlib_faces)  # every noise image fell back to the whole frame
     assert raw_l2(descriptors, noisy).min() > THRESHOLD
 
 
-def test_paper_rate_uses_raw_distance_for_dlib(recognizer, faces):
-    descriptors = recognizer(images.to_float(faces))
-    changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in faces])))
+def test_paper_rate_uses_raw_distance_for_dlib(recognizer, dlib_faces):
+    descriptors = recognizer(images.to_float(dlib_faces))
+    changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in dlib_faces])))
     assert recognition.recognition_report(descriptors, changed, THRESHOLD, unit=False)["l2"]["rate"] == 1.0
     shifted = np.roll(descriptors, 1, axis=0)  # each face against another person's
     assert recognition.recognition_report(descriptors, shifted, THRESHOLD, unit=False)["l2"]["rate"] == 0.0
 
 
-def test_table_three_with_real_dlib(faces):
+def test_table_three_with_real_dlib(dlib_faces):
     """Detection and 68-point landmarks: a changed copy keeps its face within a few pixels; noise has none."""
     utility = DetectionUtility(DlibDetector())
-    originals = images.to_float(faces)
-    utility.update(originals, images.to_float(np.stack([mildly_changed(f) for f in faces])))
+    originals = images.to_float(dlib_faces)
+    utility.update(originals, images.to_float(np.stack([mildly_changed(f) for f in dlib_faces])))
     result = utility.result()
-    assert result["detection_rate"] == 1.0 and result["pairs"] == len(faces)
+    assert result["detection_rate"] == 1.0 and result["pairs"] == len(dlib_faces)
     assert result["landmark_distance"] < 4.0 and result["box_distance"] < 6.0
     noise = DetectionUtility(DlibDetector())
     noise.update(originals, np.random.default_rng(1).uniform(-1, 1, originals.shape).astype(np.float32))

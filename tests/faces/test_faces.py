@@ -11,15 +11,7 @@ from dbaf_jax import metadata
 from dbaf_jax import images
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import align, paste, photos
-
-# A frontal face's five MTCNN landmarks (eyes, nose, mouth corners), in pixels.
-CANONICAL = np.array([[100.0, 120.0], [160.0, 120.0], [130.0, 150.0], [108.0, 180.0], [152.0, 180.0]])
-
-
-def similarity(angle: float, scale: float, shift: tuple[float, float]) -> np.ndarray:
-    """(2, 3): rotate by ``angle``, scale, then shift."""
-    c, s = scale * np.cos(angle), scale * np.sin(angle)
-    return np.array([[c, -s, shift[0]], [s, c, shift[1]]])
+from tests.face_helpers import CANONICAL, similarity
 
 
 def smooth_photo(height: int, width: int) -> np.ndarray:

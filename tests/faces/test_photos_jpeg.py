@@ -15,8 +15,7 @@ import pytest
 from benchmarks.jpeg_recovery import CROP, compare, corner_displacement, pair_faces, reencode
 from dbaf_jax import images
 from dbaf_jax.faces import align, photos
-from tests.faces.test_faces import CANONICAL, similarity
-from tests.models.test_mtcnn import real_detector  # noqa: F401 - the converted real MTCNN (a fixture)
+from tests.face_helpers import CANONICAL, similarity
 from tests.paths import DATA
 
 
@@ -56,7 +55,7 @@ def test_faces_pair_by_nearest_centre_and_order_is_counted():
 # margin elsewhere: office3.jpg's third face has an O-net probability of 0.738 at
 # quality 95 against the threshold of 0.7 (it is lost from quality 90 down).
 @pytest.mark.parametrize("name, min_face, count, bound", [("office3.jpg", 50, 4, 24.0), ("office5.jpg", 20, 10, 40.0), ("jf.jpg", 50, 1, 1.0)])
-def test_jpeg95_finds_the_same_faces_in_the_same_order(real_detector, name, min_face, count, bound):  # noqa: F811
+def test_jpeg95_finds_the_same_faces_in_the_same_order(real_detector, name, min_face, count, bound):
     faces = photos.PhotoFaces(real_detector, CROP, None, min_face)
     photo = images.read_photo(DATA / name)
     original = faces.find(photo).faces

@@ -20,7 +20,6 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from convert.common import run
@@ -35,10 +34,9 @@ from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.models import dbaf
+from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
 
-PASSWORD = "Grüne Wiese 42!"  # non-ASCII: NFC-normalised UTF-8 goes into the KDF
-WRONG_PASSWORD = "Grüne Wiese 43!"
 BATCH = 2
 # How far (mean 8-bit levels) a wrong password's image must be from the right one's.
 # The run's salt is random, so the two keys, and how far apart their images fall on this
@@ -68,30 +66,6 @@ def workspace(tmp_path_factory):
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     (tmp / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
     return tmp
-
-
-def temper_(ref, rng):
-    """Random weights give images whose values run into the thousands, dominated by MAAR's
-    maps, and identity codes far larger than keys; 8-bit outputs would clip them and the
-    key would hardly show. So: the decoder's noise weights are made small (the latents
-    then matter), KRIA's first layers weigh the key as much as the identity code, and
-    the ToRGB layers are scaled to give values mostly in [-1, 1] (the image is linear in
-    the ToRGB weights and biases together)."""
-    face = torch.from_numpy(rng.uniform(-1, 1, (1, 3, 256, 256)).astype(np.float32))
-    z = torch.from_numpy(rng.standard_normal((3, ref.latent_avg.shape[1])).astype(np.float32))
-    with torch.no_grad():
-        key = ref.key(z)
-        _, _, identity, _ = ref.encode(face)
-        dim = identity.shape[-1]
-        for mlp in ref.kria.mapper:
-            mlp.model[0].weight[:, dim:] *= float(identity.std() / key.std())
-        for name, p in ref.decoder.named_parameters():
-            if name.endswith("noise.weight"):
-                p.mul_(0.01)
-        factor = 0.5 / float(ref.anonymize(face, key)[0].std())
-        for name, p in ref.decoder.named_parameters():
-            if name.startswith(("to_rgb1.", "to_rgbs.")) and "modulation" not in name:
-                p.mul_(factor)
 
 
 def run_anonymize(ws, out, *extra):
@@ -129,11 +103,6 @@ def recovered(workspace, anonymized):
         "wrong": run_recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt", "--mode", "image", "--untrained-mode"),
         "latent": run_recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
     }
-
-
-def pixels(path):
-    with Image.open(path) as img:
-        return np.asarray(img.convert("RGB"), np.int16)
 
 
 def test_anonymize_writes_outputs_with_metadata(workspace, anonymized, anonymizer):

@@ -30,8 +30,9 @@ from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPP
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.faces.detect import Detections
-from tests.inference.test_anonymize_cli import PASSWORD, WRONG_PASSWORD, pixels, temper_
-from tests.models.test_parsers import convert_parser, random_reference
+from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
+from tests.conversion import convert_parser
+from tests.parity import random_reference
 from tests.torch_reference import parsers as reference_parsers
 from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
 from tests.paths import DATA

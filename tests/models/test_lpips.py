@@ -4,7 +4,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import lpips
 import numpy as np
 import pytest
 import torch
@@ -12,31 +11,10 @@ import torch
 from convert.lpips import default_lin_path, main
 from dbaf_jax.models.lpips import LPIPS, normalize_channels
 from tests.conversion import assert_not_a_checkpoint_message, convert, edited, not_a_checkpoint, refusal, save
-from tests.parity import assert_parity, nchw, nhwc, randomize_
+from tests.parity import assert_parity, nchw, nhwc
+from tests.torch_reference.metric_networks import reference_lpips, torchvision_trunk_state_dict
 
 SIZE = 64
-
-
-def reference_lpips(net: str, seed: int) -> lpips.LPIPS:
-    """The package's LPIPS with its shipped v0.1 linear weights and a random trunk.
-
-    Trunk weights are drawn N(0, 2 / fan_in) and biases N(0, 1) (torchvision's VGG biases
-    start at zero, which would hide a converter that drops them).
-    """
-    ref = lpips.LPIPS(net=net, pnet_rand=True, verbose=False)
-    randomize_(ref.net, seed)
-    with torch.no_grad():
-        for param in ref.net.parameters():
-            if param.dim() == 4:
-                param.mul_(math.sqrt(2.0 / param[0].numel()))
-    return ref.eval()
-
-
-def torchvision_trunk_state_dict(ref: lpips.LPIPS) -> dict:
-    """The trunk in torchvision's layout: lpips's `net.slice{n}.{j}.*` is `features.{j}.*`."""
-    state = {f"features.{name.split('.', 1)[1]}": t.clone() for name, t in ref.net.state_dict().items()}
-    state["classifier.6.bias"] = torch.zeros(1000)  # torchvision files carry the head; it is skipped
-    return state
 
 
 def convert_reference(net: str, seed: int, tmp_path):

@@ -4,8 +4,6 @@ resize against `F.interpolate`, and the whole detector with the real bundled wei
 against facenet-pytorch's `MTCNN.detect` on real photos (tests/data: office3.jpg and
 office5.jpg from the MTCNN example images, several faces each, and jf.jpg, one face)."""
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ from dbaf_jax.faces.detect import FaceDetector, area_resize, batch_bucket, run_o
 from dbaf_jax.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
-from tests.paths import DATA, REPO
+from tests.paths import DATA
 
 PHOTOS = ("office3.jpg", "office5.jpg", "jf.jpg")
 
@@ -187,21 +185,6 @@ def test_box_helpers_match_reference():
 
 
 # ---------------------------------------------------------------- the detector, real weights
-
-
-@pytest.fixture(scope="module")
-def real_detector(tmp_path_factory):
-    """The weights bundled with facenet-pytorch, converted by the command in a fresh
-    interpreter that must never import facenet_pytorch (its import is fragile)."""
-    out = tmp_path_factory.mktemp("mtcnn_real")
-    script = (
-        "import runpy, sys; sys.argv = ['convert.mtcnn', '--out', sys.argv[1]]; "
-        "runpy.run_module('convert.mtcnn', run_name='__main__'); "
-        "assert 'facenet_pytorch' not in sys.modules, 'the converter imported facenet_pytorch'"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return FaceDetector.load(out / "mtcnn")
 
 
 @pytest.fixture(scope="module")

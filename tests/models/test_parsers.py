@@ -11,27 +11,9 @@ import torch.nn.functional as F
 
 from convert.parser import main
 from dbaf_jax.models.parsers import BiSeNet, UNetParser, bisenet_inputs, resize_nearest
-from tests.conversion import assert_not_a_checkpoint_message, convert, edited, not_a_checkpoint, refusal, save
-from tests.parity import assert_parity, nchw, nhwc, randomize_
+from tests.conversion import assert_not_a_checkpoint_message, convert_parser, edited, not_a_checkpoint, refusal, save
+from tests.parity import assert_parity, nchw, nhwc, random_reference
 from tests.torch_reference import parsers as reference
-
-
-def random_reference(module: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Random weights, biases and BatchNorm statistics; conv weights scaled by sqrt(2 / fan_in)
-    so activations stay O(1) through ResNet18's depth."""
-    randomize_(module, seed)
-    with torch.no_grad():
-        for layer in module.modules():
-            if isinstance(layer, torch.nn.ConvTranspose2d):  # each output pixel sees one tap per input channel
-                layer.weight.mul_(math.sqrt(2.0 / layer.in_channels))
-            elif isinstance(layer, torch.nn.Conv2d):
-                layer.weight.mul_(math.sqrt(2.0 / layer.weight[0].numel()))
-    return module.eval()
-
-
-def convert_parser(kind: str, module: torch.nn.Module, tmp_path):
-    ckpt = save(module.state_dict(), tmp_path / f"{kind}.pth")
-    return convert(main, ["--kind", kind, "--ckpt", str(ckpt)], tmp_path / "models", f"parser_{kind}")
 
 
 def capture(module: torch.nn.Module, names: list[str]) -> dict:

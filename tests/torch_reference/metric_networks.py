@@ -1,7 +1,9 @@
 """The evaluation's metric networks from their own packages, with random weights: FaceNet
-(facenet-pytorch's InceptionResnetV1) and the FID Inception (pytorch-fid's InceptionV3).
+(facenet-pytorch's InceptionResnetV1), the FID Inception (pytorch-fid's InceptionV3) and
+LPIPS (the lpips package's, with its shipped linear weights and a random trunk; the
+training step's parity test uses it as a loss too).
 
-Both packages import torchvision, whose wheel here is a CUDA build without its compiled
+The three packages import torchvision, whose wheel here is a CUDA build without its compiled
 ops; its pure-Python parts import once `torchvision._meta_registrations` is stubbed (as
 tests/conftest.py does; repeated here for the benchmarks, which do not run conftest).
 Nothing here calls a compiled torchvision op (facenet-pytorch's MTCNN is imported by its
@@ -14,19 +16,21 @@ duration of the construction, by one returning a given state_dict, so the packag
 code builds and loads the network and nothing is downloaded.
 """
 
+import math
 import sys
 import types
 from unittest import mock
 
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
 
+import lpips  # noqa: E402
 import numpy as np  # noqa: E402
 import pytorch_fid.inception as pytorch_fid  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from facenet_pytorch.models.inception_resnet_v1 import InceptionResnetV1  # noqa: E402
 
-from tests.parity import nchw  # noqa: E402
+from tests.parity import nchw, randomize_  # noqa: E402
 from tests.torch_reference.batch_norm import calibrate_batch_norm_  # noqa: E402
 from tests.torch_reference.irse import randomize_irse_  # noqa: E402
 
@@ -82,3 +86,25 @@ def random_fid_inception_state_dict(seed: int = 0) -> dict:
     # The input pytorch-fid feeds Conv2d_1a_3x3: [-1, 1] at 299.
     calibrate_batch_norm_(inception, nchw(random_images(299, batch=4, seed=100 + seed)))
     return inception.state_dict()
+
+
+def reference_lpips(net: str, seed: int) -> lpips.LPIPS:
+    """The package's LPIPS with its shipped v0.1 linear weights and a random trunk.
+
+    Trunk weights are drawn N(0, 2 / fan_in) and biases N(0, 1) (torchvision's VGG biases
+    start at zero, which would hide a converter that drops them).
+    """
+    ref = lpips.LPIPS(net=net, pnet_rand=True, verbose=False)
+    randomize_(ref.net, seed)
+    with torch.no_grad():
+        for param in ref.net.parameters():
+            if param.dim() == 4:
+                param.mul_(math.sqrt(2.0 / param[0].numel()))
+    return ref.eval()
+
+
+def torchvision_trunk_state_dict(ref: lpips.LPIPS) -> dict:
+    """The trunk in torchvision's layout: lpips's `net.slice{n}.{j}.*` is `features.{j}.*`."""
+    state = {f"features.{name.split('.', 1)[1]}": t.clone() for name, t in ref.net.state_dict().items()}
+    state["classifier.6.bias"] = torch.zeros(1000)  # torchvision files carry the head; it is skipped
+    return state

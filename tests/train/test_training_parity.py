@@ -43,9 +43,7 @@ from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.train import loop, optimizers, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED
-from tests.parity import nchw, randomize_
-from tests.models.test_lpips import reference_lpips, torchvision_trunk_state_dict
-from tests.models.test_parsers import random_reference
+from tests.parity import nchw, random_reference, randomize_
 from tests.torch_reference import training
 from tests.torch_reference.arcface import Backbone
 from tests.torch_reference.dbaf import AttrBlock, DisentanglementId
@@ -64,6 +62,7 @@ from tests.torch_reference.dbaf_pipeline import (
 )
 from tests.torch_reference.e4e import Encoder4Editing
 from tests.torch_reference.irse import randomize_irse_
+from tests.torch_reference.metric_networks import reference_lpips, torchvision_trunk_state_dict
 from tests.torch_reference.parsers import UNet
 from tests.torch_reference.stylegan2 import Discriminator, reset_fixed_kernels_
 

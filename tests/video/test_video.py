@@ -27,7 +27,7 @@ from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, paste
 from dbaf_jax.faces.detect import Detections
 from dbaf_jax.video import clip, runner, sidecar, tracks
-from tests.inference.test_anonymize_cli import PASSWORD, temper_
+from tests.cli_helpers import PASSWORD, temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
 
