@@ -1,6 +1,8 @@
 """ArcFace IR-SE50: DBAF's preprocessing, embedding and identity-loss maps against PyTorch
 through `python -m convert.arcface`, full-size shapes, and the converter's refusals."""
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,19 +57,30 @@ def test_input_gradient_matches_torch(reference):
     # DBAF's identity losses backpropagate through the frozen ArcFace into generated images.
     net, _, converted = reference
     rng = np.random.default_rng(5)
-    images = np.tanh(rng.standard_normal((2, 256, 256, 3))).astype(np.float32)
-    target = rng.standard_normal((2, 512)).astype(np.float32)
+    images = np.tanh(rng.standard_normal((2, 256, 256, 3)))
+    target = rng.standard_normal((2, 512))
 
-    def loss(x):
-        features = converted.module.apply(converted.variables, x, return_maps=True)
-        return (features.embedding * target).sum() + sum(jnp.abs(m).mean() for m in features.maps)
+    def jax_gradient(variables, dtype):
+        def loss(x):
+            features = converted.module.apply(variables, x, return_maps=True)
+            return (features.embedding * target.astype(dtype)).sum() + sum(jnp.abs(m).mean() for m in features.maps)
 
-    grad = jax.jit(jax.grad(loss))(images)
-    x_t = nchw(images).requires_grad_(True)
-    features = extract_feats(net, x_t)
+        return jax.jit(jax.grad(loss))(images.astype(dtype))
+
+    x_t = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).requires_grad_(True)  # float64: the exact reference
+    features = extract_feats(copy.deepcopy(net).double(), x_t)
     ((features[-1] * torch.from_numpy(target)).sum() + sum(m.abs().mean() for m in features[:-1])).backward()
-    assert_parity(grad, nhwc(x_t.grad), name="input gradient")
-    print(f"gradient relative error: {relative_error(grad, nhwc(x_t.grad)):.2e}")
+    expected = nhwc(x_t.grad)
+    with jax.enable_x64(True):
+        as_float64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, converted.variables)
+        assert_parity(jax_gradient(as_float64, np.float64), expected, tol=1e-6, name="float64 input gradient")
+    grad = jax_gradient(converted.variables, np.float32)
+    # 2e-2, not 1e-4: on some CPUs (an AMX Xeon, 2026-11-26) XLA's float32 gradient through
+    # the deepest blocks of this random network departs from the float64 one by up to 1.6%
+    # while PyTorch's float32 stays within 1.3e-6 and every forward map within 1e-6; the
+    # float64 check above is the parity check of the conversion, this one bounds float32.
+    assert_parity(grad, expected, tol=2e-2, name="float32 input gradient")
+    print(f"float32 gradient relative error: {relative_error(grad, expected):.2e}")
 
 
 def test_network_record(reference):
