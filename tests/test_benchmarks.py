@@ -93,6 +93,7 @@ def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(baseli
     assert err.count("\n") == 1 and err.startswith("error: ") and "mrzhu-cool/DBAF" in err
 
 
+@pytest.mark.slow
 def test_anonymize_figures_are_consistent(capsys):
     anonymize.main(["--batches", "1", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY])
     rows = table_rows(capsys.readouterr().out)
@@ -112,6 +113,7 @@ def test_anonymize_figures_are_consistent(capsys):
     assert float(rows[1]["GFLOP/image"]) == pytest.approx(float(rows[0]["GFLOP/image"]), rel=0.05)
 
 
+@pytest.mark.slow
 def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
     args = argparse.Namespace(size=64, width_scale=0.0625, encoder_width_scale=0.25)
     anonymizer = FaceAnonymizer(anonymize.random_model(args, tmp_path / "model"))

@@ -169,6 +169,7 @@ def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, worksp
     assert two["images"] == 2 and two["identity"]["arcface"]["calibrated"]["impostor"]["pairs"] == 1
 
 
+@pytest.mark.slow
 def test_identical_images_give_known_values(metrics_models):
     """PSNR +inf (documented, not capped), SSIM 1, LPIPS 0, FID ~0, and for MTCNN the
     same detection on both sides: rate 1, distances 0."""

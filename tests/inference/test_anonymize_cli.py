@@ -432,6 +432,7 @@ def psnr(a, b):
     return 10 * np.log10(4.0 / np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
 
 
+@pytest.mark.slow
 def test_bfloat16_inference_stays_close_to_float32(workspace, anonymizer):
     """Every network in bfloat16 (8-bit mantissa) against float32 on the same faces and
     key: the anonymized and recovered images' PSNR between the two, and the cosine
@@ -458,6 +459,7 @@ def test_bfloat16_inference_stays_close_to_float32(workspace, anonymizer):
     assert cosine.min() > 0.99
 
 
+@pytest.mark.slow
 def test_batch_split_over_devices_equals_one_device(workspace, anonymizer):
     """Weights replicated on 4 devices, a batch of 3 padded to 4 and split over them:
     the same outputs as on one device (the default on a CPU host)."""

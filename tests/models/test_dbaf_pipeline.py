@@ -220,6 +220,7 @@ def shapes_of(module: torch.nn.Module) -> dict:
     return {k: np.broadcast_to(np.float32(0), tuple(v.shape)) for k, v in module.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_full_size_layout():
     with torch.device("meta"):
         cid_sd = shapes_of(DisentanglementId())

@@ -95,6 +95,7 @@ def full_size_networks() -> IFADITNetworks:
     return stages.build_networks(ifadit_config.get_config("phase2"))
 
 
+@pytest.mark.slow
 def test_full_size_shapes():
     """The paper's sizes (256 px, 512-d identity and key, 14 W+ rows) by abstract evaluation."""
     nets = full_size_networks()

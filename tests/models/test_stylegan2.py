@@ -217,7 +217,7 @@ def grouped_images(batch, seed):
     return images.astype(np.float32)
 
 
-@pytest.mark.parametrize("batch", [8, 2])
+@pytest.mark.parametrize("batch", [pytest.param(8, marks=pytest.mark.slow), 2])
 def test_discriminator_logits_match_torch(converted, batch):
     images = grouped_images(batch, seed=8)
     network = converted["discriminator"]
@@ -228,6 +228,7 @@ def test_discriminator_logits_match_torch(converted, batch):
     assert_parity(logits, expected, name=f"logits at batch {batch}")
 
 
+@pytest.mark.slow
 def test_discriminator_stddev_groups_b_with_b_plus_batch_over_group(converted):
     """At batch 8 samples b and b+2 share a statistic: swapping 0 and 2 leaves logits alone, 0 and 1 does not."""
     network = converted["discriminator"]

@@ -79,6 +79,7 @@ def network_inputs(networks, variables):
     }
 
 
+@pytest.mark.slow
 def test_every_network_of_the_step_computes_in_bfloat16(start):
     networks, variables = start
     bf16 = networks["bfloat16"]
@@ -150,6 +151,7 @@ def test_bfloat16_step_losses_stay_close_to_float32(start):
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(state16.generator_params))
 
 
+@pytest.mark.slow
 def test_a_bfloat16_run_exports_the_float32_architecture(start, tmp_path):
     networks, variables = start
     written = {}

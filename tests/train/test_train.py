@@ -241,6 +241,7 @@ def test_stage2_step_on_fsdp_mesh_equals_1_device():
     assert_metrics_close(sharded.metrics, one_device.metrics)
 
 
+@pytest.mark.slow
 def test_cid_batch_attention_on_8_devices_equals_1_device():
     """The reference's CID attention across the batch, in a training pass (dropout on) under
     a batch-sharded jit: an image's codes depend on its batch-mates, and on 8 devices the
@@ -321,7 +322,7 @@ def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
     assert r1[1] == 0 and r1[3] == 0, r1
 
 
-@pytest.mark.parametrize("batch", [2, 4])
+@pytest.mark.parametrize("batch", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     """D's logits for stage 2's five outputs equal five separate calls, as the reference
     makes them: its minibatch-stddev statistic is shared within one call only."""
@@ -335,6 +336,7 @@ def test_discriminator_sees_each_stage2_output_on_its_own(batch):
         assert not np.allclose(d_apply(jnp.concatenate(outputs)), logits.reshape(-1, 1), rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_full_size_stage2_step_shapes():
     """The reference stage-2 config at 256 px with the public checkpoints' widths: random
     init, train state and one step traced with jax.eval_shape (no compute)."""
@@ -419,6 +421,7 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
     assert gap == {"open": False, "fetches": len(saved_between_steps), "steps": 4}
 
 
+@pytest.mark.slow
 def test_profile_steps_writes_a_trace_of_the_steps_after_the_warm_up(tmp_path):
     """``profile_steps 1`` on a 3-step run traces step 2 (steps 0 and 1 compile and warm
     up) into W/profile/, in the layout TensorBoard's profile plugin reads."""
@@ -427,6 +430,7 @@ def test_profile_steps_writes_a_trace_of_the_steps_after_the_warm_up(tmp_path):
     assert len(traces) == 1 and traces[0].stat().st_size > 0, traces
 
 
+@pytest.mark.slow
 def test_kill_and_resume_equals_uninterrupted_training(tmp_path, monkeypatch, stage1_trajectory):
     """Stage 1 through the loop, 3 steps crossing an epoch boundary: stopped after step 1
     (num_steps=1), restarted with num_steps=3 and interrupted by Ctrl-C while reading step
