@@ -9,7 +9,9 @@ interpolated, never shown as they were, and landmarks are smoothed along each tr
 (``--smooth``). The output keeps the size, frame times, rotation and audio (copied);
 its codec is ``--codec``/``--crf``/``--pix-fmt`` (H.264, CRF 18, yuv420p by default).
 ``OUT.mp4.dbaf.json`` beside it records the tracks and the key record (never the
-password) for ``python -m dbaf_jax.recover_video``. See docs/video.md.
+password) for ``python -m dbaf_jax.recover_video``; with ``--key-file K`` the tracks'
+faces also go to K's face ledger (``K.faces.jsonl``), which lets recovery verify the
+faces it finds again in a copy that lost the sidecar. See docs/video.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
+from dbaf_jax.faces import ledger
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner
 
@@ -30,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
     report = runner.anonymize_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
-        args.overwrite, record, commands.video_encoding(args), args.smooth,
+        args.overwrite, record, commands.video_encoding(args), args.smooth, ledger.ledger_path(args.key_file) if args.key_file else None,
     )
     report.print()
     return report

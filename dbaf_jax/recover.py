@@ -30,13 +30,6 @@ from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
 
 
-def face_ledger(key_file: str | None) -> list[ledger.Entry] | None:
-    """The entries of ``key_file``'s face ledger; None without a key file or ledger."""
-    if key_file is None or not ledger.ledger_path(key_file).is_file():
-        return None
-    return ledger.read(ledger.ledger_path(key_file))
-
-
 def recovery_mode(anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, untrained: bool) -> tuple[str, str, str | None]:
     """(mode, a note saying which and why, a warning or None): the mode asked for, else
     the one the model was trained for (``model.json``; photos: image). A mode the model
@@ -78,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = recover_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.ignore_model_mismatch, face_ledger(args.key_file),
+            args.ignore_model_mismatch, ledger.read_for_key_file(args.key_file),
         )
     report.notes.insert(0, mode_note)
     report.warnings += [warning] if warning else []

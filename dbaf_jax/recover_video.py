@@ -7,9 +7,10 @@ copy in the container's metadata) gives the salt and every track's place in ever
 frame, so only the password is needed; each face is recovered
 with its track's key and pasted back, and no pixel outside the faces' masks is
 changed before encoding. Without any sidecar, ``--key-file`` (the one anonymize used)
-with ``--recover-redetected`` lets the faces be found again by detection and tracking,
-unverified: every face found is recovered, anonymized or not. A wrong password is not an
-error: it gives other faces. See docs/video.md.
+lets the faces be found again by detection and tracking; only the tracks that match the
+key file's face ledger are recovered, the rest left as they are and counted. Without a
+ledger, ``--recover-redetected`` recovers every face found, anonymized or not. A wrong
+password is not an error: it gives other faces. See docs/video.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
+from dbaf_jax.faces import ledger
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner
 
@@ -26,8 +28,9 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     parser.add_argument("--sidecar", help="the anonymization's sidecar; default INPUT.dbaf.json, else the copy in INPUT's container metadata")
     parser.add_argument("--ignore-model-mismatch", action="store_true", help="recover a clip another model anonymized")
     parser.add_argument("--recover-redetected", action="store_true",
-                        help="with --key-file and no sidecar: recover every face detection and tracking find, keys by order of "
-                             "first appearance; nothing checks that a face was anonymized, so one that never was is overwritten too")
+                        help="with --key-file, no sidecar and no face ledger beside the key file: recover every face detection and "
+                             "tracking find, keys by order of first appearance; nothing checks that a face was anonymized, so one "
+                             "that never was is overwritten too")
     args = parser.parse_args(argv)
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
@@ -36,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     report = runner.recover_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
         args.overwrite, record, args.sidecar, commands.video_encoding(args), args.smooth, args.ignore_model_mismatch, args.recover_redetected,
+        ledger.read_for_key_file(args.key_file),
     )
     report.print()
     return report

@@ -18,7 +18,8 @@ anonymization may keep pose, light and colours, so place and a loose likeness ca
 tell the original from its anonymized version), are left exactly as they are and
 counted. The ledger holds nothing that the published photos do not show but the one
 separation number per face; it lives beside the key file, with the user, and is read
-as untrusted input.
+as untrusted input. A clip's faces are entries too, sampled along each track and
+marked with the run's id and their frame (`dbaf_jax.video.track_ledger`).
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ MAX_DISTANCE = 0.05
 # anonymization (its margin is 0.1 of the side), so a re-detection that moved cannot
 # spill the recovered face onto pixels anonymization left alone.
 RECOVERY_RADIUS = 0.4
-MAX_LINE = 1 << 20  # bytes per ledger line (a photo's faces)
+MAX_LINE = 1 << 20  # bytes per ledger line (a photo's faces, or part of a clip's)
 MAX_ENTRIES = 1 << 20
+MAX_FRAME = 1 << 31
+CLIP_FIELDS = ("clip", "frame")
 
 
 def ledger_path(key_file: str | Path) -> Path:
@@ -74,9 +77,11 @@ class Entry:
     side: float
     signature: np.ndarray
     separation: float = 0.0
+    clip: str | None = None  # a clip's faces: the anonymization's run id (hex) ...
+    frame: int | None = None  # ... and the frame the face was on; None for a photo
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        fields = {
             "index": self.index,
             "aspect": round(self.aspect, 6),
             "centre": [round(v, 6) for v in self.centre],
@@ -84,6 +89,7 @@ class Entry:
             "signature": [round(float(v), 4) for v in self.signature],
             "separation": round(self.separation, 6),
         }
+        return fields | ({"clip": self.clip, "frame": self.frame} if self.clip is not None else {})
 
 
 def signature(crop: np.ndarray) -> np.ndarray:
@@ -109,6 +115,16 @@ def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple
     centre = align.apply(inverse, np.array([[size / 2, size / 2]]))[0]
     side = size * math.sqrt(abs(np.linalg.det(inverse[:, :2])))
     return width / height, (float(centre[0]) / width, float(centre[1]) / width), side / width
+
+
+def transform_at(entry: Entry, transform: np.ndarray, size: int, photo_shape: Sequence[int]) -> np.ndarray:
+    """The (2, 3) photo-to-crop transform with ``transform``'s rotation whose crop of
+    ``size`` is centred on ``entry``'s face with its side, in a photo of ``photo_shape``."""
+    width = photo_shape[1]
+    _, _, side = place(photo_shape, transform, size)
+    linear = transform[:, :2] * (side / entry.side)
+    centre = np.array(entry.centre) * width
+    return np.concatenate([linear, (size / 2 - linear @ centre)[:, None]], axis=1)
 
 
 def region(entry: Entry, photo_shape: Sequence[int]) -> tuple[tuple[float, float], float]:
@@ -149,9 +165,14 @@ def append(path: Path, photo_entries: Sequence[Entry]) -> None:
 
 def _entry(value: Any) -> Entry:
     fields = ("index", "aspect", "centre", "side", "signature", "separation")
-    if not isinstance(value, dict) or set(value) != set(fields):
-        raise ValueError(f"an entry must be an object with exactly {', '.join(fields)}")
+    if not isinstance(value, dict) or set(value) not in (set(fields), set(fields) | set(CLIP_FIELDS)):
+        raise ValueError(f"an entry must be an object with exactly {', '.join(fields)} (and {' and '.join(CLIP_FIELDS)} for a clip's face)")
     index, aspect, centre, side, sig, separation = (value[k] for k in fields)
+    clip, frame = value.get("clip"), value.get("frame")
+    if "clip" in value and not (isinstance(clip, str) and 0 < len(clip) <= 32 and all(c in "0123456789abcdef" for c in clip)):
+        raise ValueError("clip must be a run id of at most 32 lowercase hex digits")
+    if "frame" in value and not (type(frame) is int and 0 <= frame < MAX_FRAME):
+        raise ValueError(f"frame must be an integer in [0, {MAX_FRAME})")
     numbers = [aspect, side, separation, *(centre if isinstance(centre, list) else [None]), *(sig if isinstance(sig, list) else [None])]
     if type(index) is not int or not 0 <= index < MAX_ENTRIES:
         raise ValueError(f"index must be an integer in [0, {MAX_ENTRIES})")
@@ -159,7 +180,8 @@ def _entry(value: Any) -> Entry:
         raise ValueError(f"centre must hold 2 numbers and signature {GRID * GRID * 3}")
     if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (aspect > 0 and side > 0 and separation >= 0):
         raise ValueError("aspect, centre, side, separation and signature must be finite numbers, aspect and side positive")
-    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64), float(separation))
+    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64), float(separation),
+                 clip, frame)
 
 
 def read(path: Path) -> list[Entry]:
@@ -183,6 +205,13 @@ def read(path: Path) -> list[Entry]:
     except OSError as err:
         raise InputError(f"{path}: cannot read the face ledger ({err.strerror})") from None
     return found
+
+
+def read_for_key_file(key_file: str | Path | None) -> list[Entry] | None:
+    """The entries of ``key_file``'s ledger (`ledger_path`); None without a key file or ledger."""
+    if key_file is None or not ledger_path(key_file).is_file():
+        return None
+    return read(ledger_path(key_file))
 
 
 def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset()) -> int | None:

@@ -9,8 +9,9 @@ encodes the frames as they complete, before any lossy step of ours. The output i
 written to a hidden temporary file renamed into place when whole
 (`images.write_file`) with a copy of the sidecar in its container metadata, then the
 sidecar file beside it. Recovery reads the sidecar (the file, else the container's
-copy; or, with a key file and neither, re-detects and re-tracks the anonymized clip) and
-changes only the pixels under the faces' masks.
+copy; or, with a key file and neither, re-detects and re-tracks the anonymized clip and
+recovers the tracks the key file's face ledger verifies, `track_ledger`) and changes
+only the pixels under the faces' masks.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from dbaf_jax.inference.planning import check_outputs
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT
 from dbaf_jax.errors import InputError, ModelMismatchError
-from dbaf_jax.faces import paste, photos
-from dbaf_jax.video import clip, sidecar, tracks
+from dbaf_jax.faces import ledger, paste, photos
+from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 
 # Frames waiting for their faces are bounded by this many per batch of faces.
 FRAMES_PER_BATCH = 4
@@ -46,6 +47,7 @@ class VideoReport:
     hidden: int = 0  # detections the model cannot take, pixelated (irreversible)
     left: int = 0  # detections below --min-face-size, left as they were
     notes: list[str] = dataclasses.field(default_factory=list)
+    unverified: int = 0  # recovery without a sidecar: re-detected tracks the face ledger did not verify, left as they were
 
     @property
     def status(self) -> int:
@@ -58,12 +60,14 @@ class VideoReport:
             print(f"note: {note}", file=out)
         print(f"processed {self.faces} face(s) in {self.frames} frame(s), {self.tracks} track(s)"
               f" ({self.interpolated} interpolated); {self.hidden} face(s) hidden by the fallback (pixelated,"
-              f" irreversible), {self.left} left as they were (--min-face-size)", file=out)
+              f" irreversible), {self.left} left as they were (--min-face-size)"
+              + (f"; {self.unverified} re-detected track(s) not verified as anonymized, left as they were" if self.unverified else ""),
+              file=out)
         for path in self.written:
             print(f"wrote {path}", file=out)
 
 
-Placed = list[tuple[int, int, np.ndarray]]  # (track number, first frame, transforms (T, 2, 3))
+Placed = track_ledger.Placed
 
 
 def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker]:
@@ -95,10 +99,13 @@ class _Pending:
 def _processed(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, frames: Iterator[clip.Frame], placed: Placed,
     track_keys: dict[int, np.ndarray], step: Callable, batch_size: int, hidden: dict[int, list[np.ndarray]] | None = None,
+    regions: dict[int, list[track_ledger.Region]] | None = None, recorder: track_ledger.Recorder | None = None,
 ) -> Iterator[np.ndarray]:
     """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
-    order, and the boxes ``hidden[frame]`` hidden by the fallback (`paste.hide`)."""
-    hidden = hidden or {}
+    order, each face's changes within ``regions[frame]`` (in `tracks.by_frame` order;
+    None: anywhere under its mask), the boxes ``hidden[frame]`` hidden by the fallback
+    (`paste.hide`); ``recorder`` sees each frame as made."""
+    hidden, regions = hidden or {}, regions or {}
     by_frame = tracks.by_frame(placed)
     size = anonymizer.padded_size(batch_size)
     pending: list[_Pending] = []
@@ -117,9 +124,13 @@ def _processed(
         for p in pending:
             done = results[start : start + len(p.faces)]
             start += len(p.faces)
-            pixels = faces.paste(p.frame.pixels, p.faces, done, faces.masks(p.crops, done)) if p.faces else p.frame.pixels
+            pixels = p.frame.pixels
+            if p.faces:
+                pixels = faces.paste(pixels, p.faces, done, faces.masks(p.crops, done), regions.get(p.frame.index))
             for box in hidden.get(p.frame.index, []):
                 pixels = paste.hide(pixels, box)
+            if recorder is not None:
+                recorder.observe(p.frame.index, pixels, p.faces, p.crops)
             yield pixels
         pending.clear()
 
@@ -134,7 +145,8 @@ def _processed(
 def _rewrite(
     anonymizer, faces, source: Path, target: Path, info: clip.ClipInfo, encoding: clip.Encoding, placed: Placed,
     track_keys, step, batch_size: int, frame_count: int, overwrite: bool, hidden: dict[int, list[np.ndarray]] | None = None,
-    tags: dict[str, str] | None = None,
+    tags: dict[str, str] | None = None, regions: dict[int, list[track_ledger.Region]] | None = None,
+    recorder: track_ledger.Recorder | None = None,
 ) -> None:
     format, codec = clip.muxer(target), encoding.codec_for(target)
     originals: list[clip.Frame] = []  # the frame being written: its time
@@ -148,7 +160,7 @@ def _rewrite(
         writer = clip.Writer(source, tmp, format, info, encoding, codec, tags)
         try:
             written = 0
-            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden):
+            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder):
                 writer.write(pixels, originals.pop(0).pts)
                 written += 1
             if written != frame_count:
@@ -187,11 +199,13 @@ def _count(placed: Placed) -> int:
 def anonymize_video(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, password: str, source: str | Path, target: str | Path,
     batch_size: int, overwrite: bool = False, record: keys.KeyRecord | None = None,
-    encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA,
+    encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA, face_ledger: Path | None = None,
 ) -> VideoReport:
     """Anonymizes every tracked face of the clip ``source`` into ``target`` (same size,
     rate, rotation, audio) and writes ``target``'s sidecar. ``record``: a key file's
-    (else a fresh salt)."""
+    (else a fresh salt); ``face_ledger`` (with a key file: `ledger.ledger_path`) gets
+    the tracks' entries that recovery without a sidecar verifies faces against
+    (`track_ledger`)."""
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
     notes = _prepare_outputs(source, [target, side], overwrite)
@@ -201,9 +215,12 @@ def anonymize_video(
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(metadata.anonymization(record, anonymizer.fingerprint), info.upright_shape, count, faces.size, placed)
     tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
+    recorder = track_ledger.Recorder(placed, float(info.rate), faces.crops) if face_ledger is not None else None
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count,
-             overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None)
+             overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None, recorder=recorder)
     sidecar.write(side, recorded, overwrite)
+    if recorder is not None:
+        recorder.write(face_ledger)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
                          sum(map(len, tracker.unusable.values())), tracker.left, notes)
     if tag is None:
@@ -218,17 +235,19 @@ def recover_video(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, password: str, source: str | Path, target: str | Path,
     batch_size: int, overwrite: bool = False, record: keys.KeyRecord | None = None, sidecar_path: str | Path | None = None,
     encoding: clip.Encoding = clip.Encoding(), sigma: float = tracks.DEFAULT_SIGMA, ignore_model_mismatch: bool = False,
-    redetect: bool = False,
+    redetect: bool = False, face_ledger: list[ledger.Entry] | None = None,
 ) -> VideoReport:
     """Recovers the anonymized clip ``source`` into ``target``: at the sidecar's places
-    (default ``source`` + `sidecar.SUFFIX`, else the container's copy), or, with
-    ``record`` (a key file's), no sidecar and ``redetect``, wherever detection and
-    tracking find faces (unverified: a face never anonymized is overwritten too, so
-    this is refused unless asked for)."""
+    (default ``source`` + `sidecar.SUFFIX`, else the container's copy). Without a
+    sidecar, ``record`` (a key file's) lets detection and tracking find the faces
+    again: with ``face_ledger`` (the key file's) only the tracks it verifies are
+    recovered (`track_ledger`); without one, only with ``redetect``, every track found
+    (a face never anonymized is overwritten too)."""
     source, target = Path(source), Path(target)
     notes = _prepare_outputs(source, [target], overwrite)
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
+    regions, unverified = None, 0
     in_file = sidecar_path is not None or side.exists()
     tag = None if in_file else clip.read_tag(source, sidecar.TAG)
     if in_file or tag is not None:
@@ -242,15 +261,20 @@ def recover_video(
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:
-        if not redetect:
+        if face_ledger is None and not redetect:
             raise InputError(
-                f"{source}: no sidecar ({side}, or in the container's metadata), so the faces could only be found again by detection, "
-                "which cannot tell an anonymized face from one that never was; pass --recover-redetected to recover every face found"
+                f"{source}: no sidecar ({side}, or in the container's metadata) and no face ledger beside the key file, so the faces "
+                "could only be found again by detection, which cannot tell an anonymized face from one that never was; "
+                "pass --recover-redetected to recover every face found"
             )
         found, placed, count, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
         tracked = len(found)
+        if face_ledger is not None:
+            verified = track_ledger.verify(face_ledger, placed, clip.frames(source, info), faces.crops, faces.size, info.upright_shape)
+            placed, regions, unverified = verified.placed, verified.regions, verified.unverified
     else:
         raise InputError(f"{source}: no sidecar ({side}, or in the container's metadata); give the key file (--key-file) to find the faces again")
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
-    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite)
-    return VideoReport([target], count, tracked, _count(placed), notes=notes)
+    _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite,
+             regions=regions)
+    return VideoReport([target], count, tracked, _count(placed), notes=notes, unverified=unverified)

@@ -1,6 +1,7 @@
 """The face ledger (dbaf_jax/faces/ledger.py): what recovery without metadata matches
 re-detected faces against, read as untrusted input."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,6 +58,11 @@ def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
     (json.dumps([{"index": 0, "aspect": 1, "centre": [0, "x"], "side": 1, "signature": [0] * 192, "separation": 0.1}]), "finite"),
     (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": -1}]), "finite"),
     (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "extra": 1}]), "exactly"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "ab"}]), "exactly"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "../x",
+                  "frame": 0}]), "run id"),
+    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "ab",
+                  "frame": -3}]), "frame"),
 ])
 def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, words):
     path = tmp_path / "me.key.faces.jsonl"
@@ -64,3 +70,13 @@ def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, 
     with pytest.raises(InputError, match=words) as error:
         ledger.read(path)
     assert str(path) in str(error.value)
+
+
+def test_a_clips_entry_reads_back_with_its_run_and_frame(tmp_path):
+    (entry,) = ledger.entries((100, 150), [3], [np.eye(2, 3) * 0.64], face(1)[None], face(2)[None])
+    path = tmp_path / "me.key.faces.jsonl"
+    ledger.append(path, [entry, dataclasses.replace(entry, clip="0f1e", frame=17)])
+    photo, clip = ledger.read(path)
+    assert (photo.clip, photo.frame, clip.clip, clip.frame) == (None, None, "0f1e", 17)
+    assert ledger.read_for_key_file(tmp_path / "me.key")[1].frame == 17
+    assert ledger.read_for_key_file(tmp_path / "other.key") is None

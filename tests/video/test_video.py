@@ -24,7 +24,7 @@ from dbaf_jax import anonymize_video, commands, keys, recover_video
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
-from dbaf_jax.faces import align, paste
+from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detect import Detections
 from dbaf_jax.video import clip, runner, sidecar, tracks
 from tests.cli_helpers import PASSWORD, temper_
@@ -352,21 +352,27 @@ def test_recover_without_the_sidecar_file_reads_the_container(ws, anonymized, re
 
 
 @pytest.mark.slow  # shares the module's ~2 min of model conversion, detection and compilation
-def test_redetection_without_any_sidecar_only_when_asked(ws, anonymized, tmp_path, capsys):
+def test_redetection_without_any_sidecar_is_verified_or_asked_for(ws, anonymized, tmp_path, capsys):
     """A re-encoded copy (a sharing site's: no tags, no sidecar file) is recovered by
-    re-detection only with --recover-redetected, since detection cannot tell an
-    anonymized face from one never anonymized; without it, one error line."""
+    re-detection against the key file's face ledger (tests/video/test_track_ledger.py);
+    with a key file that has no ledger, only with --recover-redetected, since detection
+    cannot tell an anonymized face from one never anonymized; without it, one error line."""
     shared = write_clip(tmp_path / "shared.mp4", decoded(ws / "anon.mp4").astype(np.uint8), audio_streams=0)
     assert clip.read_tag(shared, sidecar.TAG) is None
+    assert ledger.ledger_path(ws / "fixed.key").is_file()  # anonymize with --key-file wrote it
+    bare = tmp_path / "bare.key"
+    bare.write_bytes((ws / "fixed.key").read_bytes())
     args = ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(shared), str(tmp_path / "back.mp4"),
-            "--batch-size", str(BATCH), "--key-file", str(ws / "fixed.key")]
-    assert commands.exit_status(recover_video.main, args) == 1
+            "--batch-size", str(BATCH)]
+    assert commands.exit_status(recover_video.main, [*args, "--key-file", str(bare)]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {shared}: no sidecar") and "--recover-redetected" in line, line
     assert not (tmp_path / "back.mp4").exists()
-    # The random model's faces are rarely faces to MTCNN: the run is checked, not what it finds.
-    report = recover_video.main([*args, "--recover-redetected"])
+    # The random model's faces are rarely faces to MTCNN: the runs are checked, not what they find.
+    report = recover_video.main([*args, "--key-file", str(bare), "--recover-redetected"])
     assert report.frames == FRAMES and (tmp_path / "back.mp4").exists()
+    verified = recover_video.main([*args, "--key-file", str(ws / "fixed.key"), "--overwrite"])
+    assert verified.frames == FRAMES and verified.faces <= report.faces
 
 
 def _writing_into(pid: int, folder: Path) -> bool:
