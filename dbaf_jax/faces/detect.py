@@ -22,7 +22,8 @@ Everything but the networks runs on the host in NumPy, in float32 and in the
 reference's order of operations, so the decisions (thresholds, floors, truncations,
 NMS) come out as in PyTorch. The networks are jitted: P-net once per pyramid level
 shape (fixed for a given image size), R-net and O-net on batches of crops padded to
-a few bucket sizes.
+a few bucket sizes. `FaceDetector.detect_many` runs them on several images of one size
+at once (a clip's frames), each image's result as if detected alone.
 
 The two NMS flavours differ as in the reference: the first three stages use
 torchvision's (areas x2 - x1, candidates in descending score with a stable sort,
@@ -39,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -319,57 +320,99 @@ class FaceDetector:
 
     def detect(self, image: np.ndarray) -> Detections:
         """Faces in ``image``, an (H, W, 3) uint8 RGB array."""
-        image = np.asarray(image)
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}")
-        height, width = image.shape[:2]
-        table = summed_area_table(image)
-        boxes = self._propose(table, height, width)
-        boxes = self._refine(table, boxes, height, width)
-        return self._output(table, boxes, height, width)
+        return self.detect_many([image])[0]
 
-    def _propose(self, table: np.ndarray, height: int, width: int) -> np.ndarray:
-        """Stage 1: P-net over the pyramid -> (n, 4) squared candidate boxes."""
-        level_results = []
+    def detect_many(self, images: Sequence[np.ndarray]) -> list[Detections]:
+        """Faces in each of ``images``, (H, W, 3) uint8 RGB arrays of one size (a clip's
+        frames): P-net runs once per pyramid level on all of them (padded to a power of
+        two, so few batch shapes are compiled), R-net and O-net once on all their crops.
+        Each image gets `detect`'s decisions on it alone (the networks are per image; a
+        batch may change their float rounding, not the pipeline)."""
+        images = [np.asarray(image) for image in images]
+        for image in images:
+            if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+                raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}")
+        if len({image.shape for image in images}) > 1:
+            raise ValueError(f"detect_many takes images of one size, not {sorted({image.shape for image in images})}")
+        if not images:
+            return []
+        height, width = images[0].shape[:2]
+        tables = [summed_area_table(image) for image in images]
+        boxes = self._propose(tables, height, width)
+        boxes = self._refine(tables, boxes, height, width)
+        return self._output(tables, boxes, height, width)
+
+    def _propose(self, tables: list[np.ndarray], height: int, width: int) -> list[np.ndarray]:
+        """Stage 1: P-net over each image's pyramid -> per image (n, 4) squared candidate boxes."""
+        level_results: list[list] = [[] for _ in tables]
+        padded = 1 << (len(tables) - 1).bit_length()
         for scale in pyramid_scales(height, width, self.min_face_size, self.factor):
             level_height, level_width = level_size(height, width, scale)
-            level = normalize(area_resize(table, [(0, 0, height, width)], (level_height, level_width)))
-            offsets, probs = (np.asarray(o)[0] for o in _forward(self.pnet.module, self.pnet.variables, level))
-            boxes, scores, cell_offsets = proposals(offsets, probs[..., 1], scale, self.thresholds[0])
-            keep = nms(boxes, scores, NMS_WITHIN_LEVEL)
-            level_results.append((boxes[keep], scores[keep], cell_offsets[keep]))
-        if not level_results:
-            return np.zeros((0, 4), np.float32)
-        boxes, scores, offsets = (np.concatenate(parts) for parts in zip(*level_results))
-        keep = nms(boxes, scores, NMS_ACROSS_LEVELS)
-        return square(regress(boxes[keep], offsets[keep], inclusive=False))
+            levels = np.zeros((padded, level_height, level_width, 3), np.float32)
+            for i, table in enumerate(tables):
+                levels[i] = normalize(area_resize(table, [(0, 0, height, width)], (level_height, level_width)))[0]
+            offsets, probs = (np.asarray(o) for o in _forward(self.pnet.module, self.pnet.variables, levels))
+            for i, results in enumerate(level_results):
+                boxes, scores, cell_offsets = proposals(offsets[i], probs[i, ..., 1], scale, self.thresholds[0])
+                keep = nms(boxes, scores, NMS_WITHIN_LEVEL)
+                results.append((boxes[keep], scores[keep], cell_offsets[keep]))
+        squared = []
+        for results in level_results:
+            if not results:
+                squared.append(np.zeros((0, 4), np.float32))
+                continue
+            boxes, scores, offsets = (np.concatenate(parts) for parts in zip(*results))
+            keep = nms(boxes, scores, NMS_ACROSS_LEVELS)
+            squared.append(square(regress(boxes[keep], offsets[keep], inclusive=False)))
+        return squared
 
-    def _refine(self, table: np.ndarray, boxes: np.ndarray, height: int, width: int) -> np.ndarray:
-        """Stage 2: R-net on 24x24 crops -> (m, 4) squared boxes."""
-        regions, nonempty = crop_regions(boxes, height, width)
-        boxes, regions = boxes[nonempty], regions[nonempty]
-        if not len(boxes):
-            return boxes
-        offsets, probs = run_on_crops(self.rnet, normalize(area_resize(table, regions, (RNET_SIDE, RNET_SIDE))))
-        scores = probs[:, 1]
-        passed = scores > np.float32(self.thresholds[1])
-        boxes, scores, offsets = boxes[passed], scores[passed], offsets[passed]
-        keep = nms(boxes, scores, NMS_REFINED)
-        return square(regress(boxes[keep], offsets[keep], inclusive=True))
+    @staticmethod
+    def _crops(tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int, side: int):
+        """Each image's boxes that give a crop, and all their crops (N, side, side, 3)
+        normalized, in image order."""
+        kept, crops = [], []
+        for table, image_boxes in zip(tables, boxes):
+            regions, nonempty = crop_regions(image_boxes, height, width)
+            kept.append(image_boxes[nonempty])
+            if nonempty.any():
+                crops.append(normalize(area_resize(table, regions[nonempty], (side, side))))
+        return kept, (np.concatenate(crops) if crops else np.zeros((0, side, side, 3), np.float32))
 
-    def _output(self, table: np.ndarray, boxes: np.ndarray, height: int, width: int) -> Detections:
-        """Stage 3: O-net on 48x48 crops -> final boxes, probabilities and landmarks."""
-        regions, nonempty = crop_regions(boxes, height, width)
-        boxes, regions = boxes[nonempty], regions[nonempty]
-        if not len(boxes):
-            return Detections(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0, 5, 2), np.float32))
-        offsets, fractions, probs = run_on_crops(self.onet, normalize(area_resize(table, regions, (ONET_SIDE, ONET_SIDE))))
-        scores = probs[:, 1]
-        passed = scores > np.float32(self.thresholds[2])
-        boxes, scores, offsets, fractions = boxes[passed], scores[passed], offsets[passed], fractions[passed]
-        landmarks = landmark_points(boxes, fractions)
-        boxes = regress(boxes, offsets, inclusive=True)
-        keep = nms(boxes, scores, NMS_OUTPUT, mode="min")
-        boxes, scores, landmarks = boxes[keep], scores[keep], landmarks[keep]
-        largest_first = np.argsort((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]))[::-1]
-        return Detections(boxes[largest_first], scores[largest_first], landmarks[largest_first])
+    def _refine(self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int) -> list[np.ndarray]:
+        """Stage 2: R-net on 24x24 crops -> per image (m, 4) squared boxes."""
+        kept, crops = self._crops(tables, boxes, height, width, RNET_SIDE)
+        if not len(crops):
+            return kept
+        all_offsets, all_probs = run_on_crops(self.rnet, crops)
+        refined, start = [], 0
+        for image_boxes in kept:
+            offsets, probs = all_offsets[start : start + len(image_boxes)], all_probs[start : start + len(image_boxes)]
+            start += len(image_boxes)
+            scores = probs[:, 1]
+            passed = scores > np.float32(self.thresholds[1])
+            image_boxes, scores, offsets = image_boxes[passed], scores[passed], offsets[passed]
+            keep = nms(image_boxes, scores, NMS_REFINED)
+            refined.append(square(regress(image_boxes[keep], offsets[keep], inclusive=True)))
+        return refined
+
+    def _output(self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int) -> list[Detections]:
+        """Stage 3: O-net on 48x48 crops -> per image final boxes, probabilities and landmarks."""
+        kept, crops = self._crops(tables, boxes, height, width, ONET_SIDE)
+        outputs = run_on_crops(self.onet, crops) if len(crops) else None
+        found, start = [], 0
+        for image_boxes in kept:
+            if not len(image_boxes):
+                found.append(Detections(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0, 5, 2), np.float32)))
+                continue
+            offsets, fractions, probs = (o[start : start + len(image_boxes)] for o in outputs)
+            start += len(image_boxes)
+            scores = probs[:, 1]
+            passed = scores > np.float32(self.thresholds[2])
+            image_boxes, scores, offsets, fractions = image_boxes[passed], scores[passed], offsets[passed], fractions[passed]
+            landmarks = landmark_points(image_boxes, fractions)
+            image_boxes = regress(image_boxes, offsets, inclusive=True)
+            keep = nms(image_boxes, scores, NMS_OUTPUT, mode="min")
+            image_boxes, scores, landmarks = image_boxes[keep], scores[keep], landmarks[keep]
+            largest_first = np.argsort((image_boxes[:, 2] - image_boxes[:, 0]) * (image_boxes[:, 3] - image_boxes[:, 1]))[::-1]
+            found.append(Detections(image_boxes[largest_first], scores[largest_first], landmarks[largest_first]))
+        return found

@@ -23,6 +23,7 @@ from dbaf_jax.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
 from tests.paths import DATA
+from tests.video_clips import pan_frames
 
 PHOTOS = ("office3.jpg", "office5.jpg", "jf.jpg")
 
@@ -216,6 +217,26 @@ def test_no_faces(real_detector, reference_mtcnn):
     assert boxes is None
     found = real_detector.detect(image)
     assert found.boxes.shape == (0, 4) and found.probs.shape == (0,) and found.landmarks.shape == (0, 5, 2)
+
+
+def test_frames_detected_together_get_each_frames_own_detections(real_detector):
+    """detect_many on a clip's frames (3, padded to 4 for P-net; one without faces among
+    them) gives what detect gives each frame: the same faces, equal up to the float
+    rounding of the batched networks."""
+    frames = pan_frames(3, travel=0.5)
+    frames.insert(1, np.full_like(frames[0], 128))
+    together = real_detector.detect_many(frames)
+    assert len(together) == len(frames) and len(together[1].boxes) == 0
+    for frame, found in zip(frames, together):
+        alone = real_detector.detect(frame)
+        assert len(found.boxes) == len(alone.boxes)
+        np.testing.assert_allclose(found.boxes, alone.boxes, atol=1e-3)
+        np.testing.assert_allclose(found.landmarks, alone.landmarks, atol=1e-3)
+        np.testing.assert_allclose(found.probs, alone.probs, atol=1e-5)
+    assert sum(len(found.boxes) for found in together) >= 3
+    assert real_detector.detect_many([]) == []
+    with pytest.raises(ValueError, match="one size"):
+        real_detector.detect_many([frames[0], frames[0][:-1]])
 
 
 def test_detector_refusals(real_detector, random_networks, tmp_path):
