@@ -15,6 +15,7 @@
 #   anonymize-bf16, anonymize-f32      the model alone, batches 1, 8 and 32
 #   anonymize-folder  the whole command on a folder of photos (files in, files out)
 #   png               PNG encoding per compression level (host only)
+#   detect-frames     MTCNN on 1280x960 clip frames, one at a time and 8 at a time
 #   parity-f32        the parity tests on the GPU in float32, TF32 off (their tolerances must hold)
 #   parity-tf32       the same with TF32 matmuls and convolutions: each failure names its error
 #   reference-train, reference-anonymize   the authors' code, same device
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#parts[@]} -eq 0 ]; then
   parts=(compile-cold compile-noautotune train2-bf16 train2-f32 train1-bf16 train1-f32
-         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png
+         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png detect-frames
          parity-f32 parity-tf32)
   [ -n "$reference_repo" ] && parts+=(reference-train reference-anonymize)
 fi
@@ -95,6 +96,12 @@ for part in "${parts[@]}"; do
     anonymize-f32) run "$part" benchmarks.anonymize --batches 1 8 32 --dtype float32 ;;
     anonymize-folder) run "$part" benchmarks.anonymize_folder --dtype bfloat16 --copies 8 ;;
     png) run "$part" benchmarks.png_encoding ;;
+    detect-frames)
+      if python -m convert.mtcnn --out "$out/detector" > "$out/$part.log" 2>&1; then
+        run "$part" benchmarks.detect_frames --detector "$out/detector/mtcnn" --width 1280
+      else
+        echo "$part failed: converting MTCNN's weights failed, see $out/$part.log" >&2; false
+      fi ;;
     parity-f32)
       JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest run "$part" pytest -q -rf -p no:cacheprovider "${parity_tests[@]}" ;;
     parity-tf32)

@@ -6,7 +6,9 @@ and encoded. `read_ahead` decodes the next inputs on worker threads while the cu
 batch computes; `Writer` fetches and encodes finished outputs on worker threads while
 the next batch is dispatched. Both keep a bounded number of items in flight, so memory
 stays flat on folders of any size. PIL's codecs and NumPy release the GIL, so threads
-suffice.
+suffice. A sequential source (a clip's decoder) runs ahead on a thread of its own
+(`in_background`), and a sequential sink (its encoder) behind on one worker (`Writer`
+with ``workers=1``, which keeps the order).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import os
+import queue
+import threading
 from typing import Callable, Deque, Iterable, Iterator, TypeVar
 
 Item = TypeVar("Item")
@@ -102,3 +106,50 @@ def one_behind(produced: Iterable[Item]) -> Iterator[Item]:
         previous = item
     if previous is not _NOTHING:
         yield previous
+
+
+_DONE = object()
+
+
+def in_background(items: Iterable[Item], depth: int) -> Iterator[Item]:
+    """Yields ``items`` in order while a thread produces up to ``depth`` of them ahead (a
+    decoder: its next frames are decoded while the caller works on this one). An error
+    of the producer is raised here, at the item it failed to produce; closing this
+    generator early stops the producer."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        iterator = iter(items)
+        try:
+            for item in iterator:
+                if not put((item, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as err:  # handed to the consumer's thread
+            put((_DONE, err))
+        finally:
+            getattr(iterator, "close", lambda: None)()  # a generator's files are closed on this thread
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, err = ready.get()
+            if err is not None:
+                raise err
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()

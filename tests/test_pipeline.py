@@ -86,3 +86,49 @@ def test_one_behind_yields_after_the_next_is_produced():
     assert [item for item, _ in seen] == [0, 1, 2, 3]
     assert [p for _, p in seen] == [[0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3]]
     assert list(pipeline.one_behind([])) == []
+
+
+def test_in_background_keeps_order_and_runs_at_most_depth_ahead():
+    produced = []
+
+    def items():
+        for i in range(20):
+            produced.append(i)
+            yield i
+
+    seen = []
+    for item in pipeline.in_background(items(), depth=3):
+        time.sleep(0.01)
+        assert len(produced) <= item + 1 + 3 + 1  # the queue's depth, and one being put
+        seen.append(item)
+    assert seen == list(range(20))
+
+
+def test_in_background_raises_the_producers_error_at_its_place():
+    def items():
+        yield 1
+        yield 2
+        raise ValueError("frame 2 is damaged")
+
+    got = []
+    with pytest.raises(ValueError, match="frame 2 is damaged"):
+        for item in pipeline.in_background(items(), depth=4):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_in_background_closed_early_stops_and_closes_the_producer():
+    closed = threading.Event()
+
+    def items():
+        try:
+            for i in range(10**6):
+                yield i
+        finally:
+            closed.set()
+
+    before = threading.active_count()
+    background = pipeline.in_background(items(), depth=2)
+    assert next(background) == 0
+    background.close()
+    assert closed.is_set() and threading.active_count() == before

@@ -5,7 +5,9 @@ its frames (`DETECT_FRAMES` at a time) and links them into tracks (`tracks.Track
 tracks are then filled and smoothed and give every face of every frame its transform.
 The second pass crops those faces, runs the model on batches gathered across frames
 and tracks (each face with its track's key), pastes them back through the mask and
-encodes the frames as they complete, before any lossy step of ours. The output is
+encodes the frames as they complete, before any lossy step of ours. Decoding runs ahead
+on a thread of its own, encoding behind on another, and a batch's frames are pasted
+while the next batch computes (`dbaf_jax.pipeline`). The output is
 written to a hidden temporary file renamed into place when whole
 (`images.write_file`) with a copy of the sidecar in its container metadata, then the
 sidecar file beside it. Recovery reads the sidecar (the file, else the container's
@@ -17,6 +19,7 @@ only the pixels under the faces' masks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
@@ -24,7 +27,7 @@ from typing import Callable, Iterator
 import jax
 import numpy as np
 
-from dbaf_jax import images, keys, metadata, output_folder
+from dbaf_jax import images, keys, metadata, output_folder, pipeline
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
 from dbaf_jax.inference.programs import pad_batch
@@ -37,6 +40,10 @@ from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 FRAMES_PER_BATCH = 4
 # Frames detected together (`FaceDetector.detect_many`): fewer, larger device calls.
 DETECT_FRAMES = 8
+# Frames decoded ahead of the model and frames waiting for the encoder, each on a thread
+# of its own (`pipeline`): the device is not left idle while the host decodes or encodes.
+DECODE_AHEAD = 16
+ENCODE_BEHIND = 16
 
 
 @dataclasses.dataclass
@@ -88,7 +95,7 @@ def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sig
     tracker (its unusable detections and the faces left)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
     count = 0
-    for chunk in _chunks(clip.frames(source, info), DETECT_FRAMES):
+    for chunk in _chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), DETECT_FRAMES):
         for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
@@ -118,21 +125,33 @@ def _processed(
     """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
     order, each face's changes within ``regions[frame]`` (in `tracks.by_frame` order;
     None: anywhere under its mask), the boxes ``hidden[frame]`` hidden by the fallback
-    (`paste.hide`); ``recorder`` sees each frame as made."""
+    (`paste.hide`); ``recorder`` sees each frame as made. Faces are batched across frames
+    and tracks; a batch's frames are pasted while the next batch computes
+    (`pipeline.one_behind`)."""
     hidden, regions = hidden or {}, regions or {}
     by_frame = tracks.by_frame(placed)
     size = anonymizer.padded_size(batch_size)
-    pending: list[_Pending] = []
 
-    def flush() -> Iterator[np.ndarray]:
-        if not pending:
-            return
-        crops = np.concatenate([p.crops for p in pending])
-        face_keys = np.stack([track_keys[f.index] for p in pending for f in p.faces]) if len(crops) else None
-        results = [
-            np.asarray(step(pad_batch(crops[i : i + size], size), pad_batch(face_keys[i : i + size], size)))[: len(crops[i : i + size])]
-            for i in range(0, len(crops), size)
-        ]
+    def batches() -> Iterator[list[_Pending]]:
+        pending: list[_Pending] = []
+        for frame in frames:
+            here = [photos.AlignedFace(number, transform, faces.size) for number, transform in by_frame.get(frame.index, [])]
+            pending.append(_Pending(frame, here, faces.crops(frame.pixels, here)))
+            if sum(len(p.faces) for p in pending) >= size or len(pending) >= FRAMES_PER_BATCH * size:
+                yield pending
+                pending = []
+        if pending:
+            yield pending
+
+    def dispatched() -> Iterator[tuple[list[_Pending], np.ndarray, list]]:
+        for pending in batches():
+            crops = np.concatenate([p.crops for p in pending])
+            face_keys = np.stack([track_keys[f.index] for p in pending for f in p.faces]) if len(crops) else None
+            yield pending, crops, [step(pad_batch(crops[i : i + size], size), pad_batch(face_keys[i : i + size], size))
+                                   for i in range(0, len(crops), size)]
+
+    for pending, crops, running in pipeline.one_behind(dispatched()):
+        results = [np.asarray(out)[: len(crops[i * size : (i + 1) * size])] for i, out in enumerate(running)]
         results = np.concatenate(results) if results else crops
         start = 0
         for p in pending:
@@ -146,14 +165,6 @@ def _processed(
             if recorder is not None:
                 recorder.observe(p.frame.index, pixels, p.faces, p.crops)
             yield pixels
-        pending.clear()
-
-    for frame in frames:
-        here = [photos.AlignedFace(number, transform, faces.size) for number, transform in by_frame.get(frame.index, [])]
-        pending.append(_Pending(frame, here, faces.crops(frame.pixels, here)))
-        if sum(len(p.faces) for p in pending) >= size or len(pending) >= FRAMES_PER_BATCH * size:
-            yield from flush()
-    yield from flush()
 
 
 def _rewrite(
@@ -166,7 +177,7 @@ def _rewrite(
     originals: list[clip.Frame] = []  # the frame being written: its time
 
     def source_frames() -> Iterator[clip.Frame]:
-        for frame in clip.frames(source, info):
+        for frame in pipeline.in_background(clip.frames(source, info), DECODE_AHEAD):
             originals.append(frame)
             yield frame
 
@@ -174,9 +185,10 @@ def _rewrite(
         writer = clip.Writer(source, tmp, format, info, encoding, codec, tags)
         try:
             written = 0
-            for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder):
-                writer.write(pixels, originals.pop(0).pts)
-                written += 1
+            with pipeline.Writer(ENCODE_BEHIND, workers=1) as encoder:  # one worker: the encoder takes frames in order
+                for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder):
+                    encoder.submit(functools.partial(writer.write, pixels, originals.pop(0).pts))
+                    written += 1
             if written != frame_count:
                 raise InputError(f"{source}: decoded {written} frames, not the {frame_count} of the first pass")
             writer.finish()
