@@ -16,6 +16,7 @@
 #   anonymize-folder  the whole command on a folder of photos (files in, files out)
 #   png               PNG encoding per compression level (host only)
 #   detect-frames     MTCNN on 1280x960 clip frames, one at a time and 8 at a time
+#   video             anonymize_video and recover_video end to end (tiny model, 96 frames)
 #   parity-f32        the parity tests on the GPU in float32, TF32 off (their tolerances must hold)
 #   parity-tf32       the same with TF32 matmuls and convolutions: each failure names its error
 #   reference-train, reference-anonymize   the authors' code, same device
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#parts[@]} -eq 0 ]; then
   parts=(compile-cold compile-noautotune train2-bf16 train2-f32 train1-bf16 train1-f32
-         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png detect-frames
+         train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png detect-frames video
          parity-f32 parity-tf32)
   [ -n "$reference_repo" ] && parts+=(reference-train reference-anonymize)
 fi
@@ -102,6 +103,7 @@ for part in "${parts[@]}"; do
       else
         echo "$part failed: converting MTCNN's weights failed, see $out/$part.log" >&2; false
       fi ;;
+    video) run "$part" benchmarks.video --frames 96 --smooth 2 --batch-size 32 ;;
     parity-f32)
       JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest run "$part" pytest -q -rf -p no:cacheprovider "${parity_tests[@]}" ;;
     parity-tf32)

@@ -1,8 +1,9 @@
 """Anonymize a clip with per-track keys, and recover it: what the video commands call.
 
 The clip is read twice and never held whole: the first pass detects the faces of
-its frames (`DETECT_FRAMES` at a time) and links them into tracks (`tracks.Tracker`), keeping only landmarks; the
-tracks are then filled and smoothed and give every face of every frame its transform.
+its frames (`DETECT_FRAMES` at a time on an accelerator) and links them into tracks
+(`tracks.Tracker`), keeping only landmarks; the tracks are then filled and smoothed
+and give every face of every frame its transform.
 The second pass crops those faces, runs the model on batches gathered across frames
 and tracks (each face with its track's key), pastes them back through the mask and
 encodes the frames as they complete, before any lossy step of ours. Decoding runs ahead
@@ -38,7 +39,9 @@ from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 
 # Frames waiting for their faces are bounded by this many per batch of faces.
 FRAMES_PER_BATCH = 4
-# Frames detected together (`FaceDetector.detect_many`): fewer, larger device calls.
+# Frames detected together on an accelerator (`FaceDetector.detect_many`): fewer, larger
+# device calls. On a CPU one at a time: batching measured 3-20% slower there
+# (benchmarks/detect_frames.py, docs/video.md).
 DETECT_FRAMES = 8
 # Frames decoded ahead of the model and frames waiting for the encoder, each on a thread
 # of its own (`pipeline`): the device is not left idle while the host decodes or encodes.
@@ -95,7 +98,8 @@ def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sig
     tracker (its unusable detections and the faces left)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
     count = 0
-    for chunk in _chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), DETECT_FRAMES):
+    together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
+    for chunk in _chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), together):
         for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
