@@ -153,3 +153,15 @@ def in_background(items: Iterable[Item], depth: int) -> Iterator[Item]:
     finally:
         stop.set()
         thread.join()
+
+
+def chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """``items`` in lists of ``size`` (the last may be shorter), as they come."""
+    chunk: list[Item] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -132,3 +132,8 @@ def test_in_background_closed_early_stops_and_closes_the_producer():
     assert next(background) == 0
     background.close()
     assert closed.is_set() and threading.active_count() == before
+
+
+def test_chunks_keep_order_and_the_short_last_one():
+    assert list(pipeline.chunks(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(pipeline.chunks([], 3)) == []

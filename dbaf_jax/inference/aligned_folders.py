@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -121,7 +121,7 @@ def recover_folder(
         """(items, recovered on the device) per batch of inputs recorded with one key
         (an anonymize run uses one salt, so usually one batch per read batch)."""
         loaded = pipeline.read_ahead(readable, load, depth=2 * batch_size)
-        for chunk in _chunks(loaded, batch_size):
+        for chunk in pipeline.chunks(loaded, batch_size):
             for record in dict.fromkeys(made.record for (_, made), _ in chunk):
                 if record not in key_cache:
                     key_cache[record] = anonymizer.key_for(password, record)
@@ -153,14 +153,3 @@ def recover_folder(
                 report.written.append(target)
             bar.update(len(kept) + dropped)
     return report
-
-
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

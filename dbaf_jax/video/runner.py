@@ -82,24 +82,13 @@ class VideoReport:
 Placed = track_ledger.Placed
 
 
-def _chunks(frames: Iterator[clip.Frame], size: int) -> Iterator[list[clip.Frame]]:
-    chunk = []
-    for frame in frames:
-        chunk.append(frame)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker]:
     """First pass: the clip's tracks, their smoothed transforms, its frame count, and the
     tracker (its unusable detections and the faces left)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
     count = 0
     together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
-    for chunk in _chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), together):
+    for chunk in pipeline.chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), together):
         for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
