@@ -47,6 +47,14 @@ DETECT_FRAMES = 8
 # of its own (`pipeline`): the device is not left idle while the host decodes or encodes.
 DECODE_AHEAD = 16
 ENCODE_BEHIND = 16
+# Each of those three bounds (frames waiting for a batch, decoded ahead, waiting for the
+# encoder) also holds at most this many bytes of frames: 4K frames are 25 MB each.
+FRAME_BYTES = 256 << 20
+
+
+def frames_within(bound: int, info: clip.ClipInfo) -> int:
+    """``bound`` frames, fewer for large frames (`FRAME_BYTES`), at least 2."""
+    return max(2, min(bound, FRAME_BYTES // (info.width * info.height * 3)))
 
 
 @dataclasses.dataclass
@@ -88,7 +96,7 @@ def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sig
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
     count = 0
     together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
-    for chunk in pipeline.chunks(pipeline.in_background(clip.frames(source, info), 2 * DETECT_FRAMES), together):
+    for chunk in pipeline.chunks(pipeline.in_background(clip.frames(source, info), frames_within(2 * DETECT_FRAMES, info)), together):
         for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
@@ -114,23 +122,26 @@ def _processed(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, frames: Iterator[clip.Frame], placed: Placed,
     track_keys: dict[int, np.ndarray], step: Callable, batch_size: int, hidden: dict[int, list[np.ndarray]] | None = None,
     regions: dict[int, list[track_ledger.Region]] | None = None, recorder: track_ledger.Recorder | None = None,
+    max_frames: int | None = None,
 ) -> Iterator[np.ndarray]:
     """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
     order, each face's changes within ``regions[frame]`` (in `tracks.by_frame` order;
     None: anywhere under its mask), the boxes ``hidden[frame]`` hidden by the fallback
     (`paste.hide`); ``recorder`` sees each frame as made. Faces are batched across frames
-    and tracks; a batch's frames are pasted while the next batch computes
-    (`pipeline.one_behind`)."""
+    and tracks, a batch holding at most ``max_frames`` frames (default
+    `FRAMES_PER_BATCH` per face of a batch); a batch's frames are pasted while the next
+    batch computes (`pipeline.one_behind`)."""
     hidden, regions = hidden or {}, regions or {}
     by_frame = tracks.by_frame(placed)
     size = anonymizer.padded_size(batch_size)
+    max_frames = max_frames or FRAMES_PER_BATCH * size
 
     def batches() -> Iterator[list[_Pending]]:
         pending: list[_Pending] = []
         for frame in frames:
             here = [photos.AlignedFace(number, transform, faces.size) for number, transform in by_frame.get(frame.index, [])]
             pending.append(_Pending(frame, here, faces.crops(frame.pixels, here)))
-            if sum(len(p.faces) for p in pending) >= size or len(pending) >= FRAMES_PER_BATCH * size:
+            if sum(len(p.faces) for p in pending) >= size or len(pending) >= max_frames:
                 yield pending
                 pending = []
         if pending:
@@ -170,7 +181,7 @@ def _rewrite(
     originals: list[clip.Frame] = []  # the frame being written: its time
 
     def source_frames() -> Iterator[clip.Frame]:
-        for frame in pipeline.in_background(clip.frames(source, info), DECODE_AHEAD):
+        for frame in pipeline.in_background(clip.frames(source, info), frames_within(DECODE_AHEAD, info)):
             originals.append(frame)
             yield frame
 
@@ -178,8 +189,9 @@ def _rewrite(
         writer = clip.Writer(source, tmp, format, info, encoding, codec, tags)
         try:
             written = 0
-            with pipeline.Writer(ENCODE_BEHIND, workers=1) as encoder:  # one worker: the encoder takes frames in order
-                for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder):
+            with pipeline.Writer(frames_within(ENCODE_BEHIND, info), workers=1) as encoder:  # one worker: frames in order
+                for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder,
+                                         frames_within(FRAMES_PER_BATCH * anonymizer.padded_size(batch_size), info)):
                     encoder.submit(functools.partial(writer.write, pixels, originals.pop(0).pts))
                     written += 1
             if written != frame_count:

@@ -16,6 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
@@ -465,3 +466,19 @@ def test_a_long_clip_streams(ws, anonymized):
         assert pixels.shape == (HEIGHT, WIDTH, 3)
     assert len(waiting) == count
     assert max(waiting) <= 2 * BATCH  # one face a frame: a batch computing while the one before is pasted
+
+
+@pytest.mark.slow  # shares the module's model; MTCNN and x264 on 4K frames take a few seconds each
+def test_a_4k_clip_is_anonymized_and_recovered(ws, tmp_path):
+    """3840x2160 frames go through both commands at their size, with at most
+    `runner.FRAME_BYTES` of frames waiting at each stage (10 of 25 MB, not 16 or 32)."""
+    frames = [np.asarray(Image.fromarray(f).resize((3840, 2160), Image.Resampling.BILINEAR)) for f in pan_frames(3)]
+    source = write_clip(tmp_path / "4k.mp4", frames, audio_streams=0)
+    info = clip.probe(source)
+    assert runner.frames_within(runner.DECODE_AHEAD, info) == 10
+    report = cli(anonymize_video, ws, source, tmp_path / "anon.mp4", "password.txt", "--crf", str(CRF))
+    assert report.frames == 3 and report.faces > 0
+    back = cli(recover_video, ws, tmp_path / "anon.mp4", tmp_path / "back.mp4", "password.txt", "--crf", str(CRF))
+    assert back.faces == report.faces
+    out = clip.probe(tmp_path / "back.mp4")
+    assert (out.width, out.height) == (3840, 2160)
