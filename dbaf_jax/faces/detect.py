@@ -21,8 +21,10 @@ The pipeline is facenet-pytorch's `MTCNN.detect(image, landmarks=True)`, step fo
 Everything but the networks runs on the host in NumPy, in float32 and in the
 reference's order of operations, so the decisions (thresholds, floors, truncations,
 NMS) come out as in PyTorch. The networks are jitted: P-net once per pyramid level
-shape (fixed for a given image size), R-net and O-net on batches of crops padded to
-a few bucket sizes. `FaceDetector.detect_many` runs them on several images of one size
+shape, each level zero-padded below and to the right to a multiple of `PNET_BUCKET`
+(P-net is told the real size, takes its pooling over the real pixels only, and the
+cells past the real size are cut off), so photos of nearby sizes share programs;
+R-net and O-net on batches of crops padded to a few bucket sizes. `FaceDetector.detect_many` runs them on several images of one size
 at once (a clip's frames), each image's result as if detected alone.
 
 The two NMS flavours differ as in the reference: the first three stages use
@@ -60,6 +62,7 @@ NMS_WITHIN_LEVEL = 0.5
 NMS_ACROSS_LEVELS = 0.7
 NMS_REFINED = 0.7
 NMS_OUTPUT = 0.7
+PNET_BUCKET = 32  # pyramid levels run padded to a multiple of this: photos of nearby sizes share P-net's programs
 SMALLEST_BATCH = 16  # crop batches are padded to a power of two from here ...
 LARGEST_BATCH = 512  # ... up to here, then run in chunks of this size
 
@@ -255,8 +258,18 @@ def landmark_points(boxes: np.ndarray, fractions: np.ndarray) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(module: nn.Module, variables: dict, inputs: jax.Array):
-    return module.apply(variables, inputs)
+def _forward(module: nn.Module, variables: dict, *inputs: jax.Array):
+    return module.apply(variables, *inputs)
+
+
+def level_bucket(size: int) -> int:
+    """The padded side a pyramid level of ``size`` pixels runs at (`PNET_BUCKET`)."""
+    return -(-size // PNET_BUCKET) * PNET_BUCKET
+
+
+def pnet_output_size(size: int) -> int:
+    """P-net's output cells along a side of ``size`` input pixels."""
+    return -(-(size - 2) // 2) - 4
 
 
 def batch_bucket(count: int) -> int:
@@ -348,10 +361,12 @@ class FaceDetector:
         padded = 1 << (len(tables) - 1).bit_length()
         for scale in pyramid_scales(height, width, self.min_face_size, self.factor):
             level_height, level_width = level_size(height, width, scale)
-            levels = np.zeros((padded, level_height, level_width, 3), np.float32)
+            levels = np.zeros((padded, level_bucket(level_height), level_bucket(level_width), 3), np.float32)
             for i, table in enumerate(tables):
-                levels[i] = normalize(area_resize(table, [(0, 0, height, width)], (level_height, level_width)))[0]
-            offsets, probs = (np.asarray(o) for o in _forward(self.pnet.module, self.pnet.variables, levels))
+                levels[i, :level_height, :level_width] = normalize(area_resize(table, [(0, 0, height, width)], (level_height, level_width)))[0]
+            valid = np.array([level_height, level_width], np.int32)
+            cells = (slice(None), slice(pnet_output_size(level_height)), slice(pnet_output_size(level_width)))
+            offsets, probs = (np.asarray(o)[cells] for o in _forward(self.pnet.module, self.pnet.variables, levels, valid))
             for i, results in enumerate(level_results):
                 boxes, scores, cell_offsets = proposals(offsets[i], probs[i, ..., 1], scale, self.thresholds[0])
                 keep = nms(boxes, scores, NMS_WITHIN_LEVEL)

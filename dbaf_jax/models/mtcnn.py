@@ -58,12 +58,24 @@ class PNet(nn.Module):
 
     Returns (offsets (B, h, w, 4), probs (B, h, w, 2)) with h = ceil((H - 2) / 2) - 4,
     likewise w; probs[..., 1] is the face probability.
+
+    ``valid`` (2,) int: the input's real height and width when it is padded below and
+    to the right (a shape bucket, so new sizes do not recompile). The pooled map is
+    then taken over the real pixels only, as at the real size: the cells of the output
+    within ceil((valid - 2) / 2) - 4 are those of the unpadded input; the rest are to
+    be cut off.
     """
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, x: jax.Array, valid: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         x = PReLU(name="prelu1")(conv(10, 3, "conv1")(x))
+        if valid is not None:  # ceil mode's last, partial window must not see the padding
+            rows = jnp.arange(x.shape[1])[:, None] < valid[0] - 2
+            cols = jnp.arange(x.shape[2])[None, :] < valid[1] - 2
+            x = jnp.where((rows & cols)[None, :, :, None], x, -jnp.inf)
         x = max_pool_ceil(x, 2, 2)
+        if valid is not None:
+            x = jnp.where(jnp.isfinite(x), x, 0.0)  # windows wholly in the padding: finite, cut off later
         x = PReLU(name="prelu2")(conv(16, 3, "conv2")(x))
         x = PReLU(name="prelu3")(conv(32, 3, "conv3")(x))
         probs = jax.nn.softmax(conv(2, 1, "conv4_1")(x), axis=-1)

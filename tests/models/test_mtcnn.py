@@ -68,6 +68,23 @@ def test_network_matches_torch(random_networks, name):
     print(f"{name}: max relative error {max(errors):.2e}")
 
 
+@pytest.mark.parametrize("height, width", [(31, 40), (32, 37), (12, 13)])
+def test_pnet_on_a_padded_level_gives_the_real_levels_cells(random_networks, height, width):
+    """A level zero-padded to its bucket, with its real size given, gives on the real
+    level's cells what P-net gives on the real level (odd sizes: ceil mode's partial
+    pooling window sees no padding)."""
+    _, converted, _, _ = random_networks
+    pnet = converted["pnet"]
+    x = np.random.default_rng(height).uniform(-1, 1, (2, height, width, 3)).astype(np.float32)
+    padded = np.zeros((2, detect.level_bucket(height), detect.level_bucket(width), 3), np.float32)
+    padded[:, :height, :width] = x
+    alone = pnet.module.apply(pnet.variables, x)
+    cells = (slice(None), slice(detect.pnet_output_size(height)), slice(detect.pnet_output_size(width)))
+    for a, b in zip(alone, pnet.module.apply(pnet.variables, padded, np.array([height, width]))):
+        assert a.shape[1:3] == (detect.pnet_output_size(height), detect.pnet_output_size(width))
+        np.testing.assert_allclose(np.asarray(b)[cells], a, rtol=1e-5, atol=1e-6)
+
+
 def test_crop_batches_are_padded_and_chunked(random_networks, monkeypatch):
     _, converted, _, _ = random_networks
     assert [batch_bucket(n) for n in (1, 16, 17, 100, 512, 600)] == [16, 16, 32, 128, 512, 512]
@@ -237,6 +254,22 @@ def test_frames_detected_together_get_each_frames_own_detections(real_detector):
     assert real_detector.detect_many([]) == []
     with pytest.raises(ValueError, match="one size"):
         real_detector.detect_many([frames[0], frames[0][:-1]])
+
+
+def test_photos_of_nearby_sizes_share_pnets_programs(real_detector):
+    """A photo whose pyramid levels fall in the same buckets as one already detected
+    compiles nothing new."""
+    photo = read_photo(PHOTOS[0])[:300, :400]
+
+    def buckets(height, width):
+        return [(detect.level_bucket(h), detect.level_bucket(w)) for h, w in
+                (detect.level_size(height, width, s) for s in detect.pyramid_scales(height, width, detect.MIN_FACE_SIZE, detect.SCALE_FACTOR))]
+
+    other = next((h, w) for h in range(290, 301) for w in range(370, 401) if (h, w) != (300, 400) and buckets(h, w) == buckets(300, 400))
+    real_detector.detect(photo)
+    compiled = detect._forward._cache_size()
+    real_detector.detect(np.ascontiguousarray(photo[: other[0], : other[1]]))
+    assert detect._forward._cache_size() == compiled
 
 
 def test_detector_refusals(real_detector, random_networks, tmp_path):
