@@ -308,4 +308,7 @@ def recover_video(
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite,
              regions=regions)
-    return VideoReport([target], count, tracked, _count(placed), notes=notes, unverified=unverified)
+    report = VideoReport([target], count, tracked, _count(placed), notes=notes, unverified=unverified)
+    if face_ledger is not None and regions is not None and not placed:
+        report.notes.append(f"{source}: no face found again matched the key file's face ledger; the clip was re-encoded unchanged")
+    return report

@@ -108,6 +108,7 @@ def test_a_clip_never_anonymized_is_left_as_it_was(ws):
     and tracked, none matches the ledger, and no face is touched."""
     tmp, _, _, control, _ = ws
     assert control.tracks >= 2 and control.unverified == control.tracks and control.faces == 0
+    assert control.notes == [f"{tmp / 'pan.mp4'}: no face found again matched the key file's face ledger; the clip was re-encoded unchanged"]
     np.testing.assert_array_equal(decoded(tmp / "control.mkv"), as_recovery_encodes(tmp / "pan.mp4", tmp / "pan_lossless.mkv"))
 
 
