@@ -9,6 +9,7 @@
 #                     cache of their own: the cold compile, then again from that cache
 #   compile-noautotune  the same cold compile with --xla_gpu_autotune_level=0 (how much of
 #                     the compile is autotuning)
+#   compile-cid-scan  the same cold compile with CID's blocks under lax.scan (config.cid_scan)
 #   train2-bf16, train2-f32, train1-bf16, train1-f32
 #                     one stage's step at batch 8: images/s, MFU, compile
 #   train2-maxbatch, train1-maxbatch   the largest bfloat16 batch that fits
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#parts[@]} -eq 0 ]; then
-  parts=(compile-cold compile-noautotune train2-bf16 train2-f32 train1-bf16 train1-f32
+  parts=(compile-cold compile-noautotune compile-cid-scan train2-bf16 train2-f32 train1-bf16 train1-f32
          train2-maxbatch train1-maxbatch anonymize-bf16 anonymize-f32 anonymize-folder png detect-frames video
          parity-f32 parity-tf32)
   [ -n "$reference_repo" ] && parts+=(reference-train reference-anonymize)
@@ -87,6 +88,8 @@ for part in "${parts[@]}"; do
       DBAF_JAX_CACHE_DIR="$out/xla-cache-cold-$(date +%s)" run "$part" benchmarks.program_size --compile --compile-twice ;;
     compile-noautotune)
       XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" DBAF_JAX_CACHE_DIR=off run "$part" benchmarks.program_size --compile ;;
+    compile-cid-scan)
+      DBAF_JAX_CACHE_DIR="$out/xla-cache-scan-$(date +%s)" run "$part" benchmarks.program_size --compile --compile-twice --cid-scan ;;
     train2-bf16) run "$part" benchmarks.train_step --stages 2 --batch 8 --dtype bfloat16 ;;
     train2-f32) run "$part" benchmarks.train_step --stages 2 --batch 8 --dtype float32 ;;
     train1-bf16) run "$part" benchmarks.train_step --stages 1 --batch 8 --dtype bfloat16 ;;

@@ -4,7 +4,7 @@ measure to watch when a step compiles slowly.
 
     python -m benchmarks.program_size [--stages 2 1] [--size 256] [--batch1 16] [--batch2 8]
         [--dtype float32|bfloat16] [--width-scale 1.0] [--encoder-width-scale 1.0]
-        [--r1-every K] [--top 12] [--compile [--compile-twice]]
+        [--r1-every K] [--cid-scan] [--top 12] [--compile [--compile-twice]]
 
 Each step is the training loop's own (`loop.setup`, traced on abstract inputs as
 `benchmarks.flops` does, one device), lowered to StableHLO. Rows:
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--width-scale", type=float, default=1.0)
     parser.add_argument("--encoder-width-scale", type=float, default=1.0)
     parser.add_argument("--r1-every", type=int, default=1, help="lazy R1 every K steps: both compiled steps")
+    parser.add_argument("--cid-scan", action="store_true", help="CID's blocks under lax.scan (config.cid_scan)")
     parser.add_argument("--top", type=int, default=12, help="kinds and parts listed per step")
     parser.add_argument("--compile", action="store_true", help="also time this backend's compile (slow)")
     parser.add_argument("--compile-twice", action="store_true", help="with --compile: then the load from the cache")
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         batch = args.batch1 if stage == 1 else args.batch2
         config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch)
         config.r1_every, config.r1_lazy = args.r1_every, args.r1_every > 1
+        config.cid_scan = args.cid_scan
         name = f"stage {stage}" + ("" if args.r1_every == 1 else " with R1" if take_r1 else " without R1")
         start = time.perf_counter()
         lowered = flops.lowered_step(config, take_r1=take_r1)

@@ -41,6 +41,9 @@ def dbaf_config() -> ml_collections.ConfigDict:
     # True: the reference's two forwards (D's fakes, then G's loss), so MAAR's running
     # statistics update twice per step and D and G see different dropout masks.
     c.two_pass = False
+    # True: each of CID's ViTs runs its blocks under one lax.scan (`models.cid.ViT`): a
+    # smaller step program, the same parameters and outputs (docs/performance.md).
+    c.cid_scan = False
 
     # Stage 1: every pair_self_every-th step of an epoch pairs each image with itself.
     c.pair_self_every = 3  # ref --cycle_num

@@ -36,6 +36,7 @@ itself, and the per-latent positional embedding tells the groups apart.
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from dbaf_jax import sharding
@@ -93,22 +94,41 @@ class TransformerBlock(nn.Module):
 
 
 class ViT(nn.Module):
-    """Input dropout then ``depth`` transformer blocks; attention over axis -2."""
+    """Input dropout then ``depth`` transformer blocks; attention over axis -2.
+
+    ``scan``: once initialised, the blocks run as one `jax.lax.scan` over their
+    parameters stacked at call time, so the program holds one block, not ``depth``
+    (a smaller program to compile); the parameters keep their per-block names
+    (``block_i``), so checkpoints and converters are the same either way. The outputs
+    are the unrolled ones; with dropout, the masks are drawn from other keys.
+    """
 
     depth: int
     heads: int
     head_dim: int
     mlp_dim: int
     dropout: float
+    scan: bool = False
 
     @nn.compact
     def __call__(self, x: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
         x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-        for i in range(self.depth):
-            x = TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}")(
-                x, deterministic
-            )
-        return x
+        blocks = [TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}") for i in range(self.depth)]
+        if not self.scan or self.is_initializing():
+            for block in blocks:
+                x = block(x, deterministic)
+            return x
+        params = self.variables["params"]
+        stacked = jax.tree.map(lambda *p: jnp.stack(p), *(params[f"block_{i}"] for i in range(self.depth)))
+        keys = jax.random.split(self.make_rng("dropout"), self.depth) if not deterministic else jnp.zeros((self.depth, 2), jnp.uint32)
+        block = TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, parent=None)
+
+        def step(h, inputs):
+            block_params, key = inputs
+            rngs = None if deterministic else {"dropout": key}
+            return block.apply({"params": block_params}, h, deterministic, rngs=rngs), None
+
+        return jax.lax.scan(step, x, (stacked, keys))[0]
 
 
 class CID(nn.Module):
@@ -129,6 +149,7 @@ class CID(nn.Module):
     dropout: float = 0.1
     attention: str = "tokens"
     shared: bool = False
+    scan: bool = False  # `ViT.scan`: one scanned block per ViT in the program
 
     def setup(self):
         if self.attention not in ATTENTION_MODES:
@@ -140,7 +161,7 @@ class CID(nn.Module):
             "pos_embedding", nn.initializers.normal(1.0), (self.n_latent, self.style_dim)
         )
         def vit(name: str) -> ViT:
-            return ViT(self.depth, self.heads, self.head_dim, self.mlp_dim, self.dropout, name=name)
+            return ViT(self.depth, self.heads, self.head_dim, self.mlp_dim, self.dropout, self.scan, name=name)
 
         if self.shared:
             self.vits = (vit("vit"),) * len(self.groups)

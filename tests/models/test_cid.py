@@ -179,3 +179,28 @@ def test_non_checkpoint_file_is_one_line_error_and_exit_status_1(tmp_path):
     bad = not_a_checkpoint(tmp_path / "w_disentanglement.pth")
     err = refusal(lambda argv: cid_variables(read_state_dict(bad), CID(**SMALL), str(bad)), [])
     assert_not_a_checkpoint_message(err, bad)
+
+
+def test_scanned_blocks_give_the_unrolled_outputs_and_gradients(converted):
+    """scan=True runs each ViT's blocks under one lax.scan on the same (per-block)
+    parameters: the reference's outputs, the unrolled gradients; dropout still acts."""
+    ref, net = converted
+    scanned = net.module.clone(scan=True)
+    c = codes(4, seed=3)
+    with torch.no_grad():
+        expected = ref(torch.from_numpy(c)).numpy()
+    attribute, _ = jitted(scanned)(net.variables, c)
+    assert_parity(attribute, expected, name="scanned attribute code")
+
+    def loss(module):
+        return jax.jit(jax.grad(lambda v: jnp.sum(module.apply(v, c)[0] ** 2)))(net.variables)
+
+    unrolled, rolled = loss(net.module), loss(scanned)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(unrolled), jax.tree.leaves(rolled)):
+        assert_parity(b, a, name=jax.tree_util.keystr(path), tol=1e-5)
+    key = lambda seed: jax.random.key(seed, impl="rbg")  # noqa: E731
+    train_a, _ = jitted(scanned)(net.variables, c, deterministic=False, rngs={"dropout": key(0)})
+    train_b, _ = jitted(scanned)(net.variables, c, deterministic=False, rngs={"dropout": key(1)})
+    assert relative_error(train_a, attribute) > 1e-3 and relative_error(train_a, train_b) > 1e-3
+    plain, _ = jitted(scanned.clone(dropout=0.0))(net.variables, c, deterministic=False, rngs={"dropout": key(0)})
+    assert_parity(plain, attribute, tol=1e-6)

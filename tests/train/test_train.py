@@ -306,6 +306,12 @@ def test_rematerialised_step_equals_the_plain_one():
     assert_states_close(remat.states[1], plain.states[1])
 
 
+def test_cid_scan_reaches_the_networks():
+    """``cid_scan`` builds CID with scanned blocks (tests/models/test_cid.py: the same
+    outputs and gradients as unrolled)."""
+    assert [dbaf_networks.build(small_config(1, cid_scan=scan)).model.cid.scan for scan in (False, True)] == [False, True]
+
+
 @pytest.mark.parametrize("lazy, expected", [(False, 10.0), (True, 40.0)])
 def test_lazy_r1_scales_the_penalty_by_its_interval(lazy, expected):
     config = small_config(1, r1_every=4, r1_lazy=lazy)

@@ -102,6 +102,7 @@ def build(config: ml_collections.ConfigDict) -> Networks:
             dropout=m.cid.dropout,
             attention=m.cid.attention,
             shared=m.cid.shared,
+            scan=config.cid_scan,
         )
     else:
         cid = LatentMLP(style_dim=m.style_dim)
