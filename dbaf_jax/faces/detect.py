@@ -24,8 +24,9 @@ NMS) come out as in PyTorch. The networks are jitted: P-net once per pyramid lev
 shape, each level zero-padded below and to the right to a multiple of `PNET_BUCKET`
 (P-net is told the real size, takes its pooling over the real pixels only, and the
 cells past the real size are cut off), so photos of nearby sizes share programs;
-R-net and O-net on batches of crops padded to a few bucket sizes. `FaceDetector.detect_many` runs them on several images of one size
-at once (a clip's frames), each image's result as if detected alone.
+R-net and O-net on batches of crops padded to a few bucket sizes.
+`FaceDetector.detect_many` runs them on several images of one size at once (a clip's
+frames), each image's result as if detected alone.
 
 The two NMS flavours differ as in the reference: the first three stages use
 torchvision's (areas x2 - x1, candidates in descending score with a stable sort,

@@ -214,21 +214,28 @@ def read_for_key_file(key_file: str | Path | None) -> list[Entry] | None:
     return read(ledger_path(key_file))
 
 
+def in_place(entry: Entry, aspect: float, centre: tuple[float, float], side: float) -> bool:
+    """Whether a face at (``aspect``, ``centre``, ``side``) (`place`) lies within the
+    place and size bounds of ``entry``."""
+    return (abs(aspect / entry.aspect - 1) <= MAX_ASPECT_CHANGE and math.dist(centre, entry.centre) <= MAX_CENTRE_SHIFT * entry.side
+            and abs(math.log(side / entry.side)) <= MAX_SIDE_CHANGE)
+
+
+def near_enough(entry: Entry, near: float) -> bool:
+    """Whether a signature ``near`` (`distance`) from ``entry``'s is near enough
+    (`SEPARATION_FRACTION`, `MAX_DISTANCE`)."""
+    return near <= min(MAX_DISTANCE, SEPARATION_FRACTION * entry.separation)
+
+
 def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset()) -> int | None:
     """The position in ``ledger`` of the entry ``candidate`` (from a re-detected face)
-    is, or None: the nearest signature among entries within the place and size bounds,
-    not ``taken``, and near enough (`SEPARATION_FRACTION`, `MAX_DISTANCE`)."""
+    is, or None: the nearest signature among entries within the place and size bounds
+    (`in_place`), not ``taken``, and near enough (`near_enough`)."""
     best, best_distance = None, math.inf
     for position, entry in enumerate(ledger):
-        if position in taken:
-            continue
-        if abs(candidate.aspect / entry.aspect - 1) > MAX_ASPECT_CHANGE:
-            continue
-        if math.dist(candidate.centre, entry.centre) > MAX_CENTRE_SHIFT * entry.side:
-            continue
-        if abs(math.log(candidate.side / entry.side)) > MAX_SIDE_CHANGE:
+        if position in taken or not in_place(entry, candidate.aspect, candidate.centre, candidate.side):
             continue
         near = distance(candidate.signature, entry.signature)
-        if near <= min(MAX_DISTANCE, SEPARATION_FRACTION * entry.separation) and near < best_distance:
+        if near_enough(entry, near) and near < best_distance:
             best, best_distance = position, near
     return best

@@ -113,10 +113,9 @@ class ViT(nn.Module):
     @nn.compact
     def __call__(self, x: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
         x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-        blocks = [TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}") for i in range(self.depth)]
         if not self.scan or self.is_initializing():
-            for block in blocks:
-                x = block(x, deterministic)
+            for i in range(self.depth):
+                x = TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}")(x, deterministic)
             return x
         params = self.variables["params"]
         stacked = jax.tree.map(lambda *p: jnp.stack(p), *(params[f"block_{i}"] for i in range(self.depth)))

@@ -309,6 +309,6 @@ def recover_video(
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _recover_step(anonymizer), batch_size, count, overwrite,
              regions=regions)
     report = VideoReport([target], count, tracked, _count(placed), notes=notes, unverified=unverified)
-    if face_ledger is not None and regions is not None and not placed:
+    if regions is not None and not placed:  # the ledger was asked and verified nothing
         report.notes.append(f"{source}: no face found again matched the key file's face ledger; the clip was re-encoded unchanged")
     return report

@@ -114,16 +114,16 @@ def _anchored(span: list[ledger.Entry], first: int, stack: np.ndarray, start: in
 
 def _match(entries: list[ledger.Entry], pixels: np.ndarray, face: AlignedFace, crop: Crop, taken: set[int]) -> int | None:
     """The position among ``entries`` (one frame's) of the entry the re-detected ``face``
-    of the frame ``pixels`` matches, its signature read at each entry's place; or None."""
+    of the frame ``pixels`` matches, its signature read at each entry's place (only for
+    entries whose place and size it has, `ledger.in_place`); or None."""
     aspect, centre, side = ledger.place(pixels.shape, face.transform, face.size)
     best, best_distance = None, float("inf")
     for position, entry in enumerate(entries):
-        if position in taken:
+        if position in taken or not ledger.in_place(entry, aspect, centre, side):
             continue
         at = AlignedFace(face.index, ledger.transform_at(entry, face.transform, face.size, pixels.shape), face.size)
-        candidate = ledger.Entry(face.index, aspect, centre, side, ledger.signature(crop(pixels, [at])[0]))
-        near = ledger.distance(candidate.signature, entry.signature)
-        if ledger.match([entry], candidate) == 0 and near < best_distance:
+        near = ledger.distance(ledger.signature(crop(pixels, [at])[0]), entry.signature)
+        if ledger.near_enough(entry, near) and near < best_distance:
             best, best_distance = position, near
     return best
 
