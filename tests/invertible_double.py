@@ -40,9 +40,14 @@ class InvertibleDouble(FaceAnonymizer):
         self.batch_multiple = 1
         self.input_size = self.output_size = size
 
-    def face_keys(self, seed: bytes, indices: Iterable[int]) -> np.ndarray:
-        """(N, 1, 8) key latents of the faces ``indices``."""
-        return np.stack([keys.key_latents(keys.face_seed(seed, i), *KEY_SHAPE) for i in indices])
+    def face_latents(self, seed: bytes, indices: Iterable[int]) -> np.ndarray | None:
+        """(N, 1, 8) key latents of the faces ``indices``; None for none."""
+        z = [keys.key_latents(keys.face_seed(seed, i), *KEY_SHAPE) for i in indices]
+        return np.stack(z) if z else None
+
+    def keys_from_latents(self, z: np.ndarray) -> np.ndarray:
+        """The double's keys are its latents."""
+        return np.asarray(z)
 
     @staticmethod
     def _colour(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -94,24 +94,32 @@ def warp(
     edge pixel, or ``fill`` when given.
     """
     height, width = image.shape[:2]
-    rows = np.arange(shape[0], dtype=np.float64) + origin[0]
-    cols = np.arange(shape[1], dtype=np.float64) + origin[1]
-    grid = np.stack(np.meshgrid(cols, rows), axis=-1)  # (h, w, 2) as (x, y)
-    source = apply(transform, grid)
-    x = np.clip(source[..., 0], 0, width - 1)
-    y = np.clip(source[..., 1], 0, height - 1)
-    x0 = np.minimum(np.floor(x).astype(np.int64), width - 2) if width > 1 else np.zeros_like(x, np.int64)
-    y0 = np.minimum(np.floor(y).astype(np.int64), height - 2) if height > 1 else np.zeros_like(y, np.int64)
+    channels = image.shape[2]
+    transform = np.asarray(transform, np.float64)
+    rows = np.arange(shape[0], dtype=np.float64)[:, None] + origin[0]
+    cols = np.arange(shape[1], dtype=np.float64)[None, :] + origin[1]
+    x = cols * transform[0, 0] + rows * transform[0, 1] + transform[0, 2]  # (h, w), as `apply` computes them
+    y = cols * transform[1, 0] + rows * transform[1, 1] + transform[1, 2]
+    if fill is None:
+        x = np.clip(x, 0, width - 1).reshape(-1)
+        y = np.clip(y, 0, height - 1).reshape(-1)
+    else:  # only the points inside are sampled: a face's footprint is mostly outside its crop
+        inside = (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
+        x, y = x[inside], y[inside]
+    x0 = np.minimum(np.floor(x).astype(np.intp), width - 2) if width > 1 else np.zeros_like(x, np.intp)
+    y0 = np.minimum(np.floor(y).astype(np.intp), height - 2) if height > 1 else np.zeros_like(y, np.intp)
     x1, y1 = np.minimum(x0 + 1, width - 1), np.minimum(y0 + 1, height - 1)
-    fx = (x - x0)[..., None].astype(np.float32)
-    fy = (y - y0)[..., None].astype(np.float32)
-    pixels = np.asarray(image, np.float32)
-    top = pixels[y0, x0] * (1 - fx) + pixels[y0, x1] * fx
-    bottom = pixels[y1, x0] * (1 - fx) + pixels[y1, x1] * fx
-    result = top * (1 - fy) + bottom * fy
-    if fill is not None:
-        inside = (source[..., 0] >= 0) & (source[..., 0] <= width - 1) & (source[..., 1] >= 0) & (source[..., 1] <= height - 1)
-        result[~inside] = fill
+    fx = (x - x0)[:, None].astype(np.float32)
+    fy = (y - y0)[:, None].astype(np.float32)
+    # Gathers from the flattened image: one index array per corner, no (h, w, C) index grids.
+    pixels = np.asarray(image, np.float32).reshape(-1, channels)
+    top = pixels[y0 * width + x0] * (1 - fx) + pixels[y0 * width + x1] * fx
+    bottom = pixels[y1 * width + x0] * (1 - fx) + pixels[y1 * width + x1] * fx
+    sampled = top * (1 - fy) + bottom * fy
+    if fill is None:
+        return sampled.reshape(*shape, channels)
+    result = np.full((*shape, channels), fill, np.float32)
+    result[inside] = sampled
     return result
 
 

@@ -9,8 +9,8 @@ and no photo pixel outside the crop's footprint is touched.
 - `FaceParser`: BiSeNet's face classes (skin to lips, ears and glasses included),
   feathered the same way.
 
-`paste` warps a crop back with the inverse of its alignment transform and blends it;
-photo pixels where the warped mask is 0 keep their exact values.
+`paste` (`paste_into`, in place) warps a crop back with the inverse of its alignment
+transform and blends it; photo pixels where the warped mask is 0 keep their exact values.
 
 `hide` is the irreversible fallback for a face the model cannot take: its detection
 box, grown by `HIDE_MARGIN` on every side, becomes `HIDE_CELLS` x `HIDE_CELLS` blocks
@@ -109,10 +109,18 @@ def disc_mask(transform: np.ndarray, size: int, centre: tuple[float, float], rad
 
 
 def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
-    """Blends a crop back into its photo; returns a new uint8 photo.
+    """Blends a crop back into its photo (`paste_into`); returns a new uint8 photo."""
+    result = photo.copy()
+    paste_into(result, face, mask, transform)
+    return result
+
+
+def paste_into(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> None:
+    """Blends a crop back into its photo, in place: only the crop's footprint is touched
+    (a photo with many faces is not copied once per face).
 
     Args:
-      photo: (H, W, 3) uint8.
+      photo: (H, W, 3) uint8, changed in place.
       face: (s, s, 3) float in [-1, 1], a crop of any size s (the generator's).
       mask: (s, s) in [0, 1], 0 on the crop's border.
       transform: (2, 3) photo-to-crop transform for a crop of size s (`align.scaled`
@@ -120,17 +128,18 @@ def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.n
     """
     size = face.shape[0]
     region = footprint(transform, size, photo.shape)
-    result = photo.copy()
     if region is None:
-        return result
+        return
     top, left, bottom, right = region
     shape = (bottom - top, right - left)
-    alpha = align.warp(mask[..., None], transform, shape, origin=(top, left), fill=0.0)
-    pixels = align.warp((np.asarray(face, np.float32) + 1) * 127.5, transform, shape, origin=(top, left))
-    original = photo[top:bottom, left:right].astype(np.float32)
-    blended = np.clip(np.rint(original * (1 - alpha) + pixels * alpha), 0, 255).astype(np.uint8)
-    result[top:bottom, left:right] = np.where(alpha > 0, blended, photo[top:bottom, left:right])
-    return result
+    # Colour and mask in one warp (one sampling grid). Outside the crop both read 0: the
+    # mask is 0 there and on the crop's border, so the colour is never blended there.
+    layers = np.concatenate([(np.asarray(face, np.float32) + 1) * 127.5, np.asarray(mask, np.float32)[..., None]], axis=-1)
+    warped = align.warp(layers, transform, shape, origin=(top, left), fill=0.0)
+    pixels, alpha = warped[..., :3], warped[..., 3:]
+    window = photo[top:bottom, left:right]
+    blended = np.clip(np.rint(window.astype(np.float32) * (1 - alpha) + pixels * alpha), 0, 255).astype(np.uint8)
+    np.copyto(window, blended, where=alpha > 0)
 
 
 def hide(photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN) -> np.ndarray:

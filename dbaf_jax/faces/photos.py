@@ -132,9 +132,10 @@ class PhotoFaces:
     ) -> np.ndarray:
         """``photo`` with each face's result (N, s, s, 3) in [-1, 1] blended in through its
         mask, limited to its region (a photo disc, `FoundFaces.regions`) when given."""
+        out = photo.copy()
         for i, (face, result, mask) in enumerate(zip(faces, results, masks)):
             transform = align.scaled(face.transform, result.shape[0] / face.size)
             if regions is not None:
                 mask = mask * paste.disc_mask(transform, result.shape[0], *regions[i])
-            photo = paste.paste(photo, result, mask, transform)
-        return photo
+            paste.paste_into(out, result, mask, transform)
+        return out

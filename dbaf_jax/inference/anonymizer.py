@@ -28,8 +28,10 @@ from dbaf_jax import keys, model_directory, model_families, precision, sharding
 from dbaf_jax.errors import InputError, ModelDirectoryError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.programs import (
     anonymize_program,
+    key_program,
     latents_dict,
     pad_batch,
     recover_image_program,
@@ -79,6 +81,11 @@ class PhotoResult:
         return len(self.faces) + len(self.too_small) + len(self.hidden) + self.unverified
 
 
+def photo_result(done: face_batches.Done, too_small: list[float]) -> PhotoResult:
+    """The `PhotoResult` of a photo `face_batches.processed` made (``too_small``: the quad sides of faces left alone)."""
+    return PhotoResult(done.pixels, done.item.faces, done.results, too_small, list(done.item.hidden))
+
+
 class FaceAnonymizer:
     """A loaded model of any family (`dbaf_jax.model_families`: DBAF, iFADIT) with jitted
     anonymize and recover functions (the Python API).
@@ -119,11 +126,21 @@ class FaceAnonymizer:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
         return self.model.key_from_z(self.variables, jnp.asarray(keys.key_latents(keys.derive_seed(password, record), *self.model.key_shape)))
 
+    def face_latents(self, seed: bytes, indices: Iterable[int]) -> np.ndarray | None:
+        """The key latents z (N, *key_shape) of the faces ``indices`` of a photo, from the
+        seed `keys.derive_seed(password, record)` (derived once per record: scrypt is
+        slow); None for no face. Computed on the host: the step maps them to keys on the
+        device (`keys_from_latents`), without waiting for it."""
+        z = [keys.key_latents(keys.face_seed(seed, i), *self.model.key_shape) for i in indices]
+        return np.stack(z) if z else None
+
+    def keys_from_latents(self, z: np.ndarray | jax.Array) -> jax.Array:
+        """Key latents (N, *key_shape) -> keys (N, L, D), on the device (not waited for)."""
+        return key_program(self.model, self.variables, jnp.asarray(z))
+
     def face_keys(self, seed: bytes, indices: Iterable[int]) -> jax.Array:
-        """The keys (N, L, D) of the faces ``indices`` of a photo, from the seed
-        `keys.derive_seed(password, record)` (derived once per record: scrypt is slow)."""
-        z = np.stack([keys.key_latents(keys.face_seed(seed, i), *self.model.key_shape) for i in indices])
-        return self.model.key_from_z(self.variables, jnp.asarray(z))
+        """The keys (N, L, D) of the faces ``indices`` of a photo (`face_latents`)."""
+        return self.keys_from_latents(self.face_latents(seed, list(indices)))
 
     def padded_size(self, batch_size: int) -> int:
         """``batch_size`` rounded up to a multiple of the devices the batch is split over."""
@@ -138,31 +155,37 @@ class FaceAnonymizer:
         """A key (L, D), replicated, or per-image keys (count, L, D), padded and split as `place` splits ``count`` images."""
         if key.ndim == 2:
             return jax.device_put(key, self._replicated)
+        if isinstance(key, jax.Array) and len(key) == self.padded_size(count):  # already padded: not fetched, not waited for
+            return jax.device_put(key, self._batch_sharding)
         return jax.device_put(pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding)
 
-    def _batched(self, step, crops: np.ndarray, face_keys: jax.Array, batch_size: int) -> np.ndarray:
-        """``step(batch, keys)`` over crops in padded batches of ``batch_size`` (one compiled shape)."""
-        size = self.padded_size(batch_size)
-        outputs = [
-            step(pad_batch(crops[start : start + size], size), pad_batch(np.asarray(face_keys[start : start + size]), size))
-            for start in range(0, len(crops), size)
-        ]
-        return np.concatenate([np.asarray(out) for out in outputs])[: len(crops)]
+    def anonymize_faces(self, crops: np.ndarray, z: np.ndarray) -> jax.Array:
+        """A `face_batches` step: crops (B, input_size, input_size, 3) in [-1, 1], each
+        anonymized with the key of its latents z (B, *key_shape); not waited for."""
+        return self.anonymize_async(crops, self.keys_from_latents(z))[0]
+
+    def recover_faces(self, crops: np.ndarray, z: np.ndarray) -> jax.Array:
+        """A `face_batches` step: anonymized crops, each recovered with the key of its latents z."""
+        return self.recover_async(crops, self.keys_from_latents(z))
+
+    def photo_item(
+        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, tag: Any = None
+    ) -> face_batches.Item:
+        """What `face_batches.processed` needs of ``photo`` (H, W, 3) uint8: the faces
+        ``found``, their crops and key latents (each face's key from its index and ``seed``)."""
+        return face_batches.Item(photo, found.faces, faces.crops(photo, found.faces), self.face_latents(seed, [f.index for f in found.faces]),
+                                 found.regions, list(found.unusable), tag)
 
     def anonymize_photo(
         self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = CPU_BATCH
     ) -> PhotoResult:
         """Anonymizes every face of ``photo`` (H, W, 3) uint8 that detection finds, each
         with its own key (``seed`` is `keys.derive_seed(password, record)`), pasted back;
-        those the model cannot take are hidden (`faces.paste.hide`)."""
-        return self.anonymize_found(photo, seed, faces, faces.find(photo), batch_size)
-
-    def anonymize_found(
-        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, batch_size: int = CPU_BATCH
-    ) -> PhotoResult:
-        """Anonymizes the faces ``found`` in ``photo`` (H, W, 3) uint8 (each face's key
-        from its index and ``seed``), pastes them back and hides ``found.unusable``."""
-        return self._process_photo(photo, seed, faces, found, lambda b, k: self.anonymize_async(b, k)[0], batch_size)
+        those the model cannot take are hidden (`faces.paste.hide`). A folder of photos
+        batches faces across photos (`inference.photo_folders`)."""
+        found = faces.find(photo)
+        item = self.photo_item(photo, seed, faces, found)
+        return photo_result(next(face_batches.processed([item], faces, self.anonymize_faces, self.padded_size(batch_size))), found.too_small)
 
     def recover_photo(
         self,
@@ -177,19 +200,8 @@ class FaceAnonymizer:
         its metadata or verified re-detections), or where detection finds them again
         when None; ``regions`` limits each face's paste (`photos.FoundFaces.regions`)."""
         found = photos.FoundFaces(recorded, [], regions=regions) if recorded is not None else faces.find(photo)
-        return self._process_photo(photo, seed, faces, found, self.recover_async, batch_size)
-
-    def _process_photo(self, photo, seed, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size) -> PhotoResult:
-        out = photo.copy()
-        results = np.zeros((0, 0, 0, 3), np.float32)
-        if found.faces:
-            crops = faces.crops(photo, found.faces)
-            face_keys = self.face_keys(seed, [face.index for face in found.faces])
-            results = self._batched(step, crops, face_keys, batch_size)
-            out = faces.paste(photo, found.faces, results, faces.masks(crops, results), found.regions)
-        for box in found.unusable:
-            out = paste.hide(out, box)
-        return PhotoResult(out, found.faces, results, found.too_small, list(found.unusable))
+        item = self.photo_item(photo, seed, faces, found)
+        return photo_result(next(face_batches.processed([item], faces, self.recover_faces, self.padded_size(batch_size))), found.too_small)
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):

@@ -2,12 +2,15 @@
 pasted back (or hidden by the fallback), and recovered from the photo's metadata, or,
 without it, from a key file and its face ledger (`faces.ledger`).
 
-Photos are decoded on worker threads ahead of the model and encoded behind it.
+Photos are decoded on worker threads ahead of the model and encoded behind it; the
+model runs on batches of faces gathered across photos (`face_batches`), so a folder of
+one-face photos computes full batches rather than one padded batch per photo.
 ``save_crops`` also writes each processed face as ``NAME.faceN.png``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Callable
@@ -18,7 +21,8 @@ from tqdm import tqdm
 from dbaf_jax import images, keys, metadata, pipeline
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import ledger, photos
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult, default_batch_size
+from dbaf_jax.inference import face_batches
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult, default_batch_size, photo_result
 from dbaf_jax.inference.planning import Plan, checked_anonymizations, crop_path, is_saved_crop, plan_outputs, plan_photo_outputs
 from dbaf_jax.inference.report import Report
 
@@ -48,20 +52,38 @@ def _write_photo(target: Path, result: PhotoResult, meta: dict, save_crops: bool
             images.write_png(crop_path(target, face.index), face_crop, metadata.crop(target.name, face.index), overwrite)
 
 
+@dataclasses.dataclass
+class _Photo:
+    """A photo's own part of its `face_batches.Item`: where it came from, its output's
+    metadata, the faces left alone as too small, and the detections recovery left unverified."""
+
+    source: Path
+    meta: dict
+    too_small: list[float]
+    unverified: int = 0
+    unverified_why: str = ""
+
+
 def _photo_run(
     plan: Plan,
     sources: list[Path],
-    process: Callable[[Path, np.ndarray], tuple[PhotoResult, dict] | images.Skipped],
+    prepare: Callable[[Path, np.ndarray], face_batches.Item | images.Skipped],
+    step: Callable,
+    faces: photos.PhotoFaces,
+    batch_size: int,
     report: Report,
     desc: str,
     save_crops: bool,
     overwrite: bool | Callable[[Path], bool],
+    made: Callable[[face_batches.Done, PhotoResult], None] = lambda done, result: None,
 ) -> Report:
-    """Runs ``process(source, photo)`` over ``sources`` (of ``plan``), decoding the next
-    photos and encoding finished ones on worker threads; ``process`` returns the result
-    and its output's metadata, or a Skipped. ``overwrite`` may be per target. Adds to
-    and returns ``report``."""
-    with pipeline.Writer(max_pending=4) as writer:
+    """Runs ``sources`` (of ``plan``) through the model: ``prepare(source, photo)`` gives
+    each decoded photo's `face_batches.Item` (its tag a `_Photo`) or a Skipped; faces are
+    batched across photos by ``step`` in batches of ``batch_size``; ``made`` sees each
+    photo as it is done, before it is written. Photos are decoded and encoded on worker
+    threads. ``overwrite`` may be per target. Adds to and returns ``report``."""
+
+    def items():
         for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
             report.photos += 1
             if isinstance(read, ValueError):
@@ -69,15 +91,22 @@ def _photo_run(
                 continue
             photo, note = read
             report.notes += [note] if note else []
-            outcome = process(source, photo)
-            if isinstance(outcome, images.Skipped):
-                report.skipped.append(outcome)
+            item = prepare(source, photo)
+            if isinstance(item, images.Skipped):
+                report.skipped.append(item)
                 continue
-            result, meta = outcome
-            report.notes += _photo_notes(source, result, meta)
-            target = plan.targets[source]
+            yield item
+
+    with pipeline.Writer(max_pending=4) as writer:
+        for done in face_batches.processed(items(), faces, step, batch_size):
+            photo: _Photo = done.item.tag
+            result = photo_result(done, photo.too_small)
+            result.unverified, result.unverified_why = photo.unverified, photo.unverified_why
+            made(done, result)
+            report.notes += _photo_notes(photo.source, result, photo.meta)
+            target = plan.targets[photo.source]
             replace = overwrite(target) if callable(overwrite) else overwrite
-            writer.submit(functools.partial(_write_photo, target, result, meta, save_crops, replace))
+            writer.submit(functools.partial(_write_photo, target, result, photo.meta, save_crops, replace))
             report.written.append(target)
             report.faces += len(result.faces)
             report.faces_found += result.found
@@ -124,18 +153,21 @@ def anonymize_photo_folder(
     seed = keys.derive_seed(password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
 
-    def process(source: Path, photo: np.ndarray):
-        result = anonymizer.anonymize_photo(photo, seed, faces, batch_size)
+    def prepare(source: Path, photo: np.ndarray) -> face_batches.Item:
+        found = faces.find(photo)
+        return anonymizer.photo_item(photo, seed, faces, found, _Photo(source, meta, found.too_small))
+
+    def made(done: face_batches.Done, result: PhotoResult) -> None:
         if face_ledger is not None and result.faces:  # what recovery without metadata may touch (`ledger`)
             published = faces.crops(result.photo, result.faces)
             transforms = [face.transform for face in result.faces]
-            originals = faces.crops(photo, result.faces)
-            ledger.append(face_ledger, ledger.entries(photo.shape, [face.index for face in result.faces], transforms, published, originals))
-        return result, meta
+            indices = [face.index for face in result.faces]
+            ledger.append(face_ledger, ledger.entries(result.photo.shape, indices, transforms, published, done.item.crops))
 
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
-    return _photo_run(plan, sources, process, report, "anonymize", save_crops, lambda target: overwrite or target in redo)
+    return _photo_run(plan, sources, prepare, anonymizer.anonymize_faces, faces, anonymizer.padded_size(batch_size), report, "anonymize",
+                      save_crops, lambda target: overwrite or target in redo, made)
 
 
 def resumable_outputs(
@@ -213,14 +245,15 @@ def recover_photo_folder(
                 regions.append(ledger.region(face_ledger[position], photo.shape))
         return verified, regions, len(found.faces) - len(verified)
 
-    def process(source: Path, photo: np.ndarray):
+    def prepare(source: Path, photo: np.ndarray) -> face_batches.Item | images.Skipped:
         made = anonymizations[source]
-        regions = None
+        regions, unverified, why = None, 0, ""
         if made is None:
             if record is None:
                 return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
             photo_record, meta = record, metadata.detected_recovery(record)
             recorded, regions, unverified = verified_candidates(photo)
+            why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
         elif not made.is_photo:
             return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
         else:
@@ -231,10 +264,8 @@ def recover_photo_folder(
             photo_record, meta = made.record, metadata.recovery(made, "image")
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
-        result = anonymizer.recover_photo(photo, seeds[photo_record], faces, recorded, batch_size, regions)
-        if made is None:
-            result.unverified = unverified
-            result.unverified_why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
-        return result, meta
+        found = photos.FoundFaces(recorded, [], regions=regions)
+        return anonymizer.photo_item(photo, seeds[photo_record], faces, found, _Photo(source, meta, [], unverified, why))
 
-    return _photo_run(plan, list(anonymizations), process, report, "recover", save_crops, overwrite)
+    return _photo_run(plan, list(anonymizations), prepare, anonymizer.recover_faces, faces, anonymizer.padded_size(batch_size), report,
+                      "recover", save_crops, overwrite)

@@ -37,6 +37,12 @@ def anonymize_program(model, variables, images, key, with_latents: bool):
 
 
 @functools.partial(jax.jit, static_argnums=0)
+def key_program(model, variables, z):
+    """Key latents z (N, *key_shape) -> keys (N, L, D)."""
+    return model.key_from_z(variables, z)
+
+
+@functools.partial(jax.jit, static_argnums=0)
 def recover_image_program(model, variables, anonymized, key):
     return model.recover_images(variables, anonymized, _key_axes(key))[0].astype(jnp.float32)
 

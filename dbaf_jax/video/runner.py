@@ -29,12 +29,12 @@ import jax
 import numpy as np
 
 from dbaf_jax import images, keys, metadata, output_folder, pipeline
+from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
-from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT
 from dbaf_jax.errors import InputError, ModelMismatchError
-from dbaf_jax.faces import ledger, paste, photos
+from dbaf_jax.faces import ledger, photos
 from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 
 # Frames waiting for their faces are bounded by this many per batch of faces.
@@ -111,64 +111,32 @@ def _track_keys(anonymizer: FaceAnonymizer, seed: bytes, placed: Placed) -> dict
     return dict(zip(numbers, np.asarray(anonymizer.face_keys(seed, numbers))))
 
 
-@dataclasses.dataclass
-class _Pending:
-    frame: clip.Frame
-    faces: list[photos.AlignedFace]
-    crops: np.ndarray
-
-
 def _processed(
     anonymizer: FaceAnonymizer, faces: photos.PhotoFaces, frames: Iterator[clip.Frame], placed: Placed,
     track_keys: dict[int, np.ndarray], step: Callable, batch_size: int, hidden: dict[int, list[np.ndarray]] | None = None,
     regions: dict[int, list[track_ledger.Region]] | None = None, recorder: track_ledger.Recorder | None = None,
-    max_frames: int | None = None,
 ) -> Iterator[np.ndarray]:
     """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
     order, each face's changes within ``regions[frame]`` (in `tracks.by_frame` order;
     None: anywhere under its mask), the boxes ``hidden[frame]`` hidden by the fallback
     (`paste.hide`); ``recorder`` sees each frame as made. Faces are batched across frames
-    and tracks, a batch holding at most ``max_frames`` frames (default
-    `FRAMES_PER_BATCH` per face of a batch); a batch's frames are pasted while the next
-    batch computes (`pipeline.one_behind`)."""
+    and tracks (`face_batches`), at most `FRAMES_PER_BATCH` frames per face of a batch
+    waiting."""
     hidden, regions = hidden or {}, regions or {}
     by_frame = tracks.by_frame(placed)
     size = anonymizer.padded_size(batch_size)
-    max_frames = max_frames or FRAMES_PER_BATCH * size
 
-    def batches() -> Iterator[list[_Pending]]:
-        pending: list[_Pending] = []
+    def items() -> Iterator[face_batches.Item]:
         for frame in frames:
             here = [photos.AlignedFace(number, transform, faces.size) for number, transform in by_frame.get(frame.index, [])]
-            pending.append(_Pending(frame, here, faces.crops(frame.pixels, here)))
-            if sum(len(p.faces) for p in pending) >= size or len(pending) >= max_frames:
-                yield pending
-                pending = []
-        if pending:
-            yield pending
+            face_keys = np.stack([track_keys[face.index] for face in here]) if here else None
+            yield face_batches.Item(frame.pixels, here, faces.crops(frame.pixels, here), face_keys, regions.get(frame.index),
+                                    hidden.get(frame.index, []), frame.index)
 
-    def dispatched() -> Iterator[tuple[list[_Pending], np.ndarray, list]]:
-        for pending in batches():
-            crops = np.concatenate([p.crops for p in pending])
-            face_keys = np.stack([track_keys[f.index] for p in pending for f in p.faces]) if len(crops) else None
-            yield pending, crops, [step(pad_batch(crops[i : i + size], size), pad_batch(face_keys[i : i + size], size))
-                                   for i in range(0, len(crops), size)]
-
-    for pending, crops, running in pipeline.one_behind(dispatched()):
-        results = [np.asarray(out)[: len(crops[i * size : (i + 1) * size])] for i, out in enumerate(running)]
-        results = np.concatenate(results) if results else crops
-        start = 0
-        for p in pending:
-            done = results[start : start + len(p.faces)]
-            start += len(p.faces)
-            pixels = p.frame.pixels
-            if p.faces:
-                pixels = faces.paste(pixels, p.faces, done, faces.masks(p.crops, done), regions.get(p.frame.index))
-            for box in hidden.get(p.frame.index, []):
-                pixels = paste.hide(pixels, box)
-            if recorder is not None:
-                recorder.observe(p.frame.index, pixels, p.faces, p.crops)
-            yield pixels
+    for done in face_batches.processed(items(), faces, step, size, FRAMES_PER_BATCH * size, FRAME_BYTES):
+        if recorder is not None:
+            recorder.observe(done.item.tag, done.pixels, done.item.faces, done.item.crops)
+        yield done.pixels
 
 
 def _rewrite(
@@ -190,8 +158,7 @@ def _rewrite(
         try:
             written = 0
             with pipeline.Writer(frames_within(ENCODE_BEHIND, info), workers=1) as encoder:  # one worker: frames in order
-                for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder,
-                                         frames_within(FRAMES_PER_BATCH * anonymizer.padded_size(batch_size), info)):
+                for pixels in _processed(anonymizer, faces, source_frames(), placed, track_keys, step, batch_size, hidden, regions, recorder):
                     encoder.submit(functools.partial(writer.write, pixels, originals.pop(0).pts))
                     written += 1
             if written != frame_count:

@@ -67,6 +67,43 @@ def test_quarter_turn_crop_is_exact_and_goes_back():
     np.testing.assert_allclose(back, photo[39:71, 10:42], rtol=0, atol=1e-9)
 
 
+def reference_warp(image, transform, shape, origin, fill):
+    """`align.warp` as its docstring states it, one output pixel at a time."""
+    height, width, channels = image.shape
+    out = np.empty((*shape, channels), np.float64)
+    for row in range(shape[0]):
+        for col in range(shape[1]):
+            x, y = align.apply(transform, np.array([origin[1] + col, origin[0] + row], np.float64))
+            if fill is not None and not (0 <= x <= width - 1 and 0 <= y <= height - 1):
+                out[row, col] = fill
+                continue
+            x, y = min(max(x, 0), width - 1), min(max(y, 0), height - 1)
+            x0, y0 = min(int(np.floor(x)), max(width - 2, 0)), min(int(np.floor(y)), max(height - 2, 0))
+            x1, y1 = min(x0 + 1, width - 1), min(y0 + 1, height - 1)
+            fx, fy = x - x0, y - y0
+            pixel = lambda r, c: image[r, c].astype(np.float64)  # noqa: E731
+            top = pixel(y0, x0) * (1 - fx) + pixel(y0, x1) * fx
+            out[row, col] = (top * (1 - fy) + (pixel(y1, x0) * (1 - fx) + pixel(y1, x1) * fx) * fy)
+    return out
+
+
+@pytest.mark.parametrize("fill", [None, 0.0])
+@pytest.mark.parametrize("size", [(1, 1), (1, 7), (9, 1), (23, 31)])
+def test_warp_samples_every_pixel_as_stated(fill, size):
+    """The vectorised warp (flat gathers, only inside points sampled when ``fill`` is
+    given) against the per-pixel statement: nearest edge or ``fill`` outside, bilinear
+    inside, images one pixel wide or tall included."""
+    rng = np.random.default_rng(size[0] * 100 + size[1])
+    image = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+    transform = np.concatenate([rng.normal(0, 0.8, (2, 2)), rng.normal(5, 6, (2, 1))], axis=1)
+    got = align.warp(image, transform, (17, 13), origin=(-3, 2), fill=fill)
+    expected = reference_warp(image, transform, (17, 13), (-3, 2), fill)
+    assert got.dtype == np.float32 and got.shape == (17, 13, 3)
+    if fill is not None and min(size) > 1:  # a line of pixels has no inside to land on
+        assert (expected == fill).all(axis=-1).any() and (expected != fill).any(axis=-1).any()  # both cases occur
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-3)  # float32 weights against float64
+
+
 def test_alignment_then_inverse_returns_pixels_to_their_place():
     """A smooth photo, cropped at a tilted, scaled face and warped back: inside the
     crop's footprint the photo comes back up to bilinear resampling's error."""
@@ -113,6 +150,26 @@ def test_paste_leaves_pixels_outside_the_mask_unchanged():
     expected = np.clip(np.rint(align.warp((face + 1) * 127.5, transform, photo.shape[:2])), 0, 255)
     assert np.abs(result[full].astype(np.float32) - expected[full]).max() <= 1
     assert np.abs(result[full].astype(np.int16) - photo[full]).mean() > 30
+
+
+def test_pasting_many_faces_leaves_the_photo_given_unchanged():
+    """`PhotoFaces.paste` blends every face into one copy, each over the ones before it,
+    as pasting them one after another into fresh copies does; the photo given is not
+    touched."""
+    rng = np.random.default_rng(3)
+    photo = rng.integers(0, 256, (220, 300, 3), dtype=np.uint8)
+    given = photo.copy()
+    faces = [photos.AlignedFace(i, align.alignment_transform(align.apply(similarity(0.2 * i, 0.4, (40.0 + 70 * i, 30.0)), CANONICAL), 64), 64)
+             for i in range(3)]
+    results = rng.uniform(-1, 1, (3, 64, 64, 3)).astype(np.float32)
+    masks = np.broadcast_to(paste.box_mask(64), (3, 64, 64))
+    pasted = photos.PhotoFaces(None, 64).paste(photo, faces, results, masks)
+    one_by_one = photo
+    for face, result, mask in zip(faces, results, masks):
+        one_by_one = paste.paste(one_by_one, result, mask, face.transform)
+    np.testing.assert_array_equal(photo, given)
+    np.testing.assert_array_equal(pasted, one_by_one)
+    assert (pasted != photo).any(axis=-1).sum() > 3 * 500
 
 
 def test_paste_outside_the_photo_changes_nothing():
