@@ -10,6 +10,7 @@ ranges, and exact values where the inputs fix them (identical images).
 
 import json
 import math
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -53,12 +54,15 @@ def workspace(tmp_path_factory, metrics_models):
 
 @pytest.fixture(scope="module")
 def report(workspace, metrics_models):
-    argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
-            "--metrics-models", str(metrics_models), "--out", str(workspace / "report"),
+    evaluate.main(evaluate_argv(workspace / "model", workspace, metrics_models) + ["--out", str(workspace / "report")])
+    return workspace / "report"
+
+
+def evaluate_argv(model: Path, workspace: Path, metrics_models: Path) -> list[str]:
+    """The evaluation's arguments in every test of this module, but --out."""
+    return ["--model", str(model), "--images", str(workspace / "faces"), "--metrics-models", str(metrics_models),
             "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES),
             "--guesses", str(GUESSES), "--inversion-steps", str(INVERSION_STEPS)]
-    evaluate.main(argv)
-    return workspace / "report"
 
 
 def numbers(tree, prefix=""):
@@ -155,9 +159,7 @@ def test_markdown_has_the_four_tables_with_paper_values(report):
 
 @pytest.mark.long  # three more whole evaluations: about 5 min on 2 cores
 def test_same_run_gives_the_same_numbers_and_refuses_to_overwrite(report, workspace, metrics_models, capsys):
-    argv = ["--model", str(workspace / "model"), "--images", str(workspace / "faces"),
-            "--metrics-models", str(metrics_models), "--batch-size", str(BATCH), "--keys", str(KEYS),
-            "--diversity-faces", str(DIVERSITY_FACES), "--guesses", str(GUESSES)]
+    argv = evaluate_argv(workspace / "model", workspace, metrics_models)
     assert commands.exit_status(evaluate.main, argv + ["--out", str(report)]) == 1
     assert "report.json exists; pass --overwrite" in capsys.readouterr().err
     again = evaluate.main(argv + ["--out", str(workspace / "again")])
@@ -232,13 +234,10 @@ def test_an_ifadit_model_is_evaluated_in_image_mode(workspace, metrics_models, t
     modules = nets.model.networks()
     variables = networks_lib.init_variables(nets, jax.random.PRNGKey(1), 64, tuple(modules))
     model_directory.save_model(tmp_path / "model", ifadit.FAMILY, {n: (m, variables[n]) for n, m in modules.items()}, {})
-    argv = ["--model", str(tmp_path / "model"), "--images", str(workspace / "faces"),
-            "--metrics-models", str(metrics_models), "--out", str(tmp_path / "report"),
-            "--batch-size", str(BATCH), "--keys", str(KEYS), "--diversity-faces", str(DIVERSITY_FACES)]
-    evaluate.main(argv)
+    evaluate.main(evaluate_argv(tmp_path / "model", workspace, metrics_models) + ["--out", str(tmp_path / "report")])
     results = json.loads((tmp_path / "report" / "report.json").read_text())
     image_sets, latent_sets = [s for s in IDENTITY_SETS if "latent" not in s], [s for s in IDENTITY_SETS if "latent" in s]
-    assert set(results["identity"]["arcface"]) == {"tau", "calibrated", *image_sets}
+    assert set(results["identity"]["arcface"]) == {"tau", "calibrated", "attacks", *image_sets}
     assert set(results["quality"]) == {s for s in QUALITY_SETS if s not in latent_sets}
     for path, value in numbers(results):
         assert math.isfinite(value), path
