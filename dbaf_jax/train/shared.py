@@ -44,6 +44,14 @@ def discriminate_each(d_apply: Callable[[jax.Array], jax.Array], batches: jax.Ar
     return jax.vmap(d_apply)(batches)
 
 
+def discriminate_real_and_fakes(d_apply: Callable[[jax.Array], jax.Array], real: jax.Array, fakes: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """D's logits for ``real`` (B, H, W, 3) and ``fakes`` (K, B, H, W, 3), (B, 1) and
+    (K, B, 1), each batch a call of its own (`discriminate_each`) but all in one trace
+    of D: the step's program holds one copy of D's forward and backward, not two."""
+    logits = discriminate_each(d_apply, jnp.concatenate([real[None], fakes]))
+    return logits[0], logits[1:]
+
+
 def agreement(critics: Critics, originals: jax.Array, others: jax.Array, name: str) -> Metrics:
     """How close ``others`` are to ``originals`` (B, H, W, 3): batch means of PSNR (peak 2),
     LPIPS and ArcFace cosine similarity, named ``{name}_psnr``, ``_lpips``, ``_similarity``."""

@@ -328,6 +328,26 @@ def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
     assert r1[1] == 0 and r1[3] == 0, r1
 
 
+def test_real_and_fakes_in_one_trace_are_separate_calls():
+    """The D step without R1 runs D once over the real batch and the fakes together
+    (`shared.discriminate_real_and_fakes`): the logits equal separate calls, and the
+    program holds one D where two calls hold two."""
+    discriminator = Discriminator(size=8, width_scale=1 / 16)
+    real, *fakes = [jnp.asarray(np.random.default_rng(i).normal(size=(4, 8, 8, 3)), jnp.float32) for i in range(4)]
+    variables = discriminator.init(jax.random.PRNGKey(0), real)
+    d_apply = lambda x: discriminator.apply(variables, x)  # noqa: E731
+    real_logits, fake_logits = jax.jit(shared.discriminate_real_and_fakes, static_argnums=0)(d_apply, real, jnp.stack(fakes))
+    np.testing.assert_allclose(real_logits, d_apply(real), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fake_logits, np.stack([d_apply(x) for x in fakes]), rtol=1e-5, atol=1e-6)
+
+    def convolutions(fn, *args):
+        return jax.jit(fn).lower(*args).as_text().count("stablehlo.convolution")
+
+    together = convolutions(lambda r, f: shared.discriminate_real_and_fakes(d_apply, r, f), real, jnp.stack(fakes))
+    apart = convolutions(lambda r, f: (d_apply(r), shared.discriminate_each(d_apply, f)), real, jnp.stack(fakes))
+    assert 0 < together < apart and apart == 2 * together
+
+
 @pytest.mark.parametrize("batch", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     """D's logits for stage 2's five outputs equal five separate calls, as the reference

@@ -29,7 +29,7 @@ from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train.dbaf.networks import Networks
-from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, discriminate_each
+from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, discriminate_each, discriminate_real_and_fakes
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR, Optimizers, TrainState
 
 @dataclasses.dataclass(frozen=True)
@@ -227,11 +227,11 @@ class AdversarialStage:
 
         def loss_fn(d_params):
             d_apply = self.discriminator(d_params)
-            if take_r1:
+            if take_r1:  # R1 differentiates D's real logits twice: the real batch keeps a trace of its own
                 r1, real_logits = losses.r1_penalty(d_apply, real, settings.r1_gamma)
+                fake_logits = discriminate_each(d_apply, fakes)
             else:
-                r1, real_logits = jnp.zeros(()), d_apply(real)
-            fake_logits = discriminate_each(d_apply, fakes)
+                r1, (real_logits, fake_logits) = jnp.zeros(()), discriminate_real_and_fakes(d_apply, real, fakes)
             logistic = jax.vmap(lambda f: losses.discriminator_logistic_loss(real_logits, f))(fake_logits)
             return losses.discriminator_loss(logistic, r1, settings.form.output_reductions["d_logistic"])
 
