@@ -183,9 +183,7 @@ class FaceAnonymizer:
         with its own key (``seed`` is `keys.derive_seed(password, record)`), pasted back;
         those the model cannot take are hidden (`faces.paste.hide`). A folder of photos
         batches faces across photos (`inference.photo_folders`)."""
-        found = faces.find(photo)
-        item = self.photo_item(photo, seed, faces, found)
-        return photo_result(next(face_batches.processed([item], faces, self.anonymize_faces, self.padded_size(batch_size))), found.too_small)
+        return self._one_photo(photo, seed, faces, faces.find(photo), self.anonymize_faces, batch_size)
 
     def recover_photo(
         self,
@@ -200,8 +198,12 @@ class FaceAnonymizer:
         its metadata or verified re-detections), or where detection finds them again
         when None; ``regions`` limits each face's paste (`photos.FoundFaces.regions`)."""
         found = photos.FoundFaces(recorded, [], regions=regions) if recorded is not None else faces.find(photo)
-        item = self.photo_item(photo, seed, faces, found)
-        return photo_result(next(face_batches.processed([item], faces, self.recover_faces, self.padded_size(batch_size))), found.too_small)
+        return self._one_photo(photo, seed, faces, found, self.recover_faces, batch_size)
+
+    def _one_photo(self, photo, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size: int) -> PhotoResult:
+        """``found`` in ``photo`` through ``step``, as a folder's photo goes (`face_batches`)."""
+        (done,) = face_batches.processed([self.photo_item(photo, seed, faces, found)], faces, step, self.padded_size(batch_size))
+        return photo_result(done, found.too_small)
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
