@@ -59,17 +59,43 @@ def compile_cell(watch: CompileWatch) -> str:
 
 
 def model_flops(lowered) -> float:
-    """XLA's FLOP count of a lowered program before its optimisations (NaN when the
-    backend gives none): the multiply-adds the program asks for, 2 FLOPs each, for the
-    whole global batch. Not the compiled program's count: on a GPU, XLA hands
-    convolutions to cuDNN as custom calls, which its cost analysis leaves out (an
-    H100's anonymization counted 1.5 GFLOP per image compiled, 207 lowered), and a
-    partitioned program counts one device's share. ``cost_analysis()`` is a dict or,
-    in some JAX versions, a list with one dict per program."""
-    costs = lowered.cost_analysis()
+    """XLA's FLOP count of a lowered program before its optimisations: the multiply-adds
+    the program asks for, 2 FLOPs each, for the whole global batch. The backend's own
+    count when it gives one (the CPU does); otherwise (a GPU plugin's `cost_analysis`
+    gives none) the CPU backend's count of the same lowered module (`cpu_flops`), so the
+    figure exists on every backend. Not the compiled program's count: on a GPU, XLA hands
+    convolutions to cuDNN as custom calls, which its cost analysis leaves out (an H100's
+    anonymization counted 1.5 GFLOP per image compiled, 207 lowered), and a partitioned
+    program counts one device's share."""
+    flops = _flops(lowered.cost_analysis())
+    return cpu_flops(lowered) if flops is None else flops
+
+
+def cpu_flops(lowered) -> float:
+    """The CPU backend's FLOP count of ``lowered``'s HLO module, whatever backend it was
+    lowered for: XLA's HloCostAnalysis run by the CPU client on the same pre-optimisation
+    program. Raises rather than answer NaN when this JAX offers no such count."""
+    import jax.extend.backend
+
+    # XLA's analysis of an HLO module is reachable only through jaxlib's extension (public
+    # `Lowered.cost_analysis` calls it with the lowering's own backend, which a PJRT plugin
+    # refuses); present under this name in JAX 0.10 and 0.11.
+    from jax._src.lib import _jax
+
+    module = lowered.compiler_ir("hlo").as_hlo_module()
+    flops = _flops(_jax.hlo_module_cost_analysis(jax.extend.backend.get_backend("cpu"), module))
+    if flops is None:
+        raise RuntimeError("XLA's CPU cost analysis gave no FLOP count for this program")
+    return flops
+
+
+def _flops(costs) -> float | None:
+    """The ``flops`` entry of a cost analysis (a dict or, in some JAX versions, a list
+    with one dict per program), or None."""
     if isinstance(costs, (list, tuple)):
-        costs = costs[0] if costs else {}
-    return float((costs or {}).get("flops", float("nan")))
+        costs = costs[0] if costs else None
+    flops = (costs or {}).get("flops")
+    return None if flops is None else float(flops)
 
 
 def throughput(batch: int, seconds: float, flops: float, peaks: dict[str, float], devices: int = 1) -> dict:

@@ -10,9 +10,10 @@ import os
 import subprocess
 
 import jax
+import jax.numpy as jnp
 import pytest
 
-from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, train_step
+from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, timing, train_step
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from tests.paths import REPO
 
@@ -70,6 +71,42 @@ def test_largest_batch_doubles_then_bisects(start, limit, multiple, expected):
     if found is not None:
         assert found in tried and all(b % multiple == 0 for b in tried)
         assert found + multiple > 64 or found + multiple in tried  # the next batch up was tried and failed
+
+
+def lowered_training_computation():
+    """A lowered program with convolutions, a matmul and their gradients: what the step counts."""
+
+    def loss(kernel, dense, images):
+        maps = jax.lax.conv_general_dilated(images, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jnp.mean(jnp.tanh(maps.reshape(len(images), -1) @ dense) ** 2)
+
+    args = (jnp.ones((3, 3, 3, 8)), jnp.ones((16 * 16 * 8, 4)), jnp.ones((2, 16, 16, 3)))
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(*args)
+
+
+class WithoutCostAnalysis:
+    """A lowered program as a GPU plugin presents it: ``cost_analysis()`` gives ``answer``."""
+
+    def __init__(self, lowered, answer):
+        self.lowered, self.answer = lowered, answer
+
+    def cost_analysis(self):
+        return self.answer
+
+    def compiler_ir(self, dialect=None):
+        return self.lowered.compiler_ir(dialect)
+
+
+def test_flops_of_a_backend_without_a_count_are_the_cpus_count_of_the_same_program():
+    lowered = lowered_training_computation()
+    backend = lowered.cost_analysis()["flops"]
+    # The forward conv alone is 2 * (2 * 16 * 16 * 8) * (3 * 3 * 3) multiply-adds' FLOPs.
+    assert backend > 2 * 2 * 16 * 16 * 8 * 27
+    assert timing.cpu_flops(lowered) == backend
+    assert timing.model_flops(lowered) == backend
+    for answer in (None, {}, [], [{"bytes accessed": 1.0}]):
+        assert timing.model_flops(WithoutCostAnalysis(lowered, answer)) == backend
+    assert timing.model_flops(WithoutCostAnalysis(lowered, [{"flops": 7.0}])) == 7.0  # the backend's own count wins
 
 
 def test_largest_batch_passes_other_errors_on():
