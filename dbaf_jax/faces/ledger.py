@@ -20,19 +20,31 @@ counted. The ledger holds nothing that the published photos do not show but the 
 separation number per face; it lives beside the key file, with the user, and is read
 as untrusted input. A clip's faces are entries too, sampled along each track and
 marked with the run's id and their frame (`dbaf_jax.video.track_ledger`).
+
+The ledger is an append-only log that cannot tear: `append` writes a run's complete
+lines in one write on an O_APPEND descriptor under an exclusive lock, syncs them, and
+cuts them off again if the write fails (a full disk), so each entry is there whole or
+not at all. A torn last line (no line end), left by an older version or a crash, is
+skipped by `read` (said once in its notes) and removed before the next append, never
+appended onto. `check_appendable` lets a run check, before any work, that the ledger
+can be written and has room.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax.errors import InputError
+from dbaf_jax.errors import InputError, OutputWriteError
 from dbaf_jax.faces import align
 
 SUFFIX = ".faces.jsonl"
@@ -53,6 +65,9 @@ MAX_DISTANCE = 0.05
 # spill the recovered face onto pixels anonymization left alone.
 RECOVERY_RADIUS = 0.4
 MAX_LINE = 1 << 20  # bytes per ledger line (a photo's faces, or part of a clip's)
+LINE_ENTRIES = 256  # entries per line: about 0.4 MiB, well under MAX_LINE
+ENTRY_BYTES = 2048  # room asked per entry before work (`check_appendable`): one is about 1.6 KB
+TAIL_CHUNK = 1 << 16  # bytes read at a time looking back for the last line end
 MAX_ENTRIES = 1 << 20
 MAX_FRAME = 1 << 31
 CLIP_FIELDS = ("clip", "frame")
@@ -154,13 +169,105 @@ def entries(
     return made
 
 
-def append(path: Path, photo_entries: Sequence[Entry]) -> None:
-    """Adds one photo's entries to the ledger at ``path`` (one line, appended)."""
-    if not photo_entries:
+def _lines(entries: Sequence[Entry]) -> bytes:
+    """``entries`` as complete ledger lines, at most `LINE_ENTRIES` a line."""
+    return b"".join(
+        json.dumps([entry.to_dict() for entry in entries[start : start + LINE_ENTRIES]], separators=(",", ":")).encode() + b"\n"
+        for start in range(0, len(entries), LINE_ENTRIES)
+    )
+
+
+def _cut_torn_tail(fd: int) -> int:
+    """Truncates the open ledger ``fd`` after its last line end (a torn last line, cut
+    short by a crash or a full disk, is never appended onto); the bytes removed."""
+    size = end = os.fstat(fd).st_size
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end == size:
+        return 0
+    os.ftruncate(fd, end)
+    return size - end
+
+
+def _open_for_append(path: Path) -> tuple[int, bool]:
+    """(fd, created) of the ledger at ``path`` opened to append, locked against other
+    writers; OSError when it cannot be (a folder, not a regular file, no permission,
+    a read-only file system)."""
+    # Read too (to find a torn tail); O_NONBLOCK: a FIFO named like a ledger does not hang the run.
+    flags = os.O_RDWR | os.O_APPEND | os.O_NONBLOCK
+    try:
+        fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+    except FileExistsError:
+        fd, created = os.open(path, flags), False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)  # two runs with one key file append in turn
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, created
+
+
+def check_appendable(path: Path, entries: int) -> str | None:
+    """Checks, before any work, that ``entries`` more entries can be appended to the
+    ledger at ``path``: a regular file or creatable, writable, and about `ENTRY_BYTES`
+    each free on its file system. OutputWriteError naming ``path`` and the system's
+    reason otherwise. A torn last line is removed here (module doc): the note saying
+    so, else None."""
+    try:
+        fd, created = _open_for_append(path)
+        try:
+            cut = _cut_torn_tail(fd)
+            volume = os.fstatvfs(fd)
+        finally:
+            os.close(fd)
+            if created:  # only probed: a ledger exists once it holds an entry
+                path.unlink()
+    except OSError as err:
+        raise OutputWriteError(f"{path}: the key file's face ledger cannot be written ({err.strerror or err})") from None
+    free, needed = volume.f_bavail * volume.f_frsize, max(entries, 1) * ENTRY_BYTES
+    if free < needed:
+        raise OutputWriteError(f"{path}: the key file's face ledger cannot be written ({os.strerror(errno.ENOSPC)}: {free} bytes free, "
+                               f"about {needed} needed for {max(entries, 1)} entries)")
+    return f"{path}: removed a torn last line ({cut} bytes without a line end, left by a crash or a full disk)" if cut else None
+
+
+def append(path: Path, new_entries: Sequence[Entry]) -> None:
+    """Adds ``new_entries`` to the ledger at ``path`` whole or not at all: complete
+    lines written with one write on an O_APPEND descriptor, then synced; a failed
+    write is cut off again, and a torn last line found first is removed.
+    OutputWriteError naming ``path`` and the system's reason when it fails."""
+    if not new_entries:
         return
-    line = json.dumps([entry.to_dict() for entry in photo_entries], separators=(",", ":"))
-    with open(path, "a", encoding="utf-8") as file:
-        file.write(line + "\n")
+    data = memoryview(_lines(new_entries))
+    try:
+        fd, _ = _open_for_append(path)
+        try:
+            _cut_torn_tail(fd)
+            size = os.fstat(fd).st_size
+            try:
+                while data:  # a regular file takes it in one write unless the disk fills
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+        if size == 0:  # a new ledger: its name must survive a crash too
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+    except OSError as err:
+        raise OutputWriteError(f"{path}: cannot append to the key file's face ledger ({err.strerror or err})") from None
 
 
 def _entry(value: Any) -> Entry:
@@ -184,15 +291,21 @@ def _entry(value: Any) -> Entry:
                  clip, frame)
 
 
-def read(path: Path) -> list[Entry]:
+def read(path: Path, notes: list[str] | None = None) -> list[Entry]:
     """Every entry of the ledger at ``path``; InputError naming the file and line when a
-    line is not what `append` writes."""
+    line is not what `append` writes. A torn last line (no line end) is left out, and
+    said once in ``notes``."""
     found: list[Entry] = []
     try:
         with open(path, "rb") as file:
-            for number, raw in enumerate(file, 1):
+            for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE + 1), b""), 1):
                 if len(raw) > MAX_LINE:
                     raise InputError(f"{path}: line {number} is longer than {MAX_LINE} bytes: not a face ledger")
+                if not raw.endswith(b"\n"):
+                    if notes is not None:
+                        notes.append(f"{path}: line {number} is torn (no line end: a write cut short by a crash or a full disk); "
+                                     "it is ignored, and the next anonymize with this key file removes it")
+                    break
                 try:
                     values = json.loads(raw)
                     if not isinstance(values, list):
@@ -207,11 +320,11 @@ def read(path: Path) -> list[Entry]:
     return found
 
 
-def read_for_key_file(key_file: str | Path | None) -> list[Entry] | None:
-    """The entries of ``key_file``'s ledger (`ledger_path`); None without a key file or ledger."""
+def read_for_key_file(key_file: str | Path | None, notes: list[str] | None = None) -> list[Entry] | None:
+    """The entries of ``key_file``'s ledger (`ledger_path`, `read`); None without a key file or ledger."""
     if key_file is None or not ledger_path(key_file).is_file():
         return None
-    return read(ledger_path(key_file))
+    return read(ledger_path(key_file), notes)
 
 
 def in_place(entry: Entry, aspect: float, centre: tuple[float, float], side: float) -> bool:

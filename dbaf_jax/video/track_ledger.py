@@ -38,7 +38,6 @@ from dbaf_jax.video.clip import Frame
 
 SAMPLE_SECONDS = 0.5
 VERIFIED_FRACTION = 0.5
-LINE_ENTRIES = 256  # entries per ledger line: well under `ledger.MAX_LINE`
 
 Placed = list[tuple[int, int, np.ndarray]]  # (track number or key index, first frame, transforms (T, 2, 3))
 Region = tuple[tuple[float, float], float]
@@ -74,8 +73,8 @@ class Recorder:
         self.entries += [dataclasses.replace(entry, clip=self.clip, frame=index) for entry in made]
 
     def write(self, path: Path) -> None:
-        for start in range(0, len(self.entries), LINE_ENTRIES):
-            ledger.append(path, self.entries[start : start + LINE_ENTRIES])
+        """Appends the run's entries to the ledger at ``path``, all or none (`ledger.append`)."""
+        ledger.append(path, self.entries)
 
 
 @dataclasses.dataclass(frozen=True)
