@@ -138,7 +138,7 @@ def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
     rows = []
     for source in sorted(originals.iterdir()):
         changed, discs = _anonymized_faces(work / "anonymized" / f"{source.stem}.png", double.input_size)
-        for number, case in enumerate(cases):
+        for case in cases:
             given, reference = shared[source.name, case]
             before = images.read_photo(given)
             after = images.read_photo(given.parent.with_name("recovered_" + given.parent.name) / f"{source.stem}.png")

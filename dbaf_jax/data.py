@@ -175,8 +175,6 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     InputError for a missing folder or one without a readable image (leaving nothing
     behind).
     """
-    import tensorflow_datasets as tfds
-
     image_dir, out_dir = Path(image_dir), Path(out_dir).absolute()
     if size < 1:
         raise ConfigError(f"{out_dir}: image size (--size) must be at least 1, got {size}")

@@ -22,20 +22,20 @@ from dbaf_jax.models import composition, dbaf, ifadit
 
 # family -> (composition class, networks it may lack: DBAF's no-MAAR ablation, iFADIT
 # without background refinement)
-FAMILIES: dict[str, tuple[type, tuple[str, ...]]] = {
+FAMILIES: dict[str, tuple[type[composition.Anonymizer], tuple[str, ...]]] = {
     dbaf.FAMILY: (dbaf.DBAF, ("maar",)),
     ifadit.FAMILY: (ifadit.IFADIT, ("parser",)),
 }
 
 
-def family_of(directory: str | Path) -> str:
-    """The family ``directory``'s model.json names (DBAF without one)."""
+def family_of(directory: str | Path) -> str | None:
+    """The family ``directory``'s model.json names (DBAF without one; None if it names none)."""
     directory = Path(directory)
     manifest = model_directory.read_manifest(directory) if directory.is_dir() else None
     return dbaf.FAMILY if manifest is None else manifest.get("family")
 
 
-def load_family(family: str, directory: str | Path, without_manifest: bool = False) -> tuple[Any, dict[str, Any]]:
+def load_family(family: str | None, directory: str | Path, without_manifest: bool = False) -> tuple[Any, dict[str, Any]]:
     """(composition, {network: variables}) of a model directory of ``family``; its
     optional networks are None when the directory has none (DBAF: no-MAAR only when
     ``model.json`` lists no ``maar``, or, without one, the directory holds none). Raises

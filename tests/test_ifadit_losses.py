@@ -94,7 +94,7 @@ def _numpy_identity_terms(original_emb, anonymized_emb, recovered_emb, wrong_emb
         [max(0.0, _cos(anonymized_emb[k, i], anonymized_emb[k, j])) for k in range(keys) for i, j in face_pairs]
     )
     inter_key = np.mean(
-        [max(0.0, _cos(anonymized_emb[k, b], anonymized_emb[l, b])) for b in range(faces) for k, l in key_pairs]
+        [max(0.0, _cos(anonymized_emb[k1, b], anonymized_emb[k2, b])) for b in range(faces) for k1, k2 in key_pairs]
     )
     matching = np.mean([1.0 - _cos(r[b], original_emb[b]) for r in recovered_emb for b in range(faces)])
     non_matching = np.mean([max(0.0, _cos(w[b], original_emb[b])) for w in wrong_emb for b in range(faces)])

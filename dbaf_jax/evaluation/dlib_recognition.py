@@ -4,7 +4,7 @@ DBAF trains against ArcFace IR-SE50, so ArcFace alone cannot tell a model that h
 identity from one that only fools its own critic. dlib's descriptor (a ResNet trained
 by Davis King on about 3 million faces, 128-D, 99.38% on LFW at its documented
 Euclidean threshold 0.6) shares neither weights nor training data with the model's
-critic. Its real weights come with the optional extra of requirements-eval.txt
+critic. Its real weights come with the optional [eval] extra
 (``dlib-bin``, ``face-recognition-models``); nothing is converted.
 
 Each image is a face crop. dlib's frontal detector looks for the face (largest box);
@@ -27,7 +27,7 @@ import numpy as np
 
 from dbaf_jax.images import to_uint8
 
-INSTALL_HINT = "pip install -r requirements-eval.txt"
+INSTALL_HINT = "pip install '.[eval]'"
 # dlib's documented same-person threshold on the Euclidean distance of raw descriptors.
 THRESHOLD = 0.6
 DIMENSION = 128

@@ -10,7 +10,7 @@
 - ``mtcnn`` (required): the face detector of the utility metrics.
 
 Beside them, dlib's ResNet descriptor (`dlib_recognition`, real weights from the optional
-extra of requirements-eval.txt, not from this folder) is a recogniser held out from the
+[eval] extra, not from this folder) is a recogniser held out from the
 model's training; without the extra it is listed as missing with the install command.
 
 A missing required network is a `NetworkNotFoundError` whose message names the

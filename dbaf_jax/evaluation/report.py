@@ -234,7 +234,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     if results["missing_recognisers"]:
         missing = ", ".join(RECOGNISER_TITLES[r] for r in results["missing_recognisers"])
-        lines += [f"Not measured (network not converted, or for dlib: pip install -r requirements-eval.txt): {missing}.", ""]
+        lines += [f"Not measured (network not converted, or for dlib: pip install '.[eval]'): {missing}.", ""]
     if results["skipped"]:
         lines += [f"Skipped {len(results['skipped'])} unreadable image(s).", ""]
     lines += ["## Identity at calibrated thresholds", "",

@@ -21,6 +21,9 @@ Model = TypeVar("Model")
 class EncoderDecoder:
     """Sizes of a composition with ``e4e`` and ``decoder`` fields."""
 
+    e4e: Any  # declared for the type checker; the dataclass that mixes this in holds the fields
+    decoder: Any
+
     @property
     def input_size(self) -> int:
         return self.e4e.input_size
@@ -56,9 +59,17 @@ class Anonymizer(Protocol):
     """
 
     FAMILY: str
-    input_size: int
-    output_size: int
-    key_shape: tuple[int, int]  # the (n, style_dim) standard normals a key is made from (`keys.key_latents`)
+
+    @property
+    def input_size(self) -> int: ...
+
+    @property
+    def output_size(self) -> int: ...
+
+    @property
+    def key_shape(self) -> tuple[int, int]:
+        """The (n, style_dim) standard normals a key is made from (`keys.key_latents`)."""
+        ...
 
     def networks(self) -> dict[str, Any]: ...
 

@@ -7,7 +7,7 @@ docs/methods.md says how a method plugs in.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 import jax
 import ml_collections
@@ -23,7 +23,10 @@ class MethodNetworks(Protocol):
     `dbaf_jax.train.dbaf.networks.Networks`, iFADIT's
     `dbaf_jax.train.ifadit.networks.IFADITNetworks`."""
 
-    model: Any  # the composition (`dbaf_jax.models.composition.Anonymizer`) the export names by its FAMILY
+    @property
+    def model(self) -> Any:
+        """The composition (`dbaf_jax.models.composition.Anonymizer`) the export names by its FAMILY."""
+        ...
 
     @property
     def table(self) -> tuple:
@@ -53,33 +56,54 @@ class MethodState(Protocol):
     (Ranger's Lookahead pairs and a discriminator), iFADIT's
     `dbaf_jax.train.ifadit.state.PhaseState` (Adam)."""
 
-    step: jax.Array  # int32 scalar, steps done
-    rng: jax.Array  # PRNG key data (uint32)
+    @property
+    def step(self) -> jax.Array:
+        """int32 scalar, steps done."""
+        ...
+
+    @property
+    def rng(self) -> jax.Array:
+        """PRNG key data (uint32)."""
+        ...
 
     def variables(self, frozen: Variables) -> Variables:
         """{network: variables} for the forward pass: the trained networks' plus ``frozen``."""
         ...
 
 
-class TrainingStage(Protocol):
+# A stage takes its own method's networks (DBAF's stages DBAF's table), hence generic.
+NetworksT = TypeVar("NetworksT", bound=MethodNetworks)
+
+
+class TrainingStage(Protocol[NetworksT]):
     """One stage (or phase) of a method's training, built from a config.
 
     ``networks`` is the method's networks table (its ``model`` is the composition the
     export names by ``FAMILY``); images are (B, H, W, 3) in [-1, 1].
     """
 
-    networks: MethodNetworks
-    sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
+    @property
+    def sample_columns(self) -> tuple[str, ...]:
+        """What each column of a sample grid shows (a class attribute of each stage)."""
+        ...
+
+    @property
+    def networks(self) -> NetworksT: ...
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: MethodNetworks, optimizers: Any) -> "TrainingStage":
+    def from_config(
+        cls, config: ml_collections.ConfigDict, networks: NetworksT, optimizers: Any, /
+    ) -> "TrainingStage[NetworksT]":
         """The stage with ``optimizers`` as its method's state creation made them (None:
         a stage built only to sample, evaluate or export)."""
         ...
 
-    def step(self, state: Any, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, **variant) -> tuple[Any, Metrics]:
-        """One pure training step on the method's `MethodState` (jitted by the loop with a
-        donated state)."""
+    @property
+    def step(self) -> Callable[..., tuple[Any, Metrics]]:
+        """One pure training step ``step(state, frozen, images, index_in_epoch, **variant)``
+        on the method's `MethodState` (jitted by the loop with a donated state); ``variant``
+        is `step_variant`'s, whose keywords each stage defines (a property, so that they
+        may differ)."""
         ...
 
     def step_variant(self, step: int) -> dict:

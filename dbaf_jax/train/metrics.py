@@ -1,6 +1,6 @@
 """Training metrics: scalars to stdout and TensorBoard, sample grids as PNG and TensorBoard images.
 
-TensorBoard files are written with tensorboardX (pinned in requirements.txt), not
+TensorBoard files are written with tensorboardX (pinned in pyproject.toml), not
 with ``clu.metric_writers``: clu's writers import TensorFlow, which is not a runtime
 dependency of this project (docs/decisions.md), while tensorboardX writes the same
 event files with only numpy and protobuf. tensorboardX is imported when a writer

@@ -11,7 +11,7 @@ Adam and no discriminator.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import ml_collections
@@ -21,14 +21,14 @@ from dbaf_jax.train.dbaf import networks as dbaf_networks, state as dbaf_state
 from dbaf_jax.train.dbaf.stage1 import Stage1
 from dbaf_jax.train.dbaf.stage2 import Stage2
 from dbaf_jax.train.ifadit import networks as ifadit_networks, phases as ifadit_phases, state as ifadit_state
-from dbaf_jax.train.method import MethodState, TrainingStage, Variables
+from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage, Variables
 
 
 class Method(NamedTuple):
     """What the loop needs of a method's training."""
 
-    stages: dict[Any, type[TrainingStage]]  # config.stage -> its stage class
-    build_networks: Callable[[ml_collections.ConfigDict], Any]  # config -> the networks table
+    stages: Mapping[Any, type[TrainingStage[Any]]]  # config.stage -> its stage class
+    build_networks: Callable[[ml_collections.ConfigDict], MethodNetworks]  # config -> the networks table
     # (config, variables, rng) -> (train state, frozen variables, the optimizers its stages take)
     create_state: Callable[[ml_collections.ConfigDict, Variables, jax.Array], tuple[MethodState, Variables, Any]]
 

@@ -62,7 +62,7 @@ class Tracker:
     def __init__(self, frame_rate: float, min_face_size: float = 0.0):
         self.min_face_size = min_face_size
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (requirements.txt)
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (pyproject.toml's [video] extra)
             self._tracker = self._bytetrack(frame_rate)
         self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
         self._order: list[object] = []

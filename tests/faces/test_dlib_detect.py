@@ -14,7 +14,7 @@ from dbaf_jax.faces.dlib_detect import DlibDetector
 def test_unavailable_names_the_missing_package(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name))
-    assert DlibDetector.unavailable().startswith("dlib is not installed (pip install -r requirements-eval.txt")
+    assert DlibDetector.unavailable().startswith("dlib is not installed (pip install '.[eval]'")
 
 
 def stand_in_dlib(faces):

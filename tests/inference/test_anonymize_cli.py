@@ -405,7 +405,7 @@ def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     # The folder holds a broken image, so a run that finishes exits EXIT_SKIPPED, not 0.
     finished = [code == EXIT_SKIPPED for code, _ in results]
     assert sum(finished) <= 1, results
-    for (code, stderr), done in zip(results, finished):
+    for (_, stderr), done in zip(results, finished):
         if not done:
             errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
             assert len(errors) == 1 and "exist" in errors[0] and "--overwrite" in errors[0], stderr

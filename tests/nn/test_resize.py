@@ -3,7 +3,6 @@
 import jax
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 
 from dbaf_jax.nn.resize import adaptive_avg_pool2d, adaptive_pool_matrix, resize_bilinear_align_corners

@@ -244,7 +244,9 @@ def test_smoothing_steadies_a_still_face():
     track = tracks.Track(0, 0, jittered, np.ones(40, bool))
     raw = tracks.transforms(track, 64, sigma=0)
     smooth = tracks.transforms(track, 64, sigma=tracks.DEFAULT_SIGMA)
-    step = lambda stack: np.abs(np.diff(stack, axis=0)).mean()
+    def step(stack):
+        return np.abs(np.diff(stack, axis=0)).mean()
+
     assert step(smooth) < step(raw) / 3
 
 

@@ -90,6 +90,7 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         width_scale=m.width_scale,
     )
     groups = tuple(m.latent_groups)
+    cid: CID | LatentMLP
     if m.cid.kind == "vit":
         cid = CID(
             n_latent=decoder.n_latent,
@@ -133,8 +134,10 @@ def _maar_inputs(features) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 def _maar_init(n: Networks, keys: dict, x: Examples) -> Variables:
     """MAAR takes e4e's feature maps: e4e's own start (its key) gives their shapes."""
+    maar = n.model.maar
+    assert maar is not None  # in the table only when config.model.maar.enabled
     e4e = n.model.e4e.init(keys["e4e"], x.images)
-    return n.model.maar.init(keys["maar"], *_maar_inputs(n.model.e4e.apply(e4e, x.images)))
+    return dict(maar.init(keys["maar"], *_maar_inputs(n.model.e4e.apply(e4e, x.images))))
 
 
 # DBAF's networks, in the order the seed is split among them (fixed: it defines every

@@ -26,8 +26,7 @@ from dbaf_jax.train.state import joined, split_trainable
 DISCRIMINATOR = "discriminator"
 
 
-@flax.struct.dataclass
-class TrainState:
+class TrainState(flax.struct.PyTreeNode):
     """Everything a step changes.
 
     step: int32 scalar, steps done.
@@ -55,15 +54,15 @@ class TrainState:
         model_state = self.model_state if model_state is None else model_state
         return {**joined(frozen, fast_params, model_state), DISCRIMINATOR: {"params": self.discriminator_params.fast}}
 
-    def after_generator_update(self, optimizer: optax.GradientTransformation, grads, rng: jax.Array, **fields) -> "TrainState":
+    def after_generator_update(self, optimizer: optimizers.Optimizer, grads, rng: jax.Array, **fields) -> "TrainState":
         """The next step's state: ``grads`` of the fast generator-side params applied by
         ``optimizer``, the step counted, ``rng`` (a typed key) carried on, and any other
         ``fields`` replaced."""
-        updates, opt_state = optimizer.update(grads, self.generator_opt_state, self.generator_params)
+        params, opt_state = optimizer.step(grads, self.generator_opt_state, self.generator_params)
         return self.replace(
             step=self.step + 1,
             rng=jax.random.key_data(rng),
-            generator_params=optax.apply_updates(self.generator_params, updates),
+            generator_params=params,
             generator_opt_state=opt_state,
             **fields,
         )
@@ -72,8 +71,8 @@ class TrainState:
 class Optimizers(NamedTuple):
     """The two Ranger instances: generator side and discriminator."""
 
-    generator: optax.GradientTransformation
-    discriminator: optax.GradientTransformation
+    generator: optimizers.Optimizer
+    discriminator: optimizers.Optimizer
 
 
 def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) -> Optimizers:

@@ -118,6 +118,7 @@ class Phase:
     def step(self, state: PhaseState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array) -> tuple[PhaseState, Metrics]:
         """One Adam update of the trained networks on ``images`` (B, H, W, 3)."""
         del index_in_epoch  # every step of an epoch is alike
+        assert self.optimizer is not None, "a phase built without an optimizer only samples and evaluates"
         rng, loss_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
 
         def loss(params):

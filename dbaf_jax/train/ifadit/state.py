@@ -15,8 +15,7 @@ from dbaf_jax.models.ifadit import Variables
 from dbaf_jax.train.state import joined, split_trainable
 
 
-@flax.struct.dataclass
-class PhaseState:
+class PhaseState(flax.struct.PyTreeNode):
     """Everything a phase's step changes (no discriminator, plain Adam).
 
     step: int32 scalar, steps done.
