@@ -164,6 +164,8 @@ def _rewrite(
             if written != frame_count:
                 raise InputError(f"{source}: decoded {written} frames, not the {frame_count} of the first pass")
             writer.finish()
+            if recorder is not None:  # before the clip is in place: no clip is published without its ledger entries
+                recorder.write()
         except BaseException:
             writer.close()
             raise
@@ -207,18 +209,20 @@ def anonymize_video(
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
     notes = _prepare_outputs(source, [target, side], overwrite)
+    if face_ledger is not None:  # before any frame is read, then with its entries counted (`ledger.check_appendable`)
+        notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
     info = clip.probe(source)
     found, placed, count, tracker = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(metadata.anonymization(record, anonymizer.fingerprint), info.upright_shape, count, faces.size, placed)
     tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
-    recorder = track_ledger.Recorder(placed, float(info.rate), faces.crops) if face_ledger is not None else None
+    recorder = track_ledger.Recorder(placed, float(info.rate), faces.crops, face_ledger) if face_ledger is not None else None
+    if recorder is not None:
+        notes += [note for note in [ledger.check_appendable(face_ledger, len(recorder.wanted))] if note]
     _rewrite(anonymizer, faces, source, target, info, encoding, placed, track_keys, _anonymize_step(anonymizer), batch_size, count,
              overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None, recorder=recorder)
     sidecar.write(side, recorded, overwrite)
-    if recorder is not None:
-        recorder.write(face_ledger)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
                          sum(map(len, tracker.unusable.values())), tracker.left, notes)
     if tag is None:

@@ -52,12 +52,13 @@ def sampled_offsets(length: int, rate: float) -> list[int]:
 
 
 class Recorder:
-    """Collects one anonymization run's entries (its id `clip`) as its frames are made:
-    `observe` each frame with its faces, then `write`."""
+    """Collects one anonymization run's entries (its id `clip`) for the ledger at
+    ``path`` as its frames are made: `observe` each frame with its faces, then `write`."""
 
-    def __init__(self, placed: Placed, rate: float, crop: Crop):
+    def __init__(self, placed: Placed, rate: float, crop: Crop, path: Path):
         self.clip = secrets.token_hex(8)
         self.crop = crop
+        self.path = path
         self.wanted = {(number, first + offset) for number, first, stack in placed for offset in sampled_offsets(len(stack), rate)}
         self.entries: list[ledger.Entry] = []
 
@@ -72,9 +73,9 @@ class Recorder:
                               self.crop(published, picked), originals[chosen])
         self.entries += [dataclasses.replace(entry, clip=self.clip, frame=index) for entry in made]
 
-    def write(self, path: Path) -> None:
-        """Appends the run's entries to the ledger at ``path``, all or none (`ledger.append`)."""
-        ledger.append(path, self.entries)
+    def write(self) -> None:
+        """Appends the run's entries to the ledger, all or none (`ledger.append`)."""
+        ledger.append(self.path, self.entries)
 
 
 @dataclasses.dataclass(frozen=True)
