@@ -30,7 +30,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -194,28 +194,47 @@ def recorded_faces(meta: dict[str, Any], photo_shape: Sequence[int], size: int) 
     return faces
 
 
+def face_places(transforms: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sides (N,), centres (N, 2) as x, y) in pixels of the faces whose photo-to-crop
+    ``transforms`` (N, 2, 3) make crops of ``size``."""
+    linear = transforms[:, :, :2]
+    sides = size / np.sqrt(np.abs(np.linalg.det(linear)))
+    centres = np.linalg.solve(linear, (size / 2 - transforms[:, :, 2])[..., None])[..., 0]
+    return sides, centres
+
+
+def check_places(sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int], name: Callable[[int], str]) -> None:
+    """ValueError when a face (`face_places`, named by ``name(position)``) is smaller than
+    anonymize records or centred outside a photo or frame of ``photo_shape`` (H, W, ...)."""
+    small = np.flatnonzero(sides < MIN_RECORDED_SIDE)
+    if small.size:
+        raise ValueError(f"{name(small[0])} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records")
+    height, width = int(photo_shape[0]), int(photo_shape[1])
+    outside = np.flatnonzero((centres[:, 0] < 0) | (centres[:, 0] > width) | (centres[:, 1] < 0) | (centres[:, 1] > height))
+    if outside.size:
+        raise ValueError(f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'}")
+
+
+def overlapping(sides: np.ndarray, centres: np.ndarray) -> tuple[int, int, int] | None:
+    """The first (group, i, j) of two faces of one group, sides (G, N) and centres
+    (G, N, 2), centred within half the smaller one's side (one face recorded twice), or None."""
+    distance = np.hypot(*np.moveaxis(centres[:, :, None, :] - centres[:, None, :, :], -1, 0))
+    close = distance < 0.5 * np.minimum(sides[:, :, None], sides[:, None, :])
+    close[:, np.arange(sides.shape[1]), np.arange(sides.shape[1])] = False
+    found = np.argwhere(close)
+    return tuple(int(v) for v in found[0]) if found.size else None
+
+
 def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -> None:
     """ValueError when a recorded face is smaller than anonymize records, centred
     outside the photo, or on another (repeated or overlapping transforms)."""
     if not faces:
         return
-    linear = np.stack([face.transform[:, :2] for face in faces])  # (N, 2, 2) photo -> crop
-    sides = np.array([face.size for face in faces]) / np.sqrt(np.abs(np.linalg.det(linear)))
-    centres_in_crop = np.array([[face.size / 2, face.size / 2] for face in faces]) - np.stack([f.transform[:, 2] for f in faces])
-    centres = np.linalg.solve(linear, centres_in_crop[..., None])[..., 0]  # (N, 2) x, y in the photo
-    small = np.flatnonzero(sides < MIN_RECORDED_SIDE)
-    if small.size:
-        raise ValueError(f"face {faces[small[0]].index} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records")
-    height, width = int(photo_shape[0]), int(photo_shape[1])
-    outside = np.flatnonzero((centres[:, 0] < 0) | (centres[:, 0] > width) | (centres[:, 1] < 0) | (centres[:, 1] > height))
-    if outside.size:
-        raise ValueError(f"face {faces[outside[0]].index} is centred outside the photo")
-    distance = np.hypot(*(centres[:, None, :] - centres[None, :, :]).transpose(2, 0, 1))
-    close = distance < 0.5 * np.minimum(sides[:, None], sides[None, :])
-    np.fill_diagonal(close, False)
-    if close.any():
-        i, j = np.argwhere(close)[0]
-        raise ValueError(f"faces {faces[i].index} and {faces[j].index} overlap (one face recorded twice?)")
+    sides, centres = face_places(np.stack([face.transform for face in faces]), faces[0].size)
+    check_places(sides, centres, photo_shape, lambda k: f"face {faces[k].index}")
+    pair = overlapping(sides[None], centres[None])
+    if pair is not None:
+        raise ValueError(f"faces {faces[pair[1]].index} and {faces[pair[2]].index} overlap (one face recorded twice?)")
 
 
 def photo_fields(photo_shape: Sequence[int], faces: Sequence[AlignedFace]) -> dict[str, Any]:

@@ -109,6 +109,19 @@ def probe(path: str | Path) -> ClipInfo:
                         len(container.streams.audio))
 
 
+def packet_count(path: str | Path) -> int:
+    """The video stream's packets, demuxed without decoding (one a frame in the containers
+    written here): what the clip holds, which a header's frame count or duration could
+    overstate; InputError naming the file when it cannot be read."""
+    path = Path(path)
+    with _open(path) as container:
+        stream = _video_stream(container, path)
+        try:
+            return sum(1 for packet in container.demux(stream) if packet.size)
+        except av.error.FFmpegError as err:
+            raise InputError(f"{path}: the video is damaged or truncated ({err})") from None
+
+
 def _decoded(container, stream, path: Path) -> Iterator[av.VideoFrame]:
     try:
         yield from container.decode(stream)

@@ -253,7 +253,9 @@ def recover_video(
     in_file = sidecar_path is not None or side.exists()
     tag = None if in_file else clip.read_tag(source, sidecar.TAG)
     if in_file or tag is not None:
-        recorded, where = (sidecar.read(side), side) if tag is None else (sidecar.from_tag(tag, source), f"{source} (its container's sidecar)")
+        limit = sidecar.max_bytes(info.upright_shape, clip.packet_count(source))  # refused by size before it is parsed
+        recorded, where = ((sidecar.read(side, limit), side) if tag is None
+                           else (sidecar.from_tag(tag, source, limit), f"{source} (its container's sidecar)"))
         if recorded.made.fingerprint != anonymizer.fingerprint and not ignore_model_mismatch:
             raise ModelMismatchError(
                 f"{where}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"

@@ -9,8 +9,16 @@ InputError naming the file and the field.
 The same content also travels inside the clip, as the container metadata tag `TAG`
 (`as_tag`: zlib-compressed JSON in base64), where the container holds such tags (MP4,
 MOV, Matroska, WebM; not AVI): a clip shared without its sidecar file can still be
-recovered with the password alone. `from_tag` checks it like the file, and bounds
-the decompressed size before parsing.
+recovered with the password alone. `from_tag` checks it like the file.
+
+What one sidecar can make recovery do is bounded by the clip's pixels, as for photos
+(`metadata`'s rules, one home): on each frame at most `metadata.max_recorded_faces`
+faces for the frame's area, none smaller than anonymize records or centred outside the
+frame, no two overlapping, and one transform per track per frame (a track is one run of
+frames). Before it is parsed, a sidecar file or tag is refused by its size against what
+the clip can hold (`max_bytes`: its frames times its faces per frame times
+`BYTES_PER_FACE`): the compressed tag, then its inflated JSON, which is never inflated
+past that bound.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import json
 import math
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,6 +45,14 @@ MAX_FRAMES = 10_000_000
 MAX_BYTES = 1 << 30
 TAG = "dbaf_jax_video"  # the container metadata key (Matroska stores it upper-case)
 MAX_TAG_CHARS = 64 << 20  # a larger encoded sidecar stays beside the clip only
+# What the JSON of one clip can take: a face on one frame is one transform as `content`
+# writes it (6 numbers within +-metadata.MAX_TRANSFORM_VALUE at 6 decimals: at most
+# 6 * 18 + 7 bytes) and at most one track's other fields (a track has a face on at least
+# one frame); and the fields of the clip (the key record and model are under 1 KiB).
+BYTES_PER_FACE = 128 + 64
+FIXED_BYTES = 16 << 10
+ZLIB_SLACK = 1 << 10  # zlib's largest growth of incompressible data at these sizes
+OVERLAP_BATCH = 1 << 22  # face pairs compared at once (their distances: 32 MiB)
 
 
 def path_for(video: str | Path) -> Path:
@@ -58,6 +74,12 @@ def content(anonymization: dict, shape: tuple[int, int], frames: int, size: int,
             for n, first, stack in tracks
         ],
     }
+
+
+def max_bytes(shape: Sequence[int], frames: int) -> int:
+    """The longest sidecar (JSON bytes) a clip of upright ``shape`` (H, W) and ``frames``
+    frames can have: as many faces on every frame as its area allows."""
+    return min(MAX_BYTES, FIXED_BYTES + frames * metadata.max_recorded_faces(shape) * BYTES_PER_FACE)
 
 
 def _text(data: dict) -> str:
@@ -94,6 +116,8 @@ def _transforms(values: Any, number: int) -> np.ndarray:
     for t in values:
         if not isinstance(t, list) or len(t) != 6 or not all(type(v) in (int, float) and math.isfinite(v) for v in t):
             raise ValueError(f"track {number}: each transform must be a list of 6 finite numbers")
+        if max(map(abs, t)) > metadata.MAX_TRANSFORM_VALUE:
+            raise ValueError(f"track {number}: a transform's numbers must lie within +-{metadata.MAX_TRANSFORM_VALUE:g}")
     stack = np.asarray(values, np.float64).reshape(-1, 2, 3)
     if np.any(np.abs(np.linalg.det(stack[:, :, :2])) < 1e-12):
         raise ValueError(f"track {number}: a transform is not invertible")
@@ -133,7 +157,34 @@ def check(data: Any) -> Sidecar:
         if first + len(stack) > frames:
             raise ValueError(f"track {number} runs past the clip's {frames} frames")
         tracks.append((number, first, stack))
+    _check_frames(tracks, (height, width), size)
     return Sidecar(made, (height, width), frames, size, tracks)
+
+
+def _check_frames(tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, int], size: int) -> None:
+    """ValueError when a frame holds more faces than its area allows, or a face the
+    photos' rules refuse (`metadata.check_places`, `metadata.overlapping`)."""
+    if not tracks:
+        return
+    numbers = np.concatenate([np.full(len(stack), number) for number, _, stack in tracks])
+    frames = np.concatenate([np.arange(first, first + len(stack)) for _, first, stack in tracks])
+    sides, centres = metadata.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
+    metadata.check_places(sides, centres, shape, lambda k: f"track {numbers[k]} on frame {frames[k]}")
+    order = np.argsort(frames, kind="stable")
+    frames, numbers, sides, centres = frames[order], numbers[order], sides[order], centres[order]
+    on_frame, starts, counts = np.unique(frames, return_index=True, return_counts=True)
+    most = metadata.max_recorded_faces(shape)
+    if counts.max() > most:
+        crowded = int(np.argmax(counts))
+        raise ValueError(f"frame {on_frame[crowded]} holds {counts[crowded]} faces, more than the {most} a {shape[1]}x{shape[0]} frame can")
+    for count in np.unique(counts[counts > 1]):  # the frames with as many faces, checked together
+        chosen, step = starts[counts == count], max(1, OVERLAP_BATCH // int(count) ** 2)
+        for at in range(0, len(chosen), step):
+            rows = chosen[at : at + step, None] + np.arange(count)  # (G, count) positions
+            pair = metadata.overlapping(sides[rows], centres[rows])
+            if pair is not None:
+                a, b = rows[pair[0], pair[1]], rows[pair[0], pair[2]]
+                raise ValueError(f"tracks {numbers[a]} and {numbers[b]} overlap on frame {frames[a]} (one face recorded twice?)")
 
 
 def _parsed(text: str | bytes, where: str) -> Sidecar:
@@ -148,28 +199,34 @@ def _parsed(text: str | bytes, where: str) -> Sidecar:
         raise InputError(f"{where} is malformed: {err}") from None
 
 
-def read(path: str | Path) -> Sidecar:
-    """The checked sidecar at ``path``; InputError naming it when missing or malformed."""
-    path = Path(path)
+def read(path: str | Path, limit: int | None = None) -> Sidecar:
+    """The checked sidecar at ``path``; InputError naming it when missing, malformed, or
+    longer than ``limit`` bytes (`max_bytes` of the clip it is for; default `MAX_BYTES`)."""
+    path, limit = Path(path), MAX_BYTES if limit is None else limit
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise InputError(f"{path}: a sidecar over {MAX_BYTES} bytes is refused")
+        length = path.stat().st_size
+        if length > limit:
+            raise InputError(f"{path}: a sidecar of {length} bytes is more than the clip it is for can hold ({limit} bytes); refused")
         text = path.read_bytes()
     except OSError as err:
         raise InputError(f"cannot read the sidecar {path}: {err.strerror}") from None
     return _parsed(text, f"{path}: the sidecar")
 
 
-def from_tag(tag: str, video: Path) -> Sidecar:
-    """The checked sidecar carried in ``video``'s container tag `TAG`; InputError naming the clip otherwise."""
-    where = f"{video}: the sidecar in the container's metadata"
+def from_tag(tag: str, video: Path, limit: int | None = None) -> Sidecar:
+    """The checked sidecar carried in ``video``'s container tag `TAG`; InputError naming
+    the clip otherwise, or when it is, compressed or inflated, longer than ``limit``
+    bytes (`max_bytes` of the clip; default `MAX_BYTES`), which is all it is ever inflated to."""
+    where, limit = f"{video}: the sidecar in the container's metadata", MAX_BYTES if limit is None else limit
     try:
-        if len(tag) > MAX_TAG_CHARS:
-            raise ValueError(f"over {MAX_TAG_CHARS} characters")
+        if len(tag) > min(MAX_TAG_CHARS, 4 * (limit + ZLIB_SLACK) // 3 + 4):
+            raise ValueError(f"{len(tag)} characters, more than a sidecar this clip can hold ({limit} bytes) takes compressed")
         inflate = zlib.decompressobj()
-        text = inflate.decompress(base64.b64decode(tag, validate=True), MAX_BYTES)
+        text = inflate.decompress(base64.b64decode(tag, validate=True), limit + 1)
+        if len(text) > limit:
+            raise ValueError(f"over {limit} bytes once decompressed, more than this clip's sidecar can take")
         if inflate.unconsumed_tail or not inflate.eof:
-            raise ValueError(f"truncated, or over {MAX_BYTES} bytes once decompressed")
+            raise ValueError("truncated")
     except (ValueError, binascii.Error, zlib.error) as err:
         raise InputError(f"{where} cannot be decoded ({err})") from None
     return _parsed(text, where)
