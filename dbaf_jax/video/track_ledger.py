@@ -20,6 +20,11 @@ its entries, between them the re-detected motion; the rotation re-detected), and
 face changes pixels only within the disc `ledger.region` gives for that place. Every other re-detected track is left exactly as it is and counted. Frames
 are matched by number, so a copy whose frames were dropped or added does not verify
 and is left as it is.
+
+The ledger is untrusted input, and its entries buy crops and signatures: before they
+are matched, each run's entries on one frame are held to the sidecar's and photos'
+rules against the clip's size (`metadata.max_recorded_faces`, `metadata.check_places`,
+`metadata.overlapping`) and to one entry per track (key index) per frame.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from dbaf_jax import metadata
+from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.video import tracks
@@ -128,6 +135,31 @@ def _match(entries: list[ledger.Entry], pixels: np.ndarray, face: AlignedFace, c
     return best
 
 
+def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) -> None:
+    """InputError when one run's entries on one frame of a clip of upright ``shape``
+    (H, W) break the module doc's bounds."""
+    width = shape[1]
+    groups: dict[tuple[str, int], list[ledger.Entry]] = {}
+    for entry in clip_entries:
+        groups.setdefault((entry.clip, entry.frame), []).append(entry)
+    most = metadata.max_recorded_faces(shape)
+    for (run, frame), group in groups.items():
+        name = f"the key file's face ledger: run {run}, frame {frame}"
+        if len(group) > most:
+            raise InputError(f"{name}: {len(group)} faces, more than the {most} a {shape[1]}x{shape[0]} frame can hold")
+        if len({entry.index for entry in group}) != len(group):
+            raise InputError(f"{name}: a track (key index) has two entries")
+        sides = np.array([entry.side for entry in group]) * width
+        centres = np.array([entry.centre for entry in group]) * width
+        try:
+            metadata.check_places(sides, centres, shape, lambda k: f"key index {group[k].index}")
+        except ValueError as err:
+            raise InputError(f"{name}: {err}") from None
+        pair = metadata.overlapping(sides[None], centres[None]) if len(group) > 1 else None
+        if pair is not None:
+            raise InputError(f"{name}: key indices {group[pair[1]].index} and {group[pair[2]].index} overlap (one face recorded twice?)")
+
+
 def verify(
     face_ledger: Iterable[ledger.Entry], placed: Placed, frames: Iterable[Frame], crop: Crop, size: int, shape: Sequence[int]
 ) -> Verified:
@@ -135,6 +167,7 @@ def verify(
     crops of ``size``) of the clip ``frames`` (upright ``shape`` (H, W)) match the
     ledger's clip entries (module doc)."""
     clip_entries = [entry for entry in face_ledger if entry.clip is not None]
+    check_entries(clip_entries, shape)
     on_frame: dict[int, list[ledger.Entry]] = {}
     for entry in clip_entries:
         on_frame.setdefault(entry.frame, []).append(entry)

@@ -13,6 +13,7 @@ from scipy.ndimage import binary_dilation
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys
+from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger, paste, photos
 from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.video import clip, runner, sidecar, track_ledger
@@ -127,3 +128,23 @@ def test_the_anonymized_place_is_exact_at_entries_and_follows_the_redetected_mot
     assert all(np.isclose(place.side, side) and place.frame == f for f, place in enumerate(places))
     assert track_ledger.sampled_offsets(1, 12) == [0]
     assert track_ledger.sampled_offsets(14, 12) == [0, 6, 12, 13]
+
+
+def _entry(index, x, frame=3, run="ab", side=0.1):
+    return ledger.Entry(index, 4 / 3, (x, 0.3), side, np.zeros(ledger.GRID**2 * 3), 0.2, run, frame)
+
+
+@pytest.mark.parametrize("entries, words", [
+    ([_entry(i, 0.5) for i in range(1000)], "run ab, frame 3: 1000 faces, more than the 75 a 320x240 frame can hold"),
+    ([_entry(0, 0.2), _entry(1, 0.21)], "key indices 0 and 1 overlap"),
+    ([_entry(0, 0.2), _entry(0, 0.6)], "a track \\(key index\\) has two entries"),
+    ([_entry(0, 0.2, side=0.01)], "below the 8 px"),
+    ([_entry(0, 1.5)], "centred outside the frame"),
+])
+def test_a_crafted_clip_ledger_is_refused_by_the_sidecars_rules(entries, words):
+    """The clip entries of a face ledger buy crops and signatures: one run's entries on
+    one frame are held to the frame's area, no overlaps and one per track."""
+    with pytest.raises(InputError, match=words):
+        track_ledger.check_entries(entries, (240, 320))
+    honest = [_entry(0, 0.2), _entry(1, 0.6), _entry(0, 0.2, run="cd"), _entry(0, 0.2, frame=4)]
+    track_ledger.check_entries(honest, (240, 320))  # other runs and frames may repeat a place
