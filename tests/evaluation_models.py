@@ -1,6 +1,6 @@
 """Models and faces for the evaluation tests (tests/evaluation/test_evaluate.py) and the
-benchmarks that run the evaluation on them (benchmarks/evaluate.py, benchmarks/wild.py): a
-folder of metric networks with random weights (`build_metrics_models`), the tiny tempered
+benchmark that compares the evaluation's networks with PyTorch (benchmarks/evaluate.py): the
+package's random metric networks with MTCNN's real weights (`build_metrics_models`), the tiny tempered
 DBAF model (`build_tiny_model`), and face crops of the real photos in tests/data
 (`face_crops`, `write_faces`)."""
 
@@ -8,52 +8,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import torch
 from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from convert.facenet import main as convert_facenet
-from convert.inception import main as convert_inception
-from dbaf_jax import model_directory
+from dbaf_jax.evaluation.random_networks import write_random_metric_networks
 from dbaf_jax.faces.detect import FaceDetector
-from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.lpips import LPIPS
 from tests.cli_helpers import temper_
 from tests.paths import DATA, REPO
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
-from tests.torch_reference.metric_networks import FACENET_IDENTITIES, random_facenet, random_fid_inception_state_dict
 
 PHOTOS = ("jf.jpg", "office3.jpg", "office5.jpg")
 FACE_SIZE = 256
 
 
-def random_network(path: Path, module, *inputs) -> None:
-    # Jitted: op-by-op initialisation of the full-size Inception networks is far slower on CPU.
-    variables = jax.jit(module.init)(jax.random.key(len(str(path))), *inputs)
-    model_directory.save_network(path, module, variables, source="random (test)")
-
-
 def build_metrics_models(folder: Path) -> Path:
-    """``folder`` with arcface and lpips_alex (random Flax initialisation), facenet_vggface2
-    and inception_fid (facenet-pytorch's and pytorch-fid's models with random calibrated
-    weights, saved and converted by the converter commands) and mtcnn (real weights); no
+    """``folder``/networks: the package's random metric networks (`write_random_metric_networks`,
+    what ``python -m dbaf_jax.make_metric_networks`` writes; ArcFace at 1/4 width for speed)
+    with MTCNN's real weights (converted from facenet-pytorch's bundled files); no
     facenet_casia_webface, which a report must then name as not measured."""
-    image = jnp.zeros((1, 64, 64, 3))
-    random_network(folder / "arcface", ArcFace(width_scale=1 / 4), image)
-    random_network(folder / "lpips_alex", LPIPS("alex"), image, image)
-    torch.save(random_facenet(FACENET_IDENTITIES["vggface2"]).state_dict(), folder / "vggface2.pt")
-    run(convert_facenet, ["--ckpt", str(folder / "vggface2.pt"), "--out", str(folder)])
-    torch.save(random_fid_inception_state_dict(), folder / "inception.pth")
-    run(convert_inception, ["--ckpt", str(folder / "inception.pth"), "--out", str(folder)])
     # In a fresh interpreter, as tests/conftest.py's real_detector does: the converter reads the
     # facenet-pytorch wheel's files and must not depend on this process's imports.
     done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    return folder
+    return write_random_metric_networks(folder / "networks", mtcnn=folder / "mtcnn", arcface_width_scale=1 / 4)
 
 
 def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:

@@ -9,6 +9,10 @@
 - ``lpips_alex`` (required): LPIPS on AlexNet;
 - ``mtcnn`` (required): the face detector of the utility metrics.
 
+A folder written by ``python -m dbaf_jax.make_metric_networks`` (random weights, for
+trying the evaluation without checkpoints) holds `FOLDER_FILE`, which says so; the
+report reads it (`folder_record`) and calls its figures a smoke test.
+
 Beside them, dlib's ResNet descriptor (`dlib_recognition`, real weights from the optional
 [eval] extra, not from this folder) is a recogniser held out from the
 model's training; without the extra it is listed as missing with the install command.
@@ -31,7 +35,7 @@ import numpy as np
 
 from dbaf_jax import model_directory
 from dbaf_jax.inference.programs import pad_batch
-from dbaf_jax.errors import NetworkNotFoundError
+from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detect import FaceDetector
 
@@ -59,6 +63,24 @@ THRESHOLD_NAMES = {FACENET_CASIA: "facenet", FACENET_VGGFACE2: "facenet", ARCFAC
 
 # What report.md prints, in bold, for a network with random weights.
 RANDOM_WEIGHTS = "random weights: a smoke test, not a measurement"
+# The record of a folder of random networks (`folder_record`).
+FOLDER_FILE = "metric_networks.json"
+
+
+def folder_record(folder: Path) -> dict[str, Any] | None:
+    """What `FOLDER_FILE` in ``folder`` says (``random_weights`` a bool), or None when the
+    folder has none (converted networks). An unreadable record is a ModelDirectoryError
+    naming the file: the report must not guess whether its figures are a smoke test."""
+    path = Path(folder) / FOLDER_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelDirectoryError(f"{path}: unreadable ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("random_weights"), bool):
+        raise ModelDirectoryError(f"{path}: 'random_weights' must be true or false")
+    return record
 
 
 def network_provenance(path: Path) -> dict[str, Any]:
@@ -117,7 +139,8 @@ class BatchedNetwork:
 
 @dataclasses.dataclass
 class MetricNetworks:
-    """The loaded networks: identity recognisers by name, FID features, LPIPS, MTCNN."""
+    """The loaded networks: identity recognisers by name, FID features, LPIPS, MTCNN, and
+    the folder's `folder_record` (None for converted networks)."""
 
     recognisers: dict[str, Callable[[np.ndarray], np.ndarray]]
     missing_recognisers: list[str]
@@ -125,11 +148,13 @@ class MetricNetworks:
     lpips: BatchedNetwork
     detector: FaceDetector
     provenance: dict[str, dict[str, Any]]
+    record: dict[str, Any] | None
 
     @classmethod
     def load(cls, folder: str | Path, batch_size: int) -> MetricNetworks:
         """Loads every network of ``folder``; refuses a missing required one before loading any."""
         folder = Path(folder)
+        record = folder_record(folder)
         for name in REQUIRED:
             check_present(folder, name)
         recognisers = {name: BatchedNetwork.load(folder / name, batch_size) for name in RECOGNISERS if (folder / name).is_dir()}
@@ -149,4 +174,5 @@ class MetricNetworks:
                 **{name: network_provenance(folder / name) for name in (*REQUIRED, *RECOGNISERS) if (folder / name).is_dir()},
                 **({"dlib": dlib_recognition.provenance()} if "dlib" in recognisers else {}),
             },
+            record=record,
         )

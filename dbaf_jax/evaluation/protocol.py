@@ -235,6 +235,7 @@ def evaluate(
         "test_password": TEST_PASSWORD,
         "wrong_password": WRONG_PASSWORD,
         "provenance": {"model": network_provenance(model_dir), **networks.provenance},
+        "metric_networks_record": networks.record,
         "identity": (identity := _identity(totals, out_dir, _inverted(totals, networks, options))),
         "robustness": _robustness(totals, identity),
         "missing_recognisers": networks.missing_recognisers,

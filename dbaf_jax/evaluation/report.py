@@ -16,7 +16,7 @@ from typing import Any
 
 from dbaf_jax.evaluation import paper
 from dbaf_jax.evaluation.calibration import FARS
-from dbaf_jax.evaluation.metric_networks import RANDOM_WEIGHTS, RECOGNISERS
+from dbaf_jax.evaluation.metric_networks import FOLDER_FILE, RANDOM_WEIGHTS, RECOGNISERS
 from dbaf_jax.evaluation.protocol import SAMPLES_FILE
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 
@@ -132,6 +132,10 @@ def provenance_lines(results: dict[str, Any]) -> list[str]:
     """Where every network came from; a bold warning over everything when any is random."""
     provenance = results["provenance"]
     lines = []
+    record = results.get("metric_networks_record")
+    if record and record["random_weights"]:
+        lines += [f"**Smoke test: the metric networks have random weights** (their folder's {FOLDER_FILE} records "
+                  "it; `python -m dbaf_jax.make_metric_networks` wrote them). No figure below is a measurement.", ""]
     if any(p["random"] for p in provenance.values()):
         random = ", ".join(name for name, p in provenance.items() if p["random"])
         lines += [f"**{RANDOM_WEIGHTS}** ({random}): the figures below show that the harness works, "
