@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
     mode, mode_note, warning = recovery_mode(anonymizer, args.mode, args.aligned, args.untrained_mode)
+    ledger_notes: list[str] = []  # a torn last line, said once
     if args.aligned:
         report = recover_folder(
             anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, mode, args.ignore_model_mismatch
@@ -71,9 +72,9 @@ def main(argv: Sequence[str] | None = None) -> Report:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
         report = recover_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.ignore_model_mismatch, ledger.read_for_key_file(args.key_file),
+            args.ignore_model_mismatch, ledger.read_for_key_file(args.key_file, ledger_notes),
         )
-    report.notes.insert(0, mode_note)
+    report.notes[:0] = [mode_note, *ledger_notes]
     report.warnings += [warning] if warning else []
     report.print()
     return report

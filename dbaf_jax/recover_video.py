@@ -36,11 +36,13 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype)
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
+    ledger_notes: list[str] = []  # a torn last line, said once
     report = runner.recover_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
         args.overwrite, record, args.sidecar, commands.video_encoding(args), args.smooth, args.ignore_model_mismatch, args.recover_redetected,
-        ledger.read_for_key_file(args.key_file),
+        ledger.read_for_key_file(args.key_file, ledger_notes),
     )
+    report.notes[:0] = ledger_notes
     report.print()
     return report
 

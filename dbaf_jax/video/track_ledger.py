@@ -152,7 +152,7 @@ def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) ->
         sides = np.array([entry.side for entry in group]) * width
         centres = np.array([entry.centre for entry in group]) * width
         try:
-            metadata.check_places(sides, centres, shape, lambda k: f"key index {group[k].index}")
+            metadata.check_places(sides, centres, shape, lambda k, group=group: f"key index {group[k].index}")
         except ValueError as err:
             raise InputError(f"{name}: {err}") from None
         pair = metadata.overlapping(sides[None], centres[None]) if len(group) > 1 else None
