@@ -12,7 +12,8 @@ local accelerator): its jitted `dbaf_jax.inference.programs.anonymize_program` (
 image alone, MAAR, KRIA with one key, the generator) compiled for the batch and called
 on aligned images and a key already on the devices. The model is the ``reference``
 stage-2 config (the full 256 px model with the public checkpoints' widths unless the
-flags reduce them) with random weights, written to a temporary model directory. Not
+flags reduce them) with random weights, written to a temporary model directory
+(`benchmarks.models.random_model`). Not
 timed: copying images to and from the host (``anonymize`` does both, so each of its
 calls waits for the device), keys from passwords (scrypt), reading and writing files.
 
@@ -43,23 +44,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from benchmarks import device_info, timing
-from benchmarks.train_step import stage_config
-from dbaf_jax import compilation_cache, model_directory
+from benchmarks import device_info, models, timing
+from dbaf_jax import compilation_cache
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import anonymize_program
-from dbaf_jax.models import dbaf
-from dbaf_jax.train import networks as networks_lib, stages
-
-
-def random_model(args: argparse.Namespace, folder: Path) -> Path:
-    """A DBAF model directory with random weights for the flags' config, in ``folder``."""
-    config = stage_config(2, args.size, args.width_scale, args.encoder_width_scale, "float32")
-    networks = stages.build_networks(config)
-    modules = networks.model.networks()
-    variables = networks_lib.init_variables(networks, jax.random.PRNGKey(0), args.size, tuple(modules))
-    saved = {name: (module, variables[name]) for name, module in modules.items()}
-    return model_directory.save_model(folder, dbaf.FAMILY, saved, dict.fromkeys(modules, "random weights (benchmark)"))
 
 
 def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
@@ -108,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     compilation_cache.enable()
 
     with tempfile.TemporaryDirectory() as tmp:
-        anonymizer = FaceAnonymizer(random_model(args, Path(tmp) / "model"), dtype=args.dtype)
+        model = models.random_model(Path(tmp) / "model", args.size, args.width_scale, args.encoder_width_scale)
+        anonymizer = FaceAnonymizer(model, dtype=args.dtype)
     device_kind = jax.local_devices()[0].device_kind
     peaks = device_info.named_peaks(device_kind, args.peak_tflops)
     print(

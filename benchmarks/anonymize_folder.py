@@ -1,8 +1,8 @@
 """Anonymization files in, files out: the whole `python -m dbaf_jax.anonymize` command
 on a folder of photos, beside the device-only figure of `benchmarks.anonymize`.
 
-    python -m benchmarks.anonymize_folder [--model DIR] [--photos DIR] [--copies 4]
-        [--dtype float32|bfloat16] [--batch-size N] [--repeats 2]
+    python -m benchmarks.anonymize_folder [--model DIR | --width tiny|full] [--detector DIR]
+        [--photos DIR] [--copies 4] [--dtype float32|bfloat16] [--batch-size N] [--repeats 2]
 
 Each run is the command itself (its `main`, in this process): reading the photos,
 MTCNN detection, alignment, the model, paste-back, PNG encoding and writing, for every
@@ -11,9 +11,12 @@ loading from the compilation cache; the column says which); the later runs reuse
 compiled programs, as the next folder of a long-lived process would, and the table
 gives their median. Photos: ``--photos DIR`` (every JPEG/PNG in it), or by default the
 tests' three photos (one portrait, two group photos) each repeated ``--copies`` times.
-Model: ``--model DIR`` (a converted DBAF model directory holding ``mtcnn/``), or the
-tests' tiny model (reduced widths, random weights) with the real MTCNN, which measures
-the host path at full cost and the model at a fraction of it.
+Model: ``--model DIR`` (a converted DBAF model directory holding ``mtcnn/``, or
+``--detector``), or a model with random weights (`benchmarks.models`): ``--width tiny``
+(the default; reduced widths, which measure the host path at full cost and the model at
+a fraction of it) or ``--width full`` (256 px, the public checkpoints' widths), with
+MTCNN's real weights from ``--detector DIR`` (a converted ``mtcnn`` directory) or
+converted here when PyTorch and facenet-pytorch are installed. No PyTorch is imported.
 
 The authors' test path on the same machine is `benchmarks.reference_anonymize`
 (aligned crops, one face per image); its s/image goes beside this table's.
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from benchmarks.wild import tiny_model
+from benchmarks import models, timing
 from dbaf_jax import anonymize, compilation_cache
 
 TEST_PHOTOS = Path(__file__).resolve().parents[1] / "tests" / "data"
@@ -67,7 +70,9 @@ def megapixels(photos: list[Path]) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)")
+    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a random model, --width)")
+    parser.add_argument("--width", choices=sorted(models.WIDTHS), default="tiny", help="the random model's size and widths")
+    parser.add_argument("--detector", help="a converted mtcnn directory (default: the model's, else converted here)")
     parser.add_argument("--photos", type=Path, help="folder of photos (default: the tests' photos, --copies times)")
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model = Path(args.model) if args.model else tiny_model(work / "model")
+        model, described = models.benchmark_model(args.model, args.width, args.detector, work)
         photos = photo_folder(args.photos, args.copies, work / "photos")
         size = megapixels(photos)
         password = work / "password.txt"
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         command = ["--model", str(model), "--password-file", str(password), "--dtype", args.dtype]
         if args.batch_size:
             command += ["--batch-size", str(args.batch_size)]
+        if args.model and args.detector:
+            command += ["--detector", args.detector]
 
         def one_run(index: int):
             out = work / f"out{index}"
@@ -98,9 +105,10 @@ def main(argv: list[str] | None = None) -> None:
         hits = compilation_cache.cache_hits()
         first, report = one_run(0)
         first_from = "cache" if compilation_cache.cache_hits() > hits else "compiled" if cache else "no cache"
-        warm = statistics.median(one_run(i + 1)[0] for i in range(args.repeats))
+        with timing.device_turn():
+            warm = statistics.median(one_run(i + 1)[0] for i in range(args.repeats))
 
-    print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), {args.dtype}, "
+    print(f"model {model} ({described}), {args.dtype}, "
           f"{len(photos)} photos, {size:.1f} megapixels, {report.faces} faces anonymized per run\n")
     print("| run | s | photos/s | faces/s | s/photo | megapixels/s |")
     print("|---|---|---|---|---|---|")

@@ -1,5 +1,8 @@
 """Wall-clock timing shared by the benchmarks."""
 
+import contextlib
+import fcntl
+import os
 import statistics
 import sys
 import time
@@ -27,20 +30,44 @@ def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
 
 
+# A lock file that benchmarks running side by side on one device (benchmarks/gpu_quick.sh's
+# two lanes) take in turn for their timed windows.
+DEVICE_LOCK_VARIABLE = "DBAF_BENCH_DEVICE_LOCK"
+
+
+@contextlib.contextmanager
+def device_turn():
+    """Holds the lock file named by ``$DBAF_BENCH_DEVICE_LOCK`` (when set) for the block:
+    no two processes time the device at once, while their building and compiling,
+    which need only the host, overlap. Without the variable, nothing is held."""
+    path = os.environ.get(DEVICE_LOCK_VARIABLE)
+    if not path:
+        yield
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def steady_state_seconds(step, carry, steps: int, sync):
     """Seconds per call of ``carry = step(carry)`` over ``steps`` calls dispatched back
     to back with one ``sync(carry)`` at the end (so asynchronous dispatch overlaps the
     host's work with the device's, as in a training loop), and the final carry.
 
-    The caller runs and syncs warm-up calls first: this times the steady state only.
+    The caller runs and syncs warm-up calls first: this times the steady state only,
+    in its `device_turn`.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    start = time.perf_counter()
-    for _ in range(steps):
-        carry = step(carry)
-    sync(carry)
-    return (time.perf_counter() - start) / steps, carry
+    with device_turn():
+        start = time.perf_counter()
+        for _ in range(steps):
+            carry = step(carry)
+        sync(carry)
+        return (time.perf_counter() - start) / steps, carry
 
 
 def compile_watched(jitted, *args, **kwargs):

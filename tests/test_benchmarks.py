@@ -5,15 +5,15 @@ returns a batch that ran, treating only out-of-memory errors as the answer. The
 PyTorch baselines need the authors' checkout, so only their refusal of another folder
 is tested here, and the GPU script's plumbing with a stand-in for Python."""
 
-import argparse
 import os
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks import anonymize, device_info, reference_anonymize, reference_pytorch, timing, train_step
+from benchmarks import anonymize, device_info, models, reference_anonymize, reference_pytorch, timing, train_step
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from tests.paths import REPO
 
@@ -152,8 +152,7 @@ def test_anonymize_figures_are_consistent(capsys):
 
 @pytest.mark.slow
 def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
-    args = argparse.Namespace(size=64, width_scale=0.0625, encoder_width_scale=0.25)
-    anonymizer = FaceAnonymizer(anonymize.random_model(args, tmp_path / "model"))
+    anonymizer = FaceAnonymizer(models.named_model("tiny", tmp_path / "model"))
     ran = []
 
     def fits(batch):
@@ -195,3 +194,63 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     assert "train2-f32 failed" in result.stderr and "reference-train needs --reference-repo" in result.stderr
     assert "unknown part bogus" in result.stderr
     assert not (out / "reference-train.md").exists()
+
+
+STAND_IN = """#!/bin/bash
+# A stand-in for python: each benchmark prints a table of made-up figures (the cache it was
+# given in the command cell); benchmarks.train_step --stages 1 fails.
+if [ "$1" = -c ]; then echo "cpu stand-in"; exit 0; fi
+if [ "$2" = benchmarks.quick_summary ]; then exec "$REAL_PYTHON" "$@"; fi
+case "$2" in
+  benchmarks.train_step)
+    [ "$4" = 1 ] && { echo "stage 1 broke" >&2; exit 3; }
+    echo "[   12.0 s] stage 2, batch 8: state built and placed; lowering and compiling the step" >&2
+    printf '| stage | compile s | step s | images/s | MFU H200 bf16 | peak GiB |\\n|---|---|---|---|---|---|\\n'
+    printf '| 2 | 9.5 (%s) | 0.2 | 40 | 18.5%% | 17.0 |\\n' "$DBAF_JAX_CACHE_DIR" ;;
+  benchmarks.anonymize)
+    printf '| batch | compile s | batch s | images/s | MFU H200 bf16 | peak GiB |\\n|---|---|---|---|---|---|\\n'
+    printf '| 32 | 30 | 0.024 | 1324 | 28.0%% | 5.95 |\\n' ;;
+  benchmarks.anonymize_folder)
+    printf '| run | s | photos/s | faces/s | s/photo | megapixels/s |\\n|---|---|---|---|---|---|\\n'
+    printf '| first (compiled) | 50.0 | 0.5 | 1 | 2 | 1 |\\n| warm (median of 1) | 10.0 | 2.4 | 5 | 0.42 | 6 |\\n' ;;
+esac
+"""
+
+
+def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
+    """Every part runs once with its own command; the warm stage-2 part reuses the cold
+    part's cache and no other part does; a failing part gets a row naming its log and
+    makes the exit status 1; the summary is docs/performance.md's table."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text(STAND_IN)
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(stand_in), "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--detector", "D"],
+                            env=env, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1, result.stderr
+    rows = {row["part"]: row for row in table_rows((out / "summary.md").read_text())}
+    assert list(rows) == ["anonymize", "train2-cold", "train2-warm", "train1", "folder"]
+    assert rows["anonymize"]["command"] == "`python -m benchmarks.anonymize --batches 32 --dtype bfloat16 --steps 20`"
+    assert rows["anonymize"]["images/s"] == "1324" and rows["anonymize"]["MFU"] == "28.0% (H200 bf16)"
+    cold, warm = rows["train2-cold"]["compile s"], rows["train2-warm"]["compile s"]
+    assert cold == warm and str(tmp_path) in cold  # one cache of their own, on local disk
+    assert rows["train2-cold"]["before compiling s"] == "12"
+    assert rows["train1"]["compile s"].startswith("no figures: see") and "train1 failed (exit 3)" in result.stderr
+    assert "--width full" in rows["folder"]["command"] and "--detector D" in rows["folder"]["command"]
+    assert rows["folder"]["step / batch s"] == "0.42 per photo" and rows["folder"]["images/s"] == "2.4 photos/s"
+    assert not any(tmp_path.glob("dbaf-gpu-quick-*"))  # the caches are removed
+
+
+def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
+    stand_in = tmp_path / "python"
+    stand_in.write_text('#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n')
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(stand_in), "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--budget", "31"],
+                            env=env, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1
+    assert "cut off at its limit" in (out / "train2-cold.log").read_text()
+    assert "budget spent" in (out / "train2-warm.log").read_text()
+    assert "budget spent" in (out / "folder.log").read_text()
