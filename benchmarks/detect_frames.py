@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dbaf_jax.faces.detect import FaceDetector
-from tests.video_clips import pan_frames
+from benchmarks.clips import pan_frames
 
 
 def _timed(run: Callable[[], list]) -> tuple[float, int]:

@@ -23,7 +23,7 @@ from PIL import Image
 
 from dbaf_jax.faces import detect
 from dbaf_jax.faces.detect import FaceDetector
-from tests.paths import DATA
+from benchmarks.clips import DATA
 
 
 def photos(count: int) -> list[np.ndarray]:

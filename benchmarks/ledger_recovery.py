@@ -4,7 +4,7 @@ the anonymized photos are shared (metadata stripped, JPEG 90 and 75, rescaled by
     python -m benchmarks.ledger_recovery --photos DIR --detector models/mtcnn [--work DIR]
 
 Anonymizes every photo below DIR with a key file (writing its face ledger) using the
-test double `tests.invertible_double.InvertibleDouble` (a key-dependent colour change
+test double `benchmarks.invertible_double.InvertibleDouble` (a key-dependent colour change
 and mirror, so that the anonymized faces are still faces the real MTCNN finds again),
 then recovers each transformed copy with the key file alone. Per photo and
 transformation it prints: faces anonymized, faces found again, verified against the
@@ -30,7 +30,7 @@ from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import ledger, paste, photos
 from dbaf_jax.faces.detect import FaceDetector
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
-from tests.invertible_double import InvertibleDouble
+from benchmarks.invertible_double import InvertibleDouble
 
 PASSWORD = "ledger benchmark"
 RESTORED = 0.5  # a face is restored when recovery at least halves its mean error to the original

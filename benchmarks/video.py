@@ -38,7 +38,7 @@ from dbaf_jax import anonymize_video, compilation_cache, recover_video
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces import align, paste
 from dbaf_jax.video import clip, sidecar
-from tests.video_clips import pan_frames, write_clip
+from benchmarks.clips import pan_frames, write_clip
 
 PASSWORD = "benchmark password"
 

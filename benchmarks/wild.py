@@ -8,10 +8,10 @@ by side. The stages are the photo path's own (`dbaf_jax.faces.photos.PhotoFaces`
 the aligned crops), the model (anonymizing the crops, one key per face) and paste-back
 (masks and blending). Each is the median over ``--repeats`` runs after a warm-up run
 that compiles. With --model, a converted DBAF model directory holding ``mtcnn/`` runs;
-without, the tests' tiny model (reduced width, random weights) with the real MTCNN
-(converted from facenet-pytorch's bundled files), which measures detection, alignment
-and paste-back at full cost and the model at a fraction of it. The same command runs
-unchanged on a GPU.
+without, the tiny random model of `benchmarks.models` (reduced widths) with the real
+MTCNN (converted from facenet-pytorch's bundled files), which measures detection,
+alignment and paste-back at full cost and the model at a fraction of it. The same
+command runs unchanged on a GPU.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from convert.common import run
-from convert.mtcnn import main as convert_mtcnn
+from benchmarks import models
 from dbaf_jax import compilation_cache, keys
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 
@@ -67,16 +66,13 @@ def stage_seconds(anonymizer: FaceAnonymizer, faces, photo: np.ndarray, seed: by
 
 
 def tiny_model(work: Path) -> Path:
-    from tests.evaluation_models import build_tiny_model  # the tests' reduced model; only without --model
-
-    model = build_tiny_model(work)
-    run(convert_mtcnn, ["--out", str(model)])
-    return model
+    """`benchmarks.models`' tiny random model with MTCNN's real weights, under ``work``."""
+    return models.benchmark_model(None, "tiny", None, work)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)")
+    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)")
     parser.add_argument("--faces", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-face-size", type=float, default=50.0)

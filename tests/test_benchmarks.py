@@ -5,6 +5,7 @@ returns a batch that ran, treating only out-of-memory errors as the answer. The
 PyTorch baselines need the authors' checkout, so only their refusal of another folder
 is tested here, and the GPU script's plumbing with a stand-in for Python."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -254,3 +255,25 @@ def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
     assert "cut off at its limit" in (out / "train2-cold.log").read_text()
     assert "budget spent" in (out / "train2-warm.log").read_text()
     assert "budget spent" in (out / "folder.log").read_text()
+
+
+def runtime_benchmarks() -> list[str]:
+    import benchmarks
+
+    names = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem != "__init__")
+    return [name for name in names if name not in benchmarks.TORCH_COMPARISONS]
+
+
+def test_runtime_benchmarks_import_neither_torch_nor_tests():
+    """Each benchmark but the PyTorch comparisons imports, in a process where torch and tests
+    cannot be imported, and names neither anywhere in its code (imports inside functions too)."""
+    names = runtime_benchmarks()
+    for name in names:
+        tree = ast.parse((REPO / "benchmarks" / f"{name}.py").read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert not {m for m in imported if m.split(".")[0] in ("torch", "tests")}, name
+    blocked = "import sys; sys.modules.update(torch=None, tests=None, torchvision=None); "
+    code = blocked + "; ".join(f"import benchmarks.{name}" for name in names)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
