@@ -3,7 +3,7 @@ clip with a sidecar crafted to hold the most faces the checks accept.
 
     python -m benchmarks.hostile_sidecar [--model DIR] [--frames 12] [--repeats 1]
 
-Anonymizes a test clip (tests/video_clips.py: a pan over tests/data/office3.jpg,
+Anonymizes a test clip (benchmarks/clips.py: a pan over tests/data/office3.jpg,
 320x240, 12 fps) with `runner.anonymize_video`, then times `runner.recover_video`
 (warm: one recovery runs first to compile; median of ``--repeats``) with
 
@@ -14,7 +14,7 @@ Anonymizes a test clip (tests/video_clips.py: a pan over tests/data/office3.jpg,
 
 and times the refusal of the hostile trial's sidecar (1000 tracks at one place on every
 frame). Prints faces and seconds of each and the ratios. Model: ``--model DIR`` (a
-converted DBAF model directory holding ``mtcnn/``), or the tests' tiny model (random
+converted DBAF model directory holding ``mtcnn/``), or the tiny random model (random
 weights) with the real MTCNN.
 """
 
@@ -34,7 +34,7 @@ from dbaf_jax import compilation_cache, keys, metadata
 from dbaf_jax.errors import InputError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner, sidecar
-from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
+from benchmarks.clips import HEIGHT, WIDTH, pan_frames, write_clip
 
 PASSWORD = "hostile sidecar benchmark"
 GRID = 32  # px: one crafted face per GRID x GRID of the frame (metadata.FACE_AREA_PER_FACE)
@@ -57,7 +57,7 @@ def crafted_tracks(frames: int, size: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)")
+    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)")
     parser.add_argument("--frames", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
