@@ -216,6 +216,11 @@ def anonymize_video(
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(metadata.anonymization(record, anonymizer.fingerprint), info.upright_shape, count, faces.size, placed)
+    try:  # the bounds recovery holds a sidecar to (a crowd denser than one face per 32x32 px breaks them)
+        sidecar.check(recorded)
+    except ValueError as err:
+        notes.append(f"{target}: its sidecar breaks the bounds recover_video holds sidecars to ({err}), so recover_video will "
+                     "refuse it: the clip is anonymized but cannot be recovered")
     tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
     recorder = track_ledger.Recorder(placed, float(info.rate), faces.crops, face_ledger) if face_ledger is not None else None
     if recorder is not None:

@@ -13,9 +13,14 @@ import zlib
 import numpy as np
 import pytest
 
+from convert.common import run
+from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys, metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.video import clip, sidecar
+from dbaf_jax.faces import photos
+from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.video import clip, runner, sidecar
+from tests.invertible_double import InvertibleDouble
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
 
 SIZE = 64
@@ -126,3 +131,18 @@ def test_a_clip_whose_tag_inflates_to_a_gib_is_refused_within_a_few_hundred_mb(t
     assert message.startswith(f"{tagged}: the sidecar in the container's metadata cannot be decoded") and "can hold" in message, message
     assert int(grown_mb) < 200, grown_mb
     assert not (tmp_path / f"out{suffix}").exists()
+
+
+def test_anonymize_says_when_its_own_sidecar_breaks_the_bounds(tmp_path, monkeypatch):
+    """A crowd denser than the bounds allow (here: a bound of one face per frame, and a
+    clip with several) is anonymized, and the run says that recover_video will refuse
+    its sidecar, naming why."""
+    run(convert_mtcnn, ["--out", str(tmp_path / "model")])
+    double = InvertibleDouble(128)
+    faces = photos.PhotoFaces(FaceDetector.load(tmp_path / "model" / "mtcnn"), double.input_size)
+    source = write_clip(tmp_path / "pan.mp4", pan_frames(3, travel=0.3), audio_streams=0)
+    monkeypatch.setattr(metadata, "max_recorded_faces", lambda shape: 1)
+    report = runner.anonymize_video(double, faces, "pw", source, tmp_path / "anon.mp4", 4)
+    assert report.tracks >= 2 and (tmp_path / "anon.mp4").exists()
+    (note,) = [note for note in report.notes if "breaks the bounds" in note]
+    assert "more than the 1 a 320x240 frame can" in note and "cannot be recovered" in note, note
