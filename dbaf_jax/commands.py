@@ -57,7 +57,7 @@ def _console_script(module: str) -> Callable[[], None]:
 # The user commands, each a module of the package with ``main(argv)``; pyproject.toml
 # declares each as ``dbaf-<name with dashes>``.
 COMMANDS = ("anonymize", "recover", "anonymize_video", "recover_video", "evaluate", "sample", "new_key", "prepare_data", "make_splits",
-            "make_metric_networks")
+            "make_metric_networks", "web")
 anonymize = _console_script("dbaf_jax.anonymize")
 recover = _console_script("dbaf_jax.recover")
 anonymize_video = _console_script("dbaf_jax.anonymize_video")
@@ -68,6 +68,7 @@ new_key = _console_script("dbaf_jax.new_key")
 prepare_data = _console_script("dbaf_jax.prepare_data")
 make_splits = _console_script("dbaf_jax.make_splits")
 make_metric_networks = _console_script("dbaf_jax.make_metric_networks")
+web = _console_script("dbaf_jax.web")
 
 
 def positive_int(text: str) -> int:

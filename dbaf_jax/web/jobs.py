@@ -1,0 +1,363 @@
+"""The web page's jobs: where uploads and results live, who may see them, and when they go.
+
+Everything lives below one private folder (mode 0700) made when the server starts and
+removed when it stops; each job has a folder of its own inside it, removed when its
+results have been downloaded (the zip, or every result one by one), when it has been
+idle for `Limits.keep_seconds`, or when its page asks. A job belongs to the session
+secret that created it: a request needs the job's id and that secret, both unguessable,
+and learns nothing about jobs of other sessions (another browser tab is another
+session). File names from the browser are only shown and offered back as download
+names (`display_name`); on disk an upload is ``in/<index>/input<suffix>``.
+
+No HTTP here: the server (`dbaf_jax.web.server`) streams bodies into `Job.store_upload`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import unicodedata
+from pathlib import Path
+from typing import Callable, Iterator
+
+from dbaf_jax import images
+from dbaf_jax.faces import ledger
+from dbaf_jax.video import clip, sidecar
+
+ROOT_PREFIX = "dbaf-web-"
+OPERATIONS = ("anonymize", "recover")
+KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it
+KEY_FILE_BYTES = 64 << 10  # a key file is a few hundred bytes of JSON
+MAX_NAME = 120  # characters of a file name shown or offered back
+GONE_REMEMBERED = 10_000  # ids of deleted jobs kept to say why they are gone
+
+
+class LimitError(Exception):
+    """An upload or job past a bound of `Limits`; the message says which and how to go on."""
+
+
+class NotFound(Exception):
+    """No job of this session has that id (or it was deleted: the message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Bounds on what one server holds: bytes per file and per job, files per job, jobs at
+    once (over all sessions), and how long an idle job is kept."""
+
+    file_bytes: int = 1 << 30
+    job_bytes: int = 4 << 30
+    files: int = 200
+    jobs: int = 16
+    keep_seconds: float = 3600.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def display_name(name: str, fallback: str) -> str:
+    """A browser's file name made safe to show and to offer back as a download name: its
+    last path component, control and separator characters dropped, at most `MAX_NAME`
+    characters; ``fallback`` when nothing is left. Never used as a path on disk."""
+    name = unicodedata.normalize("NFC", name or "")
+    name = re.split(r"[/\\]", name)[-1]
+    name = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ").strip(" .")
+    if len(name) > MAX_NAME:
+        stem, suffix = os.path.splitext(name)
+        name = stem[: MAX_NAME - len(suffix)] + suffix
+    return name or fallback
+
+
+def kind_of(name: str, operation: str) -> str:
+    """``photo``, ``clip``, ``sidecar`` (a clip's recovery sidecar, recover only) or ``other``, by the name's suffix."""
+    lowered = name.lower()
+    if operation == "recover" and lowered.endswith(sidecar.SUFFIX):
+        return "sidecar"
+    suffix = os.path.splitext(lowered)[1]
+    if suffix in images.IMAGE_SUFFIXES:
+        return "photo"
+    if suffix in clip.FORMATS:
+        return "clip"
+    return "other"
+
+
+@dataclasses.dataclass
+class Output:
+    """A result file: its name for the browser, its path, and whether it was downloaded."""
+
+    name: str
+    path: Path
+    downloaded: bool = False
+
+
+@dataclasses.dataclass
+class Entry:
+    """One dropped file: its index and shown name, its kind, where it was stored (None
+    when refused), its state (``uploaded``, ``queued``, ``working``, ``done``,
+    ``skipped``, ``failed``), what to say about it, and its results."""
+
+    index: int
+    name: str
+    kind: str
+    stored: Path | None = None
+    size: int = 0
+    state: str = "uploaded"
+    message: str = ""
+    outputs: list[Output] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "name": self.name, "kind": self.kind, "size": self.size, "state": self.state,
+                "message": self.message, "outputs": [output.name for output in self.outputs]}
+
+
+@dataclasses.dataclass
+class Job:
+    """One anonymize or recover run of one page: its uploads, key file, state and results."""
+
+    id: str
+    session: str
+    operation: str
+    folder: Path
+    limits: Limits
+    touched: float = dataclasses.field(default_factory=time.monotonic)
+    entries: list[Entry] = dataclasses.field(default_factory=list)
+    key_file: Path | None = None
+    state: str = "open"  # open (taking files), queued, running, done
+    summary: str = ""
+    status: int | None = None
+    extras: list[Output] = dataclasses.field(default_factory=list)  # a new key file, the face ledger
+    error: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return sum(entry.size for entry in self.entries)
+
+    def new_entry(self, browser_name: str, declared: int | None) -> Entry:
+        """A new entry for a dropped file, after checking the job's bounds (LimitError)."""
+        if self.state != "open":
+            raise LimitError("this job has started; drop the files on a new one")
+        index = len(self.entries)
+        name = display_name(browser_name, f"file{index + 1}")
+        if index >= self.limits.files:
+            raise LimitError(f"{name}: at most {self.limits.files} files per run; start another run for the rest")
+        entry = Entry(index, name, kind_of(name, self.operation))
+        self.entries.append(entry)
+        if declared is not None:
+            try:
+                self.check_size(name, declared, 0)
+            except LimitError as err:  # refused before a byte is read, and still named in the run's summary
+                entry.state, entry.message = "skipped", str(err)
+                raise
+        return entry
+
+    def check_size(self, name: str, size: int, before: int) -> None:
+        """LimitError when a file of ``size`` bytes (``before`` of it already counted) passes a bound."""
+        if size > self.limits.file_bytes:
+            raise LimitError(f"{name}: {_megabytes(size)} is over the limit of {_megabytes(self.limits.file_bytes)} per file")
+        if self.bytes - before + size > self.limits.job_bytes:
+            raise LimitError(f"{name}: the run would hold more than {_megabytes(self.limits.job_bytes)}; start another run for the rest")
+
+    def upload(self, entry: Entry) -> "Upload":
+        """Where the entry's bytes go, within the bounds: its private input file (photos,
+        clips, sidecars) or nowhere (other files, only counted and then reported as
+        skipped). Past a bound the `Upload` raises LimitError and removes what it wrote."""
+        path = None
+        if entry.kind != "other":
+            suffix = sidecar.SUFFIX if entry.kind == "sidecar" else os.path.splitext(entry.name.lower())[1]
+            path = self.folder / "in" / str(entry.index) / ("input" + suffix)
+
+        def check(size: int) -> None:
+            self.check_size(entry.name, size, entry.size)
+            entry.size = size
+
+        def finished(ok: bool, error: str) -> None:
+            entry.stored = path if ok and path is not None else None
+            if not ok:
+                entry.size, entry.state, entry.message = 0, "skipped", error
+            elif entry.kind == "other":
+                photos, clips = ", ".join(images.IMAGE_SUFFIXES), ", ".join(clip.FORMATS)
+                entry.state, entry.message = "skipped", f"{entry.name}: not a photo ({photos}) or a clip ({clips}); skipped"
+            self.touched = time.monotonic()
+
+        return Upload(path, check, finished)
+
+    def key_upload(self, part: str) -> "Upload":
+        """Where the job's key file (``part`` ``key``) or its face ledger (``ledger``,
+        beside the key file where `ledger.ledger_path` looks) goes, within
+        `KEY_FILE_BYTES` or `Limits.file_bytes`."""
+        if self.state != "open":
+            raise LimitError("this run has started; give the key file before starting")
+        key = self.folder / "key" / KEY_FILE_NAME
+        path, bound = (key, KEY_FILE_BYTES) if part == "key" else (ledger.ledger_path(key), self.limits.file_bytes)
+        what = "key file" if part == "key" else "face ledger"
+
+        def check(size: int) -> None:
+            if size > bound:
+                raise LimitError(f"the {what} is over the limit of {_megabytes(bound)}")
+
+        def finished(ok: bool, error: str) -> None:
+            if part == "key":
+                self.key_file = key if ok else None
+
+        return Upload(path, check, finished)
+
+    def output_path(self, entry: Entry) -> Path:
+        """The private output folder of ``entry``."""
+        folder = self.folder / "out" / str(entry.index)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return folder
+
+    def downloads(self) -> Iterator[Output]:
+        for entry in self.entries:
+            yield from entry.outputs
+        yield from self.extras
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "operation": self.operation, "state": self.state, "summary": self.summary, "status": self.status,
+                "error": self.error, "files": [entry.as_dict() for entry in self.entries],
+                "extras": [extra.name for extra in self.extras]}
+
+
+class Upload:
+    """A file being received: ``write`` each chunk, then ``close(ok)``; ``check(size)``
+    raises LimitError past a bound, and a failed or refused upload leaves nothing on
+    disk. ``finished(ok, error)`` records the outcome."""
+
+    def __init__(self, path: Path | None, check: Callable[[int], None], finished: Callable[[bool, str], None]):
+        self.path, self.size, self._check, self._finished = path, 0, check, finished
+        if path is not None:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)  # a key file given again replaces the first
+        self._out = open(path, "xb", opener=_private) if path is not None else None
+
+    def write(self, chunk: bytes) -> None:
+        self._check(self.size + len(chunk))
+        self.size += len(chunk)
+        if self._out is not None:
+            self._out.write(chunk)
+
+    def close(self, ok: bool, error: str = "") -> None:
+        if self._out is not None:
+            self._out.close()
+            if not ok:
+                self.path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # the upload's own folder; a folder still holding others stays
+                    self.path.parent.rmdir()
+        self._finished(ok, error)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+def _megabytes(size: int) -> str:
+    """``size`` bytes as the page shows it (also in app.js): MB, KB under 1 MB, bytes under 1 KB."""
+    return f"{size / (1 << 20):.1f} MB" if size >= 1 << 20 else f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
+
+
+class JobStore:
+    """The jobs of one server under one private folder; thread-safe (the page's requests
+    and the worker that runs jobs use it at once)."""
+
+    def __init__(self, limits: Limits, parent: str | Path | None = None):
+        self.limits = limits
+        remove_stale_roots(parent)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))  # mode 0700
+        self._jobs: dict[str, Job] = {}
+        self._sessions: set[str] = set()
+        self._gone: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def new_session(self) -> str:
+        secret = secrets.token_urlsafe(32)
+        with self._lock:
+            self._sessions.add(secret)
+        return secret
+
+    def create(self, session: str, operation: str) -> Job:
+        if operation not in OPERATIONS:
+            raise ValueError(f"operation must be one of {OPERATIONS}, got {operation!r}")
+        with self._lock:
+            if not any(hmac.compare_digest(session, known) for known in self._sessions):
+                raise NotFound("unknown session: reload the page")
+            if len(self._jobs) >= self.limits.jobs:
+                raise LimitError(f"the server holds {self.limits.jobs} runs already; download or clear a finished one first")
+            job_id = secrets.token_urlsafe(16)
+            folder = self.root / job_id
+            folder.mkdir(mode=0o700)
+            job = Job(job_id, session, operation, folder, self.limits)
+            self._jobs[job_id] = job
+        return job
+
+    def get(self, job_id: str, session: str) -> Job:
+        """The job ``job_id`` if ``session`` owns it, else NotFound (the same for a job of
+        another session as for none, so ids of other sessions cannot be probed)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is not None and hmac.compare_digest(job.session, session):
+                job.touched = time.monotonic()
+                return job
+            gone = self._gone.get(job_id)
+            if gone is not None and hmac.compare_digest(gone[0], session):
+                raise NotFound(f"this run's files were deleted ({gone[1]})")
+        raise NotFound("no such run")
+
+    def delete(self, job: Job, why: str) -> None:
+        with self._lock:
+            if self._jobs.pop(job.id, None) is None:
+                return
+            if len(self._gone) >= GONE_REMEMBERED:
+                self._gone.pop(next(iter(self._gone)))
+            self._gone[job.id] = (job.session, why)
+        shutil.rmtree(job.folder, ignore_errors=True)
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Deletes the jobs idle for longer than `Limits.keep_seconds` (not those running); their ids."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [job for job in self._jobs.values()
+                    if job.state not in ("queued", "running") and now - job.touched > self.limits.keep_seconds]
+        for job in idle:
+            self.delete(job, f"not used for {self.limits.keep_seconds / 60:g} minutes")
+        return [job.id for job in idle]
+
+    def close(self) -> None:
+        """Removes every job and the private folder (the server is stopping)."""
+        with self._lock:
+            self._jobs.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def remove_stale_roots(parent: str | Path | None = None) -> list[Path]:
+    """Removes the private folders servers of this user left when killed (their process
+    is gone), so that their uploads do not stay on disk; the folders removed."""
+    parent = Path(parent or tempfile.gettempdir())
+    removed = []
+    for folder in parent.glob(f"{ROOT_PREFIX}*-*"):
+        pid = folder.name[len(ROOT_PREFIX):].split("-", 1)[0]
+        try:
+            owned = folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if owned and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,213 @@
+"""Running a web job: each dropped file through the runners the commands use.
+
+A thin adapter, no anonymization of its own: a photo goes through
+`inference.photo_folders.anonymize_photo_folder` (or ``recover_photo_folder``) as a
+folder of one, a clip through `video.runner.anonymize_video` (or ``recover_video``),
+with the key record and face ledger the page chose. The run's summary is the command
+line's (`inference.report.Report.print` and `video.runner.VideoReport.print`) with the
+private paths replaced by the names the browser gave; its rules hold: a file that fails
+is named with why and has no result, faces the model cannot take are hidden, and
+`Job.status` is the exit status the commands would give.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+import traceback
+from pathlib import Path
+
+from dbaf_jax import images, keys, recover
+from dbaf_jax.errors import ConfigError, DbafError, InputError
+from dbaf_jax.faces import ledger, photos
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.report import EXIT_SKIPPED, Report
+from dbaf_jax.video import runner
+from dbaf_jax.web.jobs import Entry, Job, Output
+
+KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded one
+
+
+@dataclasses.dataclass
+class Model:
+    """What every job runs with: the loaded model, its face finder, the batch size, and
+    whether photos may be recovered in a mode the model was not trained for (recover's
+    --untrained-mode)."""
+
+    anonymizer: FaceAnonymizer
+    faces: photos.PhotoFaces
+    batch_size: int
+    untrained_mode: bool = False
+
+
+def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
+    """Runs every stored file of ``job`` with ``password`` (never kept: it lives in this
+    call only) and the key file ``key_choice`` names; sets each entry's state, message and
+    outputs, and the job's summary and status. Never raises for a file's fault."""
+    job.state = "running"
+    photo_report = Report(operation=job.operation)
+    clip_reports: list[runner.VideoReport] = []
+    try:
+        record, key_file = _key_record(job, key_choice)
+        notes, refusal = _recovery_mode(model, job, photo_report)
+        sidecars = _sidecars(job)
+        for entry in job.entries:
+            if entry.kind == "photo" and refusal:
+                _fail(entry, photo_report, refusal)
+            elif entry.kind in ("photo", "clip") and entry.stored is not None:
+                entry.state = "working"
+                try:
+                    if entry.kind == "photo":
+                        _run_photo(model, job, entry, password, record, key_file, photo_report)
+                    else:
+                        clip_reports.append(_run_clip(model, job, entry, password, record, key_file, sidecars.get(entry.name)))
+                except DbafError as err:
+                    _fail(entry, photo_report, str(err))
+                except Exception as err:  # a bug: the file is failed and named, the run goes on, the trace goes to the log
+                    traceback.print_exc(file=sys.stderr)
+                    _fail(entry, photo_report, f"internal error ({type(err).__name__}); the server's log has the details")
+            elif entry.state == "skipped":
+                photo_report.skipped.append(images.Skipped(Path(entry.name), entry.message))
+        photo_report.notes[:0] = notes
+        if key_file is not None:
+            job.extras = [Output(KEY_NAME, key_file)] + ([Output(KEY_NAME + ledger.SUFFIX, ledger.ledger_path(key_file))]
+                                                         if ledger.ledger_path(key_file).is_file() else [])
+    except DbafError as err:  # the run as a whole cannot start (a key file, the recovery mode)
+        job.error = str(err)
+        for entry in job.entries:
+            if entry.state in ("uploaded", "queued"):
+                _fail(entry, photo_report, job.error)
+    job.summary = _names_for_paths(job, _summary(photo_report, clip_reports))
+    job.status = EXIT_SKIPPED if job.error else max([photo_report.status, *(report.status for report in clip_reports)])
+    for entry in job.entries:
+        entry.message = _names_for_paths(job, entry.message)
+    job.state = "done"
+
+
+KEY_NAME = "dbaf.key"  # the download name of the job's key file
+
+
+def _key_record(job: Job, key_choice: str) -> tuple[keys.KeyRecord, Path | None]:
+    """The run's key record and the key file beside which its face ledger lives (None
+    without a key file): one fresh salt for the run, as the commands use, or the uploaded
+    or a new key file's."""
+    if key_choice == "file":
+        if job.key_file is None:
+            raise InputError("no key file was given; drop it again or choose another key option")
+        return keys.read_key_file(job.key_file), job.key_file
+    if key_choice == "new" and job.operation == "anonymize":
+        path = job.folder / "key" / KEY_NAME
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        record = keys.new_key_record()
+        keys.write_key_file(path, record)
+        return record, path
+    return keys.new_key_record(), None
+
+
+def _recovery_mode(model: Model, job: Job, report: Report) -> tuple[list[str], str]:
+    """Recovering photos: (the recover command's note on the mode, "") with its warning
+    added to ``report``, or ([], why) when the command would refuse the mode (photos
+    then fail with why; clips go on)."""
+    if job.operation != "recover" or not any(entry.kind == "photo" for entry in job.entries):
+        return [], ""
+    try:
+        _, note, warning = recover.recovery_mode(model.anonymizer, None, False, model.untrained_mode)
+    except ConfigError as err:
+        return [], str(err).replace("--untrained-mode", "the server's --untrained-mode")
+    report.warnings += [warning] if warning else []
+    return [note], ""
+
+
+def _sidecars(job: Job) -> dict[str, Path]:
+    """Recover: the dropped sidecars by the name of the clip they belong to; one without
+    its clip among the files is skipped and said."""
+    clips = {entry.name for entry in job.entries if entry.kind == "clip"}
+    found = {}
+    for entry in job.entries:
+        if entry.kind != "sidecar" or entry.stored is None:
+            continue
+        clip_name = entry.name[: -len(".dbaf.json")]
+        if clip_name in clips:
+            found[clip_name] = entry.stored
+            entry.state, entry.message = "done", f"the sidecar of {clip_name}"
+        else:
+            entry.state, entry.message = "skipped", f"{entry.name}: a clip's sidecar, but no clip named {clip_name} was dropped with it"
+    return found
+
+
+def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
+               total: Report) -> None:
+    out = job.output_path(entry)
+    if job.operation == "anonymize":
+        report = anonymize_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
+                                        batch_size=model.batch_size, record=record,
+                                        face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
+    else:
+        report = recover_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
+                                      batch_size=model.batch_size, record=record if key_file is not None else None,
+                                      face_ledger=ledger.read_for_key_file(key_file))
+    for name in ("written", "skipped", "warnings", "notes"):
+        getattr(total, name).extend(getattr(report, name))
+    for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
+        setattr(total, name, getattr(total, name) + getattr(report, name))
+    stem = entry.name.rsplit(".", 1)[0]
+    entry.outputs = [Output(f"{stem}.png", path) for path in report.written]
+    done = "anonymized" if job.operation == "anonymize" else "recovered"
+    if report.skipped:
+        entry.state, entry.message = "skipped", "; ".join(item.reason for item in report.skipped)
+    else:
+        entry.state = "done"
+        entry.message = "; ".join([f"{report.faces_found} face(s) found, {report.faces} {done}, {report.faces_hidden} hidden by "
+                                   f"the fallback, {report.faces_left} left as they were", *report.notes])
+
+
+def _run_clip(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
+              side: Path | None) -> runner.VideoReport:
+    target = job.output_path(entry) / entry.stored.name
+    if job.operation == "anonymize":
+        report = runner.anonymize_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
+                                        record=record, face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
+    else:
+        report = runner.recover_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
+                                      record=record if key_file is not None else None, sidecar_path=side,
+                                      face_ledger=ledger.read_for_key_file(key_file))
+    entry.outputs = [Output(entry.name if path == target else entry.name + path.name[len(target.name):], path)
+                     for path in report.written]
+    entry.state = "done"
+    done = "anonymized" if job.operation == "anonymize" else "recovered"
+    entry.message = "; ".join([f"{report.faces} face(s) {done} in {report.frames} frame(s), {report.tracks} track(s); "
+                               f"{report.hidden} hidden by the fallback, {report.left} left as they were", *report.notes])
+    return report
+
+
+def _fail(entry: Entry, report: Report, why: str) -> None:
+    entry.state, entry.message, entry.outputs = "failed", why, []
+    report.skipped.append(images.Skipped(Path(entry.name), why))
+
+
+def _summary(photo_report: Report, clip_reports: list[runner.VideoReport]) -> str:
+    """The commands' summaries of the run's photos and clips (without the photo report's
+    "wrote 0 image(s)" when only clips ran)."""
+    out = io.StringIO()
+    photo_report.print(out)
+    if not photo_report.photos and clip_reports:
+        out = io.StringIO("".join(line for line in out.getvalue().splitlines(True) if not line.startswith("wrote ")))
+        out.seek(0, io.SEEK_END)
+    for report in clip_reports:
+        report.print(out)
+    return out.getvalue()
+
+
+def _names_for_paths(job: Job, text: str) -> str:
+    """``text`` with every private path of ``job`` replaced by the browser's name for it."""
+    names = {}
+    for entry in job.entries:
+        if entry.stored is not None:
+            names[str(entry.stored)] = entry.name
+        names.update((str(output.path), output.name) for output in entry.outputs)
+    names.update((str(extra.path), extra.name) for extra in job.extras)
+    for path in sorted(names, key=len, reverse=True):
+        text = text.replace(path, names[path])
+    return text.replace(str(job.folder), "(this run)")

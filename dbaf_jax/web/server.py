@@ -1,0 +1,285 @@
+"""The web page's HTTP side: a Starlette app (`build_app`) served by uvicorn.
+
+The page (static/) asks for a session secret, creates a job, streams each dropped file
+in a request of its own (raw body, its name in the ``X-File-Name`` header, only ever
+shown), starts the job with the password in a JSON body, polls the job's state, and
+fetches results. Every API request carries the session secret in ``X-Session``: a
+header, so a page of another site cannot send it without a CORS preflight, which this
+server never grants. Host headers other than the listening address are refused (DNS
+rebinding). Responses are never cached (``Cache-Control: no-store``). Jobs run one at a
+time on one worker thread, through `runs.run_job`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import mimetypes
+import threading
+import urllib.parse
+import zipfile
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dbaf_jax import keys
+from dbaf_jax.errors import InputError
+from dbaf_jax.web import runs
+from dbaf_jax.web.jobs import Job, JobStore, LimitError, NotFound, Output
+
+STATIC = Path(__file__).resolve().parent / "static"
+JSON_BYTES = 16 << 10  # a request's JSON body: an operation, or a password and its choices
+MAX_PASSWORD = 1024  # characters
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
+DELETED_HEADER = "X-Run-Deleted"  # on the download after which the run's files are deleted: why
+SECURITY_HEADERS = [
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"default-src 'self'; img-src 'self' blob:; media-src 'self' blob:; object-src 'none'; "
+                                 b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+]
+
+
+class SecurityHeaders:
+    """ASGI middleware adding `SECURITY_HEADERS` to every response."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _json(request: Request) -> dict:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > JSON_BYTES:
+            raise LimitError(f"a request's JSON body is at most {JSON_BYTES} bytes")
+    try:
+        value = json.loads(body or b"{}")
+    except ValueError:
+        raise InputError("the request's body is not JSON") from None
+    if not isinstance(value, dict):
+        raise InputError("the request's body is not a JSON object")
+    return value
+
+
+def _declared_size(request: Request) -> int | None:
+    """The larger of the body's length and the file size the page announces
+    (``X-File-Size``: a file over the limit is announced without its bytes)."""
+    sizes = [int(value) for value in (request.headers.get("content-length"), request.headers.get("x-file-size"))
+             if value is not None and value.isdigit()]
+    return max(sizes, default=None)
+
+
+def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The app serving the page and its API for ``model``, keeping jobs in ``store``;
+    ``allowed_hosts`` (default the loopback names) are the Host headers answered."""
+    worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dbaf-web-job")
+    stopping = threading.Event()
+
+    def janitor() -> None:
+        while not stopping.wait(min(60.0, store.limits.keep_seconds / 4)):
+            store.expire()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        thread = threading.Thread(target=janitor, name="dbaf-web-janitor", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:  # the server stops: the running file finishes, nothing queued starts, everything is deleted
+            stopping.set()
+            worker.shutdown(wait=True, cancel_futures=True)
+            store.close()
+
+    def job_of(request: Request) -> Job:
+        return store.get(request.path_params["job"], request.headers.get("x-session", ""))
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    async def session(request: Request) -> Response:
+        return JSONResponse({"session": store.new_session(), "limits": store.limits.as_dict(), "passwordMax": MAX_PASSWORD})
+
+    async def create(request: Request) -> Response:
+        operation = (await _json(request)).get("operation")
+        if operation not in ("anonymize", "recover"):
+            raise InputError(f"operation must be anonymize or recover, not {operation!r}")
+        return JSONResponse({"job": store.create(request.headers.get("x-session", ""), operation).id})
+
+    async def receive(request: Request, upload) -> None:
+        try:
+            async for chunk in request.stream():
+                upload.write(chunk)
+        except LimitError as err:
+            upload.close(False, str(err))
+            raise
+        except BaseException:
+            upload.close(False, "the upload was interrupted")
+            raise
+        upload.close(True)
+
+    async def add_file(request: Request) -> Response:
+        job = job_of(request)
+        name = urllib.parse.unquote(request.headers.get("x-file-name", ""))
+        entry = job.new_entry(name, _declared_size(request))
+        await receive(request, job.upload(entry))
+        return JSONResponse(entry.as_dict())
+
+    async def add_key_part(request: Request) -> Response:
+        job, part = job_of(request), request.path_params["part"]
+        if part not in ("key", "ledger"):
+            return _error(f"no such key part {part!r}", 404)
+        upload = job.key_upload(part)
+        await receive(request, upload)
+        if part == "key":
+            try:
+                keys.read_key_file(upload.path)
+            except InputError as err:
+                upload.path.unlink()
+                job.key_file = None
+                raise InputError(str(err).replace(str(upload.path), "the key file given")) from None
+        return JSONResponse({"ok": True})
+
+    async def start(request: Request) -> Response:
+        job = job_of(request)
+        body = await _json(request)
+        password, key_choice = body.get("password"), body.get("key", "none")
+        if not isinstance(password, str) or not password:
+            raise InputError("type the password")
+        if len(password) > MAX_PASSWORD:
+            raise InputError(f"the password is longer than {MAX_PASSWORD} characters")
+        if job.operation == "anonymize" and body.get("confirm") != password:
+            raise InputError("the two passwords differ: type the same password twice")
+        if key_choice not in runs.KEY_CHOICES or (key_choice == "new" and job.operation != "anonymize"):
+            raise InputError(f"unknown key choice {key_choice!r}")
+        if job.state != "open":
+            raise LimitError("this run has started already")
+        if not job.entries:
+            raise InputError("drop at least one photo or clip first")
+        job.state = "queued"
+        for entry in job.entries:
+            entry.state = "queued" if entry.state == "uploaded" else entry.state
+        worker.submit(runs.run_job, model, job, password, key_choice)
+        return JSONResponse(job.as_dict(), status_code=202)
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(job_of(request).as_dict())
+
+    def file_response(job: Job, output: Output, download: bool) -> Response:
+        """The result; a download marks it downloaded, and the last one deletes the run once
+        sent (``X-Run-Deleted`` tells the page)."""
+        media_type = mimetypes.guess_type(output.name)[0] or "application/octet-stream"
+        headers, background = {}, None
+        if download:
+            output.downloaded = True
+            if all(each.downloaded for each in job.downloads()):
+                headers[DELETED_HEADER] = "every result was downloaded"
+                background = BackgroundTask(store.delete, job, headers[DELETED_HEADER])
+        return FileResponse(output.path, media_type=media_type, filename=output.name, headers=headers,
+                            content_disposition_type="attachment" if download else "inline", background=background)
+
+    def finished(job: Job) -> None:
+        if job.state != "done":
+            raise LimitError("the run has not finished yet")
+
+    async def result(request: Request) -> Response:
+        job = job_of(request)
+        finished(job)
+        index, k = request.path_params["index"], request.path_params["k"]
+        outputs = job.entries[index].outputs if index < len(job.entries) else []
+        if k >= len(outputs):
+            return _error("no such result", 404)
+        return file_response(job, outputs[k], request.query_params.get("download") == "1")
+
+    async def extra(request: Request) -> Response:
+        job = job_of(request)
+        finished(job)
+        k = request.path_params["k"]
+        if k >= len(job.extras):
+            return _error("no such result", 404)
+        return file_response(job, job.extras[k], request.query_params.get("download") == "1")
+
+    async def zipped(request: Request) -> Response:
+        job = job_of(request)
+        finished(job)
+        path = await run_in_threadpool(write_zip, job)
+        why = "the results were downloaded as a zip"
+        return FileResponse(path, media_type="application/zip", filename="dbaf-results.zip", headers={DELETED_HEADER: why},
+                            background=BackgroundTask(store.delete, job, why))
+
+    async def delete(request: Request) -> Response:
+        job = job_of(request)
+        if job.state in ("queued", "running"):
+            raise LimitError("the run is still going; clear it when it has finished")
+        store.delete(job, "cleared on the page")
+        return JSONResponse({"ok": True})
+
+    async def errors(request: Request, err: Exception) -> Response:
+        return _error(str(err), 404 if isinstance(err, NotFound) else 413 if isinstance(err, LimitError) else 400)
+
+    routes = [
+        Route("/", index),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/api/session", session, methods=["POST"]),
+        Route("/api/jobs", create, methods=["POST"]),
+        Route("/api/jobs/{job}", status, methods=["GET"]),
+        Route("/api/jobs/{job}", delete, methods=["DELETE"]),
+        Route("/api/jobs/{job}/files", add_file, methods=["PUT"]),
+        Route("/api/jobs/{job}/key/{part}", add_key_part, methods=["PUT"]),
+        Route("/api/jobs/{job}/start", start, methods=["POST"]),
+        Route("/api/jobs/{job}/results/{index:int}/{k:int}", result, methods=["GET"]),
+        Route("/api/jobs/{job}/extras/{k:int}", extra, methods=["GET"]),
+        Route("/api/jobs/{job}/zip", zipped, methods=["GET"]),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS), Middleware(SecurityHeaders)]
+    handlers = {NotFound: errors, LimitError: errors, InputError: errors}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
+
+
+def write_zip(job: Job) -> Path:
+    """Every result of ``job`` and its summary in one zip in the job's folder (stored, not
+    compressed: PNGs and clips are compressed already); names made unique."""
+    path = job.folder / "results.zip"
+    taken: set[str] = set()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("summary.txt", job.summary)
+        taken.add("summary.txt")
+        for output in job.downloads():
+            archive.write(output.path, _unique(output.name, taken))
+    return path
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    stem, dot, suffix = name.partition(".")
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{stem} ({n}){dot}{suffix}"
+    taken.add(candidate)
+    return candidate

@@ -1,0 +1,275 @@
+"""The web page (dbaf_jax/web) driven by a headless Chromium through Selenium, against
+the real server (uvicorn on a free loopback port, in this process so that the checks
+share its model), the real MTCNN and the tempered tiny DBAF model of the command-line
+tests: a real photo anonymized (faces changed, nothing else), recovered with the right
+password (each face is the model's recovery) and a wrong one (another face, no error),
+an oversize upload refused with its message, a clip anonymized. Chromium and its driver
+come from Debian (.ci/install-browser); nothing is downloaded while the tests run.
+
+``DBAF_WEB_SCREENSHOT=docs/web-page.png`` also saves the page after the photo's
+anonymization there (README's screenshot)."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmarks.jpeg_recovery import psnr
+from convert.common import run
+from convert.mtcnn import main as convert_mtcnn
+from dbaf_jax import images, keys, metadata
+from dbaf_jax.faces import align, paste, photos
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.video import clip, sidecar
+from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels
+from tests.evaluation_models import build_tiny_model
+from tests.paths import DATA
+from tests.torch_reference.dbaf_pipeline import SIZE
+from tests.video_clips import pan_frames, write_clip
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+    pytest.skip(f"no {CHROMIUM} and {CHROMEDRIVER} here: bash .ci/install-browser installs them", allow_module_level=True)
+
+uvicorn = pytest.importorskip("uvicorn", reason="the web extra is not installed (pip install -r requirements-web.txt)")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -r requirements-web.txt)")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from dbaf_jax.web import runs, server  # noqa: E402
+from dbaf_jax.web.jobs import JobStore, Limits  # noqa: E402
+
+BATCH = 4
+FILE_LIMIT = 2 << 20  # bytes: the oversize test drops a 3 MB file
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1100,1150")
+WAIT = 300  # seconds for a run: compiling the model's programs on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("web")
+    model = build_tiny_model(tmp)
+    run(convert_mtcnn, ["--out", str(model)])
+    (tmp / "in").mkdir()
+    shutil.copy(DATA / "office3.jpg", tmp / "in" / "office3.jpg")
+    write_clip(tmp / "in" / "pan.mp4", pan_frames(6, travel=0.3), audio_streams=0)
+    (tmp / "in" / "big.png").write_bytes(os.urandom(3 << 20))
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def model(workspace):
+    anonymizer = FaceAnonymizer(workspace / "model")
+    # The tiny model records latent recovery; photos recover from the image (recover --untrained-mode).
+    return runs.Model(anonymizer, load_photo_faces(anonymizer), BATCH, untrained_mode=True)
+
+
+@pytest.fixture(scope="module")
+def served(model, workspace):
+    """(base URL, the job store) of a server in a thread; after the module, it is stopped
+    and its private folder must be gone."""
+    store = JobStore(Limits(file_bytes=FILE_LIMIT), workspace)
+    sock = socket.create_server(("127.0.0.1", 0))
+    instance = uvicorn.Server(uvicorn.Config(server.build_app(model, store), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not instance.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", store
+    instance.should_exit = True
+    thread.join(60)
+    assert not store.root.exists(), "the server stopped and left its private folder"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(str(CHROMEDRIVER)), options=options)
+    yield driver
+    driver.quit()
+
+
+def open_page(browser, served, tab: str, downloads: Path) -> None:
+    downloads.mkdir(exist_ok=True)
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    browser.get(served[0])
+    WebDriverWait(browser, 120).until(lambda d: d.find_element(By.ID, "limits").text)
+    browser.find_element(By.ID, f"tab-{tab}").click()
+
+
+def run_page(browser, files, password: str, confirm: str | None = None) -> str:
+    """Drops ``files``, types the password (twice when ``confirm``), starts, waits for the summary; the summary."""
+    browser.find_element(By.ID, "files").send_keys("\n".join(str(f) for f in files))
+    browser.find_element(By.ID, "password").send_keys(password)
+    if confirm is not None:
+        browser.find_element(By.ID, "confirm").send_keys(confirm)
+    browser.find_element(By.ID, "start").click()
+    WebDriverWait(browser, WAIT).until(lambda d: d.find_element(By.ID, "summary").text or d.find_element(By.ID, "error").text)
+    assert browser.find_element(By.ID, "password").get_attribute("value") == ""  # the password does not stay in the page
+    return browser.find_element(By.ID, "summary").text
+
+
+def download(browser, name: str, downloads: Path) -> Path:
+    browser.find_element(By.CSS_SELECTOR, f'button.download[data-name="{name}"]').click()
+    path = downloads / name
+    WebDriverWait(browser, 120).until(lambda d: path.exists() and not list(downloads.glob("*.crdownload")))
+    return path
+
+
+def mask_in_photo(faces, shape):
+    """Where any face's box mask reaches in the photo."""
+    mask = paste.box_mask(SIZE)[..., None]
+    return np.max([align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0] for f in faces], axis=0)
+
+
+def recorded(path, size):
+    meta = images.read_metadata(path)
+    return meta, metadata.recorded_faces(meta, pixels(path).shape, size)
+
+
+@pytest.fixture(scope="module")
+def anonymized(browser, served, workspace):
+    """office3.jpg anonymized on the page and downloaded; (the downloaded file, the page's summary)."""
+    downloads = workspace / "downloads_anonymize"
+    open_page(browser, served, "anonymize", downloads)
+    summary = run_page(browser, [workspace / "in" / "office3.jpg"], PASSWORD, PASSWORD)
+    WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, "img.result"))
+    secret = PASSWORD.encode()
+    assert not [p for p in served[1].root.rglob("*") if p.is_file() and secret in p.read_bytes()]  # never written to disk
+    if os.environ.get("DBAF_WEB_SCREENSHOT"):  # 128 colours: a small PNG for the README
+        browser.save_screenshot(str(workspace / "page.png"))
+        with Image.open(workspace / "page.png") as shot:
+            shot.convert("RGB").quantize(128).save(os.environ["DBAF_WEB_SCREENSHOT"], optimize=True)
+    path = download(browser, "office3.png", downloads)
+    return path, summary
+
+
+def test_a_photo_anonymized_in_the_browser(anonymized, model, workspace, served, browser):
+    path, summary = anonymized
+    assert "summary: 1 photo(s) read, 1 written, 0 skipped;" in summary
+    assert "face(s) found" in summary and "/" not in summary  # no private path on the page
+    original = pixels(workspace / "in" / "office3.jpg")
+    result = pixels(path)
+    assert result.shape == original.shape
+    meta, faces = recorded(path, model.anonymizer.input_size)
+    assert faces and f"{len(faces)} anonymized" in summary
+    alpha = mask_in_photo(faces, original.shape)
+    np.testing.assert_array_equal(result[alpha == 0], original[alpha == 0])  # pixels away from the faces unchanged
+    for face in faces:
+        own = mask_in_photo([face], original.shape) > 0.999
+        assert own.sum() > 200 and np.abs(result[own] - original[own]).mean() > 10, face.index
+    # Its one result downloaded: the run's folder is gone from the server, and the page says so.
+    WebDriverWait(browser, 120).until(lambda d: "deleted" in d.find_element(By.ID, "deleted").text)
+    WebDriverWait(browser, 120).until(lambda d: not list(served[1].root.iterdir()))
+
+
+def recovered_faces(model, anonymized_path, password):
+    """Each recorded face of the anonymized photo recovered by the model itself with its key, uint8 crops."""
+    meta, faces = recorded(anonymized_path, model.anonymizer.input_size)
+    seed = keys.derive_seed(password, keys.KeyRecord.from_dict(meta["key"]))
+    face_keys = np.asarray(model.anonymizer.face_keys(seed, [f.index for f in faces]))
+    crops = model.faces.crops(pixels(anonymized_path).astype(np.uint8), faces)
+    out = model.anonymizer.recover(pad_batch(crops, BATCH * 2), pad_batch(face_keys, BATCH * 2))[: len(faces)]
+    return faces, images.to_uint8(out)
+
+
+@pytest.mark.parametrize("password", [PASSWORD, WRONG_PASSWORD], ids=["right", "wrong"])
+def test_recovered_in_the_browser(password, anonymized, model, workspace, served, browser):
+    """The right password gives each face back as the model recovers it (the command-line
+    tests' check); a wrong one gives other faces, and no error."""
+    downloads = workspace / f"downloads_recover_{password == PASSWORD}"
+    open_page(browser, served, "recover", downloads)
+    summary = run_page(browser, [anonymized[0]], password)
+    assert browser.find_element(By.ID, "error").text == ""
+    assert "summary: 1 photo(s) read, 1 written, 0 skipped;" in summary
+    path = download(browser, "office3.png", downloads)
+    faces, expected = recovered_faces(model, anonymized[0], PASSWORD)
+    result, before = pixels(path), pixels(anonymized[0])
+    outside = mask_in_photo(faces, result.shape) == 0
+    np.testing.assert_array_equal(result[outside], before[outside])
+    interior = paste.box_mask(SIZE) > 0.999
+    scores = [psnr(align.crop(result.astype(np.uint8), align.scaled(f.transform, SIZE / f.size), SIZE), e, interior)
+              for f, e in zip(faces, expected)]
+    print("face PSNR against the model's recovery with the right password:", np.round(scores, 1))
+    if password == PASSWORD:
+        assert min(scores) > 45  # as tests/inference/test_photos_cli.py measures: 55-59 dB
+    else:
+        assert max(scores) < 20
+
+
+def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspace):
+    open_page(browser, served, "anonymize", workspace / "downloads_big")
+    browser.find_element(By.ID, "files").send_keys(str(workspace / "in" / "big.png"))
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="big.png"]')
+    assert "big.png: 3.0 MB is over the limit of 2.0 MB per file" in row.text
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "confirm").send_keys(PASSWORD)
+    browser.find_element(By.ID, "start").click()  # the server refuses it too, by the announced size
+    WebDriverWait(browser, 120).until(lambda d: d.find_element(By.ID, "error").text)
+    assert browser.find_element(By.ID, "error").text == "error: no file was taken"
+    assert "over the limit of 2.0 MB per file" in row.text and "refused" in row.text
+
+
+def test_a_clip_anonymized_in_the_browser(browser, served, workspace, model):
+    downloads = workspace / "downloads_clip"
+    open_page(browser, served, "anonymize", downloads)
+    runs_before = set(served[1].root.iterdir())
+    summary = run_page(browser, [workspace / "in" / "pan.mp4"], PASSWORD, PASSWORD)
+    assert "processed" in summary and "in 6 frame(s)" in summary and "wrote pan.mp4" in summary
+    browser.find_element(By.ID, "zip").click()  # everything as one zip, after which the server deletes the run
+    archive = downloads / "dbaf-results.zip"
+    WebDriverWait(browser, 120).until(lambda d: archive.exists() and not list(downloads.glob("*.crdownload")))
+    with zipfile.ZipFile(archive) as opened:
+        assert sorted(opened.namelist()) == ["pan.mp4", "pan.mp4.dbaf.json", "summary.txt"]
+        assert opened.read("summary.txt").decode().strip() == summary.strip()
+        opened.extractall(downloads / "unzipped")
+    WebDriverWait(browser, 120).until(lambda d: "deleted" in d.find_element(By.ID, "deleted").text)
+    WebDriverWait(browser, 120).until(lambda d: set(served[1].root.iterdir()) <= runs_before)
+    side = sidecar.read(downloads / "unzipped" / "pan.mp4.dbaf.json")
+    path = downloads / "unzipped" / "pan.mp4"
+    source, result = (np.stack([f.pixels for f in clip.frames(p, clip.probe(p))]).astype(np.int16)
+                      for p in (workspace / "in" / "pan.mp4", path))
+    assert result.shape == source.shape and side.tracks
+    changed = np.abs(result - source).mean(axis=-1)
+    for number, first, transforms in side.tracks:
+        frame = first + len(transforms) // 2
+        inside = mask_in_photo([photos.AlignedFace(number, transforms[len(transforms) // 2], side.size)], source.shape[1:]) > 0.999
+        assert changed[frame][inside].mean() > 10, number
+
+
+def test_the_command_serves_the_page_and_cleans_up(browser, workspace):
+    """``python -m dbaf_jax.web --model DIR --port 0``: it says where it serves, the page
+    loads, and Ctrl-C stops it with its private folder removed."""
+    temp = workspace / "command_temp"
+    temp.mkdir()
+    command = [sys.executable, "-m", "dbaf_jax.web", "--model", str(workspace / "model"), "--port", "0", "--temp-dir", str(temp)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("serving on "):
+            lines.append(process.stderr.readline())
+            assert lines[-1], "".join(lines)
+        url = lines[-1].split()[2]
+        assert url.startswith("http://127.0.0.1:")
+        assert len(list(temp.iterdir())) == 1
+        browser.get(url)
+        assert browser.find_element(By.ID, "tab-recover").text == "Recover"
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0, process.stderr.read()
+    assert not list(temp.iterdir())
