@@ -20,9 +20,16 @@ the same password undoes it. Existing outputs are never replaced without --overw
 
 Every face MTCNN reports is anonymized (small ones upsampled); one the model cannot take
 is pixelated (irreversible) and counted; --min-face-size N leaves smaller faces as they
-were, counted. The run ends with a summary; exit status 0 all done, 1 error, 2 usage,
-3 an input skipped, 4 a face left (--min-face-size), 5 a face hidden by the fallback
-with --strict. --resume continues an interrupted run.
+were, counted. Clips in the folder (mp4, mov, mkv, webm, avi) go through the video path
+(`dbaf_jax.video.folders`: as anonymize_video with its defaults, the sidecar beside
+each output clip). Every other file is named in the summary with why it was not
+processed: an unknown type, an unreadable file, a link to a folder or out of the
+folder, a dangling link or a loop, an animated GIF, or an input that is already an
+output of anonymize (anonymizing it again would lose its recovery record; pass
+--allow-anonymized-input). The run ends with a summary; exit status 0 all done,
+1 error, 2 usage, 3 an input skipped (or a clip shorter than it declares), 4 a face left
+(--min-face-size), 5 a face hidden by the fallback with --strict. --resume continues an
+interrupted run.
 The Python API is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
@@ -32,11 +39,12 @@ from typing import Sequence
 
 from dbaf_jax import commands, keys
 from dbaf_jax.inference.aligned_folders import anonymize_folder
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
 from dbaf_jax.inference.report import Report
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
+from dbaf_jax.video.folders import FolderClips
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
@@ -46,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> Report:
                         help="continue an interrupted photo run: complete outputs are kept and counted, the rest made")
     parser.add_argument("--strict", action="store_true",
                         help="a face hidden by the fallback (pixelated: the model cannot take it) fails the run (exit status 5)")
+    parser.add_argument("--allow-anonymized-input", action="store_true",
+                        help="anonymize inputs that are already outputs of anonymize (their copies lose the recovery record)")
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.save_latents and not args.aligned:
@@ -61,9 +71,12 @@ def main(argv: Sequence[str] | None = None) -> Report:
         )
     else:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        face_ledger = ledger.ledger_path(args.key_file) if args.key_file else None
+        clips = FolderClips(anonymizer, faces, password, args.batch_size or default_batch_size(), "anonymize", args.overwrite, face_ledger,
+                            args.allow_anonymized_input)
         report = anonymize_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.strict, args.resume, ledger.ledger_path(args.key_file) if args.key_file else None,
+            args.strict, args.resume, face_ledger, clips, args.allow_anonymized_input,
         )
     report.print()
     return report

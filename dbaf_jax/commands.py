@@ -18,7 +18,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from dbaf_jax import compilation_cache, precision
-from dbaf_jax.errors import DbafError
+from dbaf_jax.errors import DbafError, printable
 from dbaf_jax.video import clip, tracks
 
 Main = Callable[[Sequence[str] | None], Any]
@@ -32,7 +32,7 @@ def exit_status(main: Main, argv: Sequence[str] | None = None) -> int:
     try:
         result = main(argv)
     except DbafError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return 1
     status = getattr(result, "status", 0)
     return status if isinstance(status, int) else 0

@@ -56,12 +56,15 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
     """
     try:
         with Image.open(path) as img:
+            refusal = _many_frames(img)
             img = as_rgb8(img)[0]
             if img.size != (size, size):
                 img = img.resize((size, size), Image.BILINEAR)
             pixels = np.asarray(img, dtype=np.float32)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
+    if refusal:
+        raise ValueError(f"{path}: {refusal}")
     return to_float(pixels)
 
 
@@ -74,13 +77,31 @@ def read_photo_noted(path: str | Path) -> tuple[np.ndarray, str | None]:
     """Decodes a photo of any size to (H, W, 3) uint8 RGB, upright: its EXIF orientation
     applied (cameras store rotated pixels and say so there), any mode converted by
     `as_rgb8`; with its note (a dropped alpha channel) or None. ValueError naming the
-    file when it cannot be decoded."""
+    file when it cannot be decoded or holds several frames (`_many_frames`)."""
     try:
         with Image.open(path) as img:
-            rgb, note = as_rgb8(ImageOps.exif_transpose(img))
-            return np.asarray(rgb), (f"{path}: {note}" if note else None)
+            refusal = _many_frames(img)
+            if not refusal:
+                rgb, note = as_rgb8(ImageOps.exif_transpose(img))
+                notes = [note] if note else []
+                if getattr(img, "n_frames", 1) > 1:  # a multi-picture JPEG (MPO): the others are views of the same scene
+                    notes.append(f"its {img.n_frames - 1} other picture(s) (the camera's previews or second view) are not in the output")
+                return np.asarray(rgb), (f"{path}: {'; '.join(notes)}" if notes else None)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
+    raise ValueError(f"{path}: {refusal}")
+
+
+def _many_frames(img: Image.Image) -> str | None:
+    """Why an image of several frames (an animated GIF, PNG or WebP, a multi-page TIFF)
+    is refused, or None: only its first frame would be processed, and the output (one
+    PNG) would silently lose the rest. A camera's multi-picture JPEG (MPO) is read: its
+    first picture is the photo."""
+    frames = getattr(img, "n_frames", 1)
+    if frames <= 1 or img.format == "MPO":
+        return None
+    return (f"holds {frames} frames (an animation or a multi-page file) and only one would be anonymized, so it is not "
+            "processed; make it a video (anonymized frame by frame) or split it into single images")
 
 
 # Full scale of the integer and float modes PIL gives wider images (16-bit PNG and

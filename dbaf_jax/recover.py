@@ -12,7 +12,9 @@ detection, and only those that match the key file's face ledger (written by anon
 paper's recovery from the image alone) or --mode latent (the reference's; needs
 ``anonymize --aligned --save-latents``). A wrong password is not an error: it gives
 other faces. Images another model anonymized are refused (naming both models'
-fingerprints) unless --ignore-model-mismatch. Existing outputs are never replaced without --overwrite. The Python API
+fingerprints) unless --ignore-model-mismatch. Clips in the folder are recovered through the video path
+(`dbaf_jax.video.folders`: each with its sidecar, or with --key-file and its ledger); every
+file not processed is named in the summary with why, and counted (exit status 3). Existing outputs are never replaced without --overwrite. The Python API
 is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
@@ -22,12 +24,13 @@ from typing import Sequence
 
 from dbaf_jax import commands, keys
 from dbaf_jax.inference.aligned_folders import RECOVERY_MODES, recover_folder
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.inference.photo_folders import recover_photo_folder
 from dbaf_jax.inference.report import Report
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
+from dbaf_jax.video.folders import FolderClips
 
 
 def recovery_mode(anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, untrained: bool) -> tuple[str, str, str | None]:
@@ -70,9 +73,12 @@ def main(argv: Sequence[str] | None = None) -> Report:
         )
     else:
         faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        face_ledger = ledger.read_for_key_file(args.key_file, ledger_notes)
+        clips = FolderClips(anonymizer, faces, password, args.batch_size or default_batch_size(), "recover", args.overwrite,
+                            key_record=record, face_ledger=face_ledger, ignore_model_mismatch=args.ignore_model_mismatch)
         report = recover_photo_folder(
             anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.ignore_model_mismatch, ledger.read_for_key_file(args.key_file, ledger_notes),
+            args.ignore_model_mismatch, face_ledger, clips,
         )
     report.notes[:0] = [mode_note, *ledger_notes]
     report.warnings += [warning] if warning else []

@@ -133,3 +133,25 @@ def test_label_columns_names_each_column_above_an_unchanged_grid():
     assert all((column < 128).any() for column in columns)
     single = images.label_columns(grid, ("a", "b", "c"), cell_width=16)
     assert single.shape[0] < labelled.shape[0]
+
+
+def test_tiff_and_gif_are_read_and_animations_refused(tmp_path):
+    """Single-frame TIFF and GIF read as photos; an animated GIF or a multi-page TIFF is
+    refused by name (only one frame would be anonymized); a camera's multi-picture JPEG
+    (MPO) reads its first picture, with a note."""
+    face = np.random.default_rng(0).integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    Image.fromarray(face).save(tmp_path / "one.tif")
+    Image.fromarray(face).save(tmp_path / "one.gif")
+    assert np.array_equal(images.read_photo(tmp_path / "one.tif"), face)
+    assert images.read_photo(tmp_path / "one.gif").shape == (24, 32, 3)
+    frames = [Image.fromarray(np.full((24, 32, 3), level, np.uint8)) for level in (0, 120, 240)]
+    frames[0].save(tmp_path / "moving.gif", save_all=True, append_images=frames[1:])
+    frames[0].save(tmp_path / "pages.tif", save_all=True, append_images=frames[1:])
+    for name in ("moving.gif", "pages.tif"):
+        with pytest.raises(ValueError, match=f"{name}: holds 3 frames .* only one would be anonymized"):
+            images.read_photo_noted(tmp_path / name)
+        with pytest.raises(ValueError, match="holds 3 frames"):
+            images.read_image(tmp_path / name, 16)
+    Image.fromarray(face).save(tmp_path / "camera.mpo", format="MPO", save_all=True, append_images=[frames[1]])
+    photo, note = images.read_photo_noted(tmp_path / "camera.mpo")
+    assert photo.shape == (24, 32, 3) and "1 other picture(s)" in note

@@ -16,7 +16,7 @@ LAYERS = [
     ("foundations", ["dbaf_jax", "dbaf_jax.errors", "dbaf_jax.precision", "dbaf_jax.sharding", "dbaf_jax.pipeline",
                      "dbaf_jax.compilation_cache", "dbaf_jax.sidecars", "dbaf_jax.nn"]),
     ("networks", ["dbaf_jax.models"]),
-    ("storage", ["dbaf_jax.images", "dbaf_jax.keys", "dbaf_jax.output_folder", "dbaf_jax.model_directory",
+    ("storage", ["dbaf_jax.images", "dbaf_jax.keys", "dbaf_jax.input_folder", "dbaf_jax.output_folder", "dbaf_jax.model_directory",
                  "dbaf_jax.model_families"]),
     ("faces and losses", ["dbaf_jax.faces", "dbaf_jax.metadata", "dbaf_jax.losses", "dbaf_jax.ifadit_losses",
                           "dbaf_jax.evaluation.image_metrics"]),

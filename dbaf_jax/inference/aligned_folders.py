@@ -53,7 +53,7 @@ def anonymize_folder(
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
-    report = Report(skipped=plan.skipped, notes=list(plan.notes))
+    report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
 
     def dispatched() -> Iterator:
         for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
@@ -90,10 +90,10 @@ def recover_folder(
     """Recovers the aligned PNGs of an anonymize run; each file's own salt gives its key."""
     if mode not in RECOVERY_MODES:
         raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
-    plan = plan_outputs(in_dir, out_dir, keep=lambda path: path.suffix.lower() == ".png")
+    plan = plan_outputs(in_dir, out_dir, refuse=lambda path: None if path.suffix.lower() == ".png" else f"{path}: not a PNG, so not an output of anonymize --aligned: not recovered")
     check_outputs(plan.targets.values(), overwrite)
     batch_size = anonymizer.padded_size(batch_size or default_batch_size())
-    report = Report(skipped=plan.skipped, notes=list(plan.notes))
+    report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
     readable: list[tuple[Path, metadata.Anonymization]] = []
     for source, made in checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
         if made is None:

@@ -5,7 +5,10 @@ without it, from a key file and its face ledger (`faces.ledger`).
 Photos are decoded on worker threads ahead of the model and encoded behind it; the
 model runs on batches of faces gathered across photos (`face_batches`), so a folder of
 one-face photos computes full batches rather than one padded batch per photo.
-``save_crops`` also writes each processed face as ``NAME.faceN.png``.
+``save_crops`` also writes each processed face as ``NAME.faceN.png``. The folder's
+clips go to ``clips`` (`ClipRunner`: the video path, which this layer cannot import)
+or, without one, are skipped by name; anonymize skips inputs that are already its
+outputs unless ``allow_anonymized_input``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 from tqdm import tqdm
@@ -23,8 +26,20 @@ from dbaf_jax.errors import InputError, OutputExistsError, OutputWriteError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult, default_batch_size, photo_result
-from dbaf_jax.inference.planning import Plan, checked_anonymizations, crop_path, is_saved_crop, plan_outputs, plan_photo_outputs
+from dbaf_jax.inference.planning import (
+    Plan, anonymized_already, checked_anonymizations, crop_path, plan_outputs, plan_photo_outputs, saved_crop,
+)
 from dbaf_jax.inference.report import Report
+
+
+class ClipRunner(Protocol):
+    """The clips of a folder run (`dbaf_jax.video.folders.FolderClips`): checked before
+    any work (with ``resume``: the complete ones to keep, with their key records), run
+    after the photos into the run's report."""
+
+    def check(self, plan: Plan, resume: bool = False) -> dict[Path, keys.KeyRecord]: ...
+
+    def run(self, plan: Plan, report: Report, record: keys.KeyRecord | None = None, kept: Iterable[Path] = (), redo: bool = False) -> None: ...
 
 
 def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
@@ -129,6 +144,8 @@ def anonymize_photo_folder(
     strict: bool = False,
     resume: bool = False,
     face_ledger: Path | None = None,
+    clips: ClipRunner | None = None,
+    allow_anonymized_input: bool = False,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
     ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
@@ -139,15 +156,23 @@ def anonymize_photo_folder(
     kept and counted, the rest made, with the earlier run's salt."""
     if resume and overwrite:
         raise InputError("--resume keeps complete outputs and --overwrite replaces them: pass one of them")
+    refuse = (lambda path: None) if allow_anonymized_input else anonymized_already
     if resume:
-        plan = plan_outputs(in_dir, out_dir)
+        plan = plan_outputs(in_dir, out_dir, refuse, videos=clips is not None)
         kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
+        kept_clips = clips.check(plan, resume=True) if clips is not None else {}
+        records = {r for r in [earlier, *kept_clips.values()] if r is not None}
+        if len(records) > 1:
+            raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+        earlier = next(iter(records), None)
         if record is not None and earlier is not None and earlier != record:
             raise InputError(f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite")
         record = record or earlier
     else:
-        plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops)
-        kept, redo = [], set()
+        plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, refuse, videos=clips is not None)
+        kept, redo, kept_clips = [], set(), {}
+        if clips is not None:
+            clips.check(plan)
     batch_size = batch_size or default_batch_size()
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
@@ -169,12 +194,15 @@ def anonymize_photo_folder(
                 raise OutputWriteError(f"{err}: the faces of {source} are not in it, so it and the photos after it were not written; "
                                        "the outputs already written are kept, with their entries (--resume makes the rest)") from None
 
-    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept)
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept, passed_over=list(plan.passed_over))
     if face_ledger is not None:  # before any photo: one entry each at least
         report.notes += [note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note]
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
-    return _photo_run(plan, sources, prepare, anonymizer.anonymize_faces, faces, anonymizer.padded_size(batch_size), report, "anonymize",
-                      save_crops, lambda target: overwrite or target in redo, made)
+    _photo_run(plan, sources, prepare, anonymizer.anonymize_faces, faces, anonymizer.padded_size(batch_size), report, "anonymize",
+               save_crops, lambda target: overwrite or target in redo, made)
+    if clips is not None:
+        clips.run(plan, report, record, kept_clips, redo=resume)
+    return report
 
 
 def resumable_outputs(
@@ -222,6 +250,7 @@ def recover_photo_folder(
     save_crops: bool = False,
     ignore_model_mismatch: bool = False,
     face_ledger: list[ledger.Entry] | None = None,
+    clips: ClipRunner | None = None,
 ) -> Report:
     """Recovers the photos of an anonymize run. A photo's own metadata gives its key
     record and face transforms. Without metadata (e.g. re-encoded after sharing),
@@ -229,10 +258,12 @@ def recover_photo_folder(
     those that match an entry of ``face_ledger`` (the key file's, `ledger`) are
     recovered, each with that entry's key index; every other detection is left as it
     is and counted (without a ledger, all of them)."""
-    plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, keep=lambda path: not is_saved_crop(path))
+    plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, pass_over=saved_crop, videos=clips is not None)
+    if clips is not None:
+        clips.check(plan)
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover")
+    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover", passed_over=list(plan.passed_over))
     anonymizations = checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
     def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], list, int]:
@@ -274,5 +305,8 @@ def recover_photo_folder(
         found = photos.FoundFaces(recorded, [], regions=regions)
         return anonymizer.photo_item(photo, seeds[photo_record], faces, found, _Photo(source, meta, [], unverified, why))
 
-    return _photo_run(plan, list(anonymizations), prepare, anonymizer.recover_faces, faces, anonymizer.padded_size(batch_size), report,
-                      "recover", save_crops, overwrite)
+    _photo_run(plan, list(anonymizations), prepare, anonymizer.recover_faces, faces, anonymizer.padded_size(batch_size), report,
+               "recover", save_crops, overwrite)
+    if clips is not None:
+        clips.run(plan, report)
+    return report

@@ -1,27 +1,34 @@
 """Planning a folder run before any work: which inputs, which output each gets, what
 exists already, and which inputs were made by this model.
 
-Outputs are PNGs named after their inputs (``face.jpg`` -> ``face.png``, sub-folders
-kept); an input whose output name another input already has is skipped. The output
-folder is checked against the input folder (`output_folder.check_location`) and
-cleared of an interrupted run's temporaries. Unless ``overwrite`` is set, a run whose
-outputs exist stops before writing anything.
+Every entry below the input folder is accounted for (`input_folder.list_inputs`):
+images are planned, clips too when the run has a video path (else refused by name),
+files our runs wrote beside an output are passed over by name, and the rest are
+skipped with their reason. Photo outputs are PNGs named after their inputs
+(``face.jpg`` -> ``face.png``, sub-folders kept), clips keep their names; an input
+whose output name another input already has is skipped. The output folder is checked
+against the input folder (`output_folder.check_location`) and cleared of an
+interrupted run's temporaries. Unless ``overwrite`` is set, a run whose outputs exist
+stops before writing anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from dbaf_jax import images, metadata, output_folder
+from PIL import Image
+
+from dbaf_jax import images, input_folder, metadata, output_folder
 from dbaf_jax.errors import InputError, ModelMismatchError, OutputExistsError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.report import Report
 
 
-LATENTS_SUFFIX = ".latents.npz"
+LATENTS_SUFFIX = input_folder.LATENTS_SUFFIX
 
 
 def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
@@ -51,9 +58,11 @@ def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A folder run's inputs and where each goes; ``skipped``: inputs whose output name
-    another input already has (``a.jpg`` beside ``a.png``); ``notes``: temporaries of
-    an interrupted run removed from the output folder."""
+    """A folder run's inputs and where each goes; ``skipped``: entries not processed,
+    each with why (`input_folder`; inputs whose output name another input already has,
+    ``a.jpg`` beside ``a.png``); ``notes``: temporaries of an interrupted run removed
+    from the output folder; ``videos``: clips for the video path, each with its output
+    in ``video_targets``; ``passed_over``: files an earlier run wrote beside an output."""
 
     in_dir: Path
     out_dir: Path
@@ -61,37 +70,98 @@ class Plan:
     targets: dict[Path, Path]
     skipped: list[images.Skipped]
     notes: list[str]
+    videos: list[Path] = dataclasses.field(default_factory=list)
+    video_targets: dict[Path, Path] = dataclasses.field(default_factory=dict)
+    passed_over: list[images.Skipped] = dataclasses.field(default_factory=list)
 
 
-def plan_outputs(in_dir: str | Path, out_dir: str | Path, keep: Callable[[Path], bool] = lambda path: True) -> Plan:
-    """The images below ``in_dir`` that ``keep`` accepts, each with its output path;
-    the output folder checked and made (`output_folder.check_location`) before any work."""
+Judge = Callable[[Path], "str | None"]  # a reason about an input, or None
+
+
+def _no_reason(path: Path) -> None:
+    return None
+
+
+def plan_outputs(
+    in_dir: str | Path, out_dir: str | Path, refuse: Judge = _no_reason, pass_over: Judge = _no_reason, videos: bool = False
+) -> Plan:
+    """Every entry below ``in_dir`` accounted for (module docstring): the images that
+    neither ``refuse`` (skipped, with its reason) nor ``pass_over`` (named, not
+    counted) gives a reason for, each with its output path; with ``videos`` the clips
+    too, else they are skipped as a kind this run does not read. The output folder is
+    checked and its stale temporaries removed (`output_folder`) before any work."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
-    inputs = images.input_images(in_dir)
-    sources, targets, skipped = [], {}, []
+    listing = input_folder.list_inputs(in_dir)
+    skipped, passed = list(listing.refused), list(listing.companions)
+    sources, targets, clips, clip_targets = [], {}, [], {}
     first: dict[Path, Path] = {}
-    for source in filter(keep, inputs):
-        target = output_path(in_dir, out_dir, source)
+    for source in sorted(listing.images + listing.videos):
+        is_video = source in listing.videos
+        if is_video and not videos:
+            skipped.append(images.Skipped(source, f"{source}: a video, which this run does not read (the anonymize and recover commands "
+                                                  "read clips beside photos, without --aligned; or use anonymize_video)"))
+            continue
+        why = None if is_video else refuse(source)
+        if why is not None:
+            skipped.append(images.Skipped(source, why))
+            continue
+        why = None if is_video else pass_over(source)
+        if why is not None:
+            passed.append(images.Skipped(source, why))
+            continue
+        target = out_dir / source.relative_to(in_dir) if is_video else output_path(in_dir, out_dir, source)
         if target in first:
             skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
             continue
         first[target] = source
-        sources.append(source)
-        targets[source] = target
-    output_folder.check_location(in_dir, out_dir, inputs, targets.values())
-    return Plan(in_dir, out_dir, sources, targets, skipped, output_folder.clear_stale_temporaries(out_dir))
+        if is_video:
+            clips.append(source)
+            clip_targets[source] = target
+        else:
+            sources.append(source)
+            targets[source] = target
+    companions = [Path(f"{target}{input_folder.SIDECAR_SUFFIX}") for target in clip_targets.values()]
+    output_folder.check_location(in_dir, out_dir, listing.images + listing.videos, [*targets.values(), *clip_targets.values(), *companions])
+    return Plan(in_dir, out_dir, sources, targets, sorted(skipped, key=lambda s: s.path), output_folder.clear_stale_temporaries(out_dir),
+                clips, clip_targets, sorted(passed, key=lambda s: s.path))
 
 
 def plan_photo_outputs(
-    in_dir: str | Path, out_dir: str | Path, overwrite: bool, save_crops: bool, keep: Callable[[Path], bool] = lambda path: True
+    in_dir: str | Path, out_dir: str | Path, overwrite: bool, save_crops: bool, refuse: Judge = _no_reason,
+    pass_over: Judge = _no_reason, videos: bool = False,
 ) -> Plan:
     """`plan_outputs`, refusing (before anything is written) existing outputs and, with
     ``save_crops``, existing crops of them, unless ``overwrite``."""
-    plan = plan_outputs(in_dir, out_dir, keep)
+    plan = plan_outputs(in_dir, out_dir, refuse, pass_over, videos)
     check_outputs(plan.targets.values(), overwrite)
     if save_crops:
         check_outputs([p for t in plan.targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
     return plan
+
+
+def anonymized_already(path: Path) -> str | None:
+    """Why anonymize refuses ``path`` unless asked: it carries our metadata as an
+    anonymized image or a saved face crop (anonymizing it again would make an output
+    without its recovery record, which the user may not notice is gone); None for
+    other files, recovered photos (their faces are the originals) and files that cannot
+    be read (the run names those when it reads them). Only the header is read: our
+    chunk is written before the pixels, where PIL's ``info`` has it without decoding."""
+    try:
+        with Image.open(path) as img:
+            text = img.info.get(images.METADATA_CHUNK)
+    except Exception:  # noqa: BLE001 - not readable as an image: the run says so when it decodes it
+        return None
+    if text is None:
+        return None
+    try:
+        operation = json.loads(text).get("operation")
+    except (ValueError, RecursionError, AttributeError):  # our chunk, damaged: still ours
+        operation = None
+    if operation == metadata.RECOVER:
+        return None
+    what = "a face crop saved by anonymize --save-crops" if operation == metadata.CROP else "already an output of anonymize"
+    return (f"{path}: {what} (its {images.METADATA_CHUNK} metadata says so); anonymizing it again would leave an output without "
+            "its recovery record, so it is not processed (pass --allow-anonymized-input to anonymize it again)")
 
 
 def checked_anonymizations(
@@ -131,3 +201,8 @@ def is_saved_crop(path: Path) -> bool:
         return metadata.is_crop(images.read_metadata(path))
     except ValueError:
         return False
+
+
+def saved_crop(path: Path) -> str | None:
+    """`pass_over` for recovery: the reason a crop `is_saved_crop` is passed over."""
+    return f"{path}: a face crop saved by anonymize --save-crops: not recovered (recover --save-crops makes its own)" if is_saved_crop(path) else None

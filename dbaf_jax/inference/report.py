@@ -1,27 +1,43 @@
-"""What a folder run did (written, skipped, notes, faces) and its exit status."""
+"""What a folder run did (written, skipped, passed over, notes, faces, clips) and its
+exit status; every line printed through `errors.printable` (file names may hold
+control characters)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from dbaf_jax import images
+from dbaf_jax.errors import printable
 
 
 # Exit statuses of a run that finished but did not do all it was asked (README): 1 is
 # an error that stopped it, 2 a usage error (argparse).
-EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...)
+EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...), or a clip ended before its declared end
 EXIT_FACES_LEFT = 4  # a detected face was left as it was (--min-face-size)
 EXIT_FALLBACK = 5  # with --strict: a face was hidden by the fallback instead of anonymized
 
 
+class ClipOutcome(Protocol):
+    """What one clip of a folder run did (`dbaf_jax.video.runner.VideoReport`)."""
+
+    written: list[Path]  # the clip and its sidecar
+    hidden: int  # faces hidden by the fallback, over all frames
+
+    @property
+    def status(self) -> int: ...
+
+    def summary(self) -> str: ...
+
+
 @dataclasses.dataclass
 class Report:
-    """What a folder run did: written outputs, skipped inputs with reasons, warnings,
-    and for photos the faces found, processed (anonymized or recovered), hidden by
-    the fallback (`faces.paste.hide`) and left by the user's choice; `status` is the
-    command's exit status."""
+    """What a folder run did: written outputs, skipped inputs with reasons, files passed
+    over, warnings, the clips (through the video path), and for photos the faces found,
+    processed (anonymized or recovered), hidden by the fallback (`faces.paste.hide`) and
+    left by the user's choice; `status` is the command's exit status."""
 
     written: list[Path] = dataclasses.field(default_factory=list)
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
@@ -36,37 +52,58 @@ class Report:
     kept: list[Path] = dataclasses.field(default_factory=list)  # --resume: complete outputs of an earlier run
     operation: str = "anonymize"
     unverified: int = 0  # recovery without metadata: detections not matched to the key file's face ledger
+    passed_over: list[images.Skipped] = dataclasses.field(default_factory=list)  # files an earlier run wrote beside an output
+    clips: list[ClipOutcome] = dataclasses.field(default_factory=list)  # the folder's clips, through the video path
 
     @property
     def status(self) -> int:
-        """0 when every input was written and every face found was processed as asked."""
-        if self.skipped:
+        """0 when every input was written and every face found was processed as asked;
+        a run that wrote nothing from a folder that held files is never 0."""
+        clips = [clip.status for clip in self.clips]
+        if self.skipped or EXIT_SKIPPED in clips or (self.passed_over and not self.written and not self.kept):
             return EXIT_SKIPPED
-        if self.faces_left:
+        if self.faces_left or EXIT_FACES_LEFT in clips:
             return EXIT_FACES_LEFT
-        if self.strict and self.faces_hidden:
+        if self.strict and (self.faces_hidden or any(clip.hidden for clip in self.clips)):
             return EXIT_FALLBACK
         return 0
 
     def print(self, out=None) -> None:
         out = out or sys.stderr
+
+        def say(line: str) -> None:
+            print(printable(line), file=out)
+
         for warning in self.warnings:
-            print(f"warning: {warning}", file=out)
+            say(f"warning: {warning}")
         for note in self.notes:
-            print(f"note: {note}", file=out)
+            say(f"note: {note}")
         if self.skipped:
-            print(f"skipped {len(self.skipped)} file(s):", file=out)
+            say(f"skipped {len(self.skipped)} file(s):")
             for item in self.skipped:
-                print(f"  {item.reason}", file=out)
+                say(f"  {item.reason}")
+        if self.passed_over:
+            say(f"passed over {len(self.passed_over)} file(s) an earlier run wrote beside its outputs:")
+            for item in self.passed_over:
+                say(f"  {item.reason}")
+        for clip in self.clips:
+            say(f"clip: {clip.summary()}")
         if self.photos:
             done = "anonymized" if self.operation == "anonymize" else "recovered"
             resumed = f", {len(self.kept)} kept from an earlier run" if self.kept else ""
-            print(
-                f"summary: {self.photos} photo(s) read, {len(self.written)} written{resumed}, {len(self.skipped)} skipped; "
+            say(
+                f"summary: {self.photos} photo(s) read, {len(self.written) - self.clip_outputs} written{resumed}, {len(self.skipped)} skipped; "
                 f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
                 f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)"
-                + (f", {self.unverified} detection(s) not verified as anonymized faces, left as they are" if self.unverified else ""),
-                file=out,
+                + (f", {self.unverified} detection(s) not verified as anonymized faces, left as they are" if self.unverified else "")
+                + (f"; {len(self.clips)} clip(s) processed (lines above)" if self.clips else "")
             )
+        elif self.clips:
+            say(f"summary: {len(self.clips)} clip(s) processed (lines above), no photo; {len(self.skipped)} file(s) skipped")
         else:
-            print(f"wrote {len(self.written)} image(s)", file=out)
+            say(f"wrote {len(self.written)} image(s)")
+
+    @property
+    def clip_outputs(self) -> int:
+        """How many of `written` the clips wrote (videos and their sidecars)."""
+        return sum(len(clip.written) for clip in self.clips)

@@ -60,7 +60,9 @@ def read_tag(path: str | Path, key: str) -> str | None:
 class ClipInfo:
     """What the output must keep: the stored size, display rotation (degrees,
     counter-clockwise, a multiple of 90), average rate, the video stream's time base,
-    and how many audio streams there are."""
+    and how many audio streams there are; and what the container says the clip holds
+    (`shortfall` checks a pass against it): its frame count, or else its duration in
+    seconds (None where it does not say)."""
 
     width: int
     height: int
@@ -68,6 +70,8 @@ class ClipInfo:
     rate: Fraction
     time_base: Fraction
     audio_streams: int
+    declared_frames: int | None = None
+    declared_seconds: float | None = None
 
     @property
     def upright_shape(self) -> tuple[int, int]:
@@ -105,8 +109,30 @@ def probe(path: str | Path) -> ClipInfo:
         if first is None:
             raise InputError(f"{path}: holds no decodable video frame")
         rate = stream.average_rate or stream.guessed_rate or Fraction(25)
+        if stream.duration:
+            seconds = float(stream.duration * stream.time_base)
+        else:
+            seconds = container.duration / av.time_base if container.duration else None
         return ClipInfo(first.width, first.height, _rotation(first.rotation, path), Fraction(rate), Fraction(stream.time_base),
-                        len(container.streams.audio))
+                        len(container.streams.audio), stream.frames or None, seconds)
+
+
+def shortfall(path: Path, info: ClipInfo, decoded: int, first_pts: int | None, last_pts: int | None) -> str | None:
+    """A note when a pass decoded fewer frames than ``path``'s container declares (a
+    truncated or damaged file that the decoder ends quietly), else None: against its
+    frame count when it gives one, else against its duration (the span from the first
+    frame's time to the end of the last, within two frames)."""
+    if info.declared_frames is not None:
+        if decoded >= info.declared_frames:
+            return None
+        return f"{path}: decoded {decoded} frame(s) of the {info.declared_frames} its container declares (truncated or damaged?); the output holds those {decoded}"
+    if info.declared_seconds is None or first_pts is None or last_pts is None:
+        return None
+    span = float((last_pts - first_pts) * info.time_base) + 1 / float(info.rate)
+    if span >= info.declared_seconds - 2 / float(info.rate):
+        return None
+    return (f"{path}: decoded {decoded} frame(s), {span:.2f} s of the {info.declared_seconds:.2f} s its container declares "
+            f"(truncated or damaged?); the output holds those {decoded}")
 
 
 def packet_count(path: str | Path) -> int:

@@ -32,8 +32,8 @@ from dbaf_jax import images, keys, metadata, output_folder, pipeline
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
-from dbaf_jax.inference.report import EXIT_FACES_LEFT
-from dbaf_jax.errors import InputError, ModelMismatchError
+from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_SKIPPED
+from dbaf_jax.errors import InputError, ModelMismatchError, printable
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 
@@ -68,40 +68,49 @@ class VideoReport:
     left: int = 0  # detections below --min-face-size, left as they were
     notes: list[str] = dataclasses.field(default_factory=list)
     unverified: int = 0  # recovery without a sidecar: re-detected tracks the face ledger did not verify, left as they were
+    short: bool = False  # the clip decoded fewer frames than its container declares (`clip.shortfall`, a note says so)
 
     @property
     def status(self) -> int:
-        """The command's exit status: as for photos, `report.EXIT_FACES_LEFT` when a face was left as it was."""
-        return EXIT_FACES_LEFT if self.left else 0
+        """The command's exit status: as for photos, `report.EXIT_SKIPPED` when part of the
+        clip was not there to process, `report.EXIT_FACES_LEFT` when a face was left as it was."""
+        return EXIT_SKIPPED if self.short else EXIT_FACES_LEFT if self.left else 0
+
+    def summary(self) -> str:
+        return (f"{self.written[0] if self.written else 'nothing written'}: processed {self.faces} face(s) in {self.frames} frame(s), "
+                f"{self.tracks} track(s) ({self.interpolated} interpolated); {self.hidden} face(s) hidden by the fallback (pixelated,"
+                f" irreversible), {self.left} left as they were (--min-face-size)"
+                + (f"; {self.unverified} re-detected track(s) not verified as anonymized, left as they were" if self.unverified else ""))
 
     def print(self, out=None) -> None:
         out = out or sys.stderr
         for note in self.notes:
-            print(f"note: {note}", file=out)
-        print(f"processed {self.faces} face(s) in {self.frames} frame(s), {self.tracks} track(s)"
-              f" ({self.interpolated} interpolated); {self.hidden} face(s) hidden by the fallback (pixelated,"
-              f" irreversible), {self.left} left as they were (--min-face-size)"
-              + (f"; {self.unverified} re-detected track(s) not verified as anonymized, left as they were" if self.unverified else ""),
-              file=out)
+            print(printable(f"note: {note}"), file=out)
+        print(printable(self.summary()), file=out)
         for path in self.written:
-            print(f"wrote {path}", file=out)
+            print(printable(f"wrote {path}"), file=out)
 
 
 Placed = track_ledger.Placed
 
 
-def find_tracks(faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker]:
-    """First pass: the clip's tracks, their smoothed transforms, its frame count, and the
-    tracker (its unusable detections and the faces left)."""
+def find_tracks(
+    faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float
+) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker, str | None]:
+    """First pass: the clip's tracks, their smoothed transforms, its frame count, the
+    tracker (its unusable detections and the faces left), and a note when fewer frames
+    decoded than the container declares (`clip.shortfall`)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
-    count = 0
+    count, times = 0, []
     together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
     for chunk in pipeline.chunks(pipeline.in_background(clip.frames(source, info), frames_within(2 * DETECT_FRAMES, info)), together):
         for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
+        times = [times[0] if times else chunk[0].pts, chunk[-1].pts]
     found = tracker.tracks()
-    return found, [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found], count, tracker
+    short = clip.shortfall(source, info, count, *(times or [None, None]))
+    return found, [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found], count, tracker, short
 
 
 def _track_keys(anonymizer: FaceAnonymizer, seed: bytes, placed: Placed) -> dict[int, np.ndarray]:
@@ -212,7 +221,7 @@ def anonymize_video(
     if face_ledger is not None:  # before any frame is read, then with its entries counted (`ledger.check_appendable`)
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
     info = clip.probe(source)
-    found, placed, count, tracker = find_tracks(faces, source, info, sigma)
+    found, placed, count, tracker, short = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()
     track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(metadata.anonymization(record, anonymizer.fingerprint), info.upright_shape, count, faces.size, placed)
@@ -229,7 +238,8 @@ def anonymize_video(
              overwrite, tracker.unusable, {sidecar.TAG: tag} if tag else None, recorder=recorder)
     sidecar.write(side, recorded, overwrite)
     report = VideoReport([target, side], count, len(found), _count(placed), sum(int((~t.detected).sum()) for t in found),
-                         sum(map(len, tracker.unusable.values())), tracker.left, notes)
+                         sum(map(len, tracker.unusable.values())), tracker.left, notes, short=short is not None)
+    report.notes += [short] if short else []
     if tag is None:
         where = f"the {clip.muxer(target)} container cannot hold it" if not clip.holds_tags(target) else "it is too long for a container tag"
         report.notes.append(f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip")
@@ -276,7 +286,7 @@ def recover_video(
                 "could only be found again by detection, which cannot tell an anonymized face from one that never was; "
                 "pass --recover-redetected to recover every face found"
             )
-        found, placed, count, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
+        found, placed, count, _, _ = find_tracks(faces, source, info, sigma)  # what the fallback hid stays hidden
         tracked = len(found)
         if face_ledger is not None:
             verified = track_ledger.verify(face_ledger, placed, clip.frames(source, info), faces.crops, faces.size, info.upright_shape)

@@ -112,9 +112,10 @@ def test_anonymize_writes_outputs_with_metadata(workspace, anonymized, anonymize
     for name in names:
         assert pixels(out / name).shape == (SIZE, SIZE, 3)
         assert (out / name).with_name((out / name).stem + LATENTS_SUFFIX).is_file()
-    # The corrupt file is reported; a non-image file is not an input at all.
-    assert [s.path.name for s in anonymized.skipped] == ["broken.jpg"]
-    assert "cannot read image" in anonymized.skipped[0].reason
+    # The corrupt file and the text file are each named with why (every file of the folder is accounted for).
+    why = {s.path.name: s.reason for s in anonymized.skipped}
+    assert sorted(why) == ["broken.jpg", "notes.txt"]
+    assert "cannot read image" in why["broken.jpg"] and "unknown type" in why["notes.txt"]
     assert not any("notes" in p.name for p in out.rglob("*"))
 
     metas = [images.read_metadata(out / name) for name in names]

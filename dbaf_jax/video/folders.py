@@ -1,0 +1,120 @@
+"""The clips of a folder run: ``anonymize`` and ``recover`` on a folder hand each clip
+(`planning.Plan.videos`) to the video runner, so one command takes mixed media.
+
+Each clip keeps its name below the output folder; anonymize writes its sidecar beside
+it (``CLIP.dbaf.json``) and, with a key file, its tracks to the key file's face ledger;
+recovery reads the clip's sidecar (or its container's copy; or, with a key file, the
+ledger). Encoding and tracking are the video commands' defaults. A clip that cannot be
+used (damaged, no sidecar, another model's) is skipped and named, as a photo would be;
+anonymize refuses a clip that is already an anonymized one unless asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Iterable
+
+from dbaf_jax import keys
+from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.faces import ledger, photos
+from dbaf_jax.images import Skipped
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.planning import Plan, check_outputs
+from dbaf_jax.inference.report import Report
+from dbaf_jax.video import clip, runner, sidecar
+
+
+def anonymized_clip(source: Path) -> str | None:
+    """Why anonymize refuses the clip ``source`` unless asked: a sidecar lies beside it or
+    its container holds one (an output of anonymize: anonymizing it again would leave a
+    clip whose sidecar recovers nothing). None otherwise, and for a clip that cannot be
+    opened (the run names it when it reads it)."""
+    try:
+        ours = sidecar.path_for(source).exists() or clip.read_tag(source, sidecar.TAG) is not None
+    except InputError:
+        return None
+    if not ours:
+        return None
+    return (f"{source}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
+            "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)")
+
+
+@dataclasses.dataclass
+class FolderClips:
+    """How a folder run treats its clips: the model, faces and password of the run,
+    the batch size, ``overwrite``; for anonymize the key file's face ledger
+    (``ledger_path``) and whether already anonymized clips are taken
+    (``allow_anonymized_input``); for recovery the key file's record and ledger, for
+    clips without a sidecar, and ``ignore_model_mismatch``."""
+
+    anonymizer: FaceAnonymizer
+    faces: photos.PhotoFaces
+    password: str
+    batch_size: int
+    operation: str = "anonymize"
+    overwrite: bool = False
+    ledger_path: Path | None = None
+    allow_anonymized_input: bool = False
+    key_record: keys.KeyRecord | None = None
+    face_ledger: list[ledger.Entry] | None = None
+    ignore_model_mismatch: bool = False
+
+    def _outputs(self, target: Path) -> list[Path]:
+        return [target, sidecar.path_for(target)] if self.operation == "anonymize" else [target]
+
+    def check(self, plan: Plan, resume: bool = False) -> dict[Path, keys.KeyRecord]:
+        """Before any work: OutputExistsError when a clip's outputs exist (unless
+        ``overwrite``). With ``resume`` (anonymize): the clips an earlier run completed
+        (clip and sidecar both there, the sidecar this model's), with each one's key
+        record, to keep; a sidecar of another model is refused, and a clip without its
+        sidecar is made again."""
+        targets = [plan.video_targets[source] for source in plan.videos]
+        if not resume:
+            check_outputs([path for target in targets for path in self._outputs(target)], self.overwrite)
+            return {}
+        kept = {}
+        for source, target in zip(plan.videos, targets):
+            side = sidecar.path_for(target)
+            if not (target.exists() and side.exists()):
+                continue
+            try:
+                made = sidecar.read(side).made
+            except InputError:
+                made = None
+            if made is None or made.fingerprint != self.anonymizer.fingerprint:
+                raise OutputExistsError(f"{side} exists and is not the sidecar of this model's anonymize run; move it or pass --overwrite")
+            kept[source] = made.record
+        return kept
+
+    def run(self, plan: Plan, report: Report, record: keys.KeyRecord | None = None, kept: Iterable[Path] = (), redo: bool = False) -> None:
+        """Runs every clip of ``plan`` but those ``kept`` into ``report``: anonymize with
+        ``record`` (the run's salt), recovery with each clip's sidecar. ``redo``
+        (resume): an incomplete earlier output of a clip is replaced."""
+        kept = set(kept)
+        report.kept += [plan.video_targets[source] for source in plan.videos if source in kept]
+        for source in plan.videos:
+            if source in kept:
+                continue
+            target = plan.video_targets[source]
+            try:
+                if self.operation == "anonymize":
+                    refused = None if self.allow_anonymized_input else anonymized_clip(source)
+                    if refused is not None:
+                        report.skipped.append(Skipped(source, refused))
+                        continue
+                    outcome = runner.anonymize_video(
+                        self.anonymizer, self.faces, self.password, source, target, self.batch_size, self.overwrite or redo, record,
+                        face_ledger=self.ledger_path,
+                    )
+                else:
+                    outcome = runner.recover_video(
+                        self.anonymizer, self.faces, self.password, source, target, self.batch_size, self.overwrite, self.key_record,
+                        ignore_model_mismatch=self.ignore_model_mismatch, face_ledger=self.face_ledger,
+                    )
+            except InputError as err:  # this clip only: damaged, no sidecar, another model's; nothing of it was written
+                report.skipped.append(Skipped(source, str(err)))
+                continue
+            report.written += outcome.written
+            report.notes += outcome.notes
+            report.clips.append(outcome)

@@ -1,0 +1,64 @@
+"""Every entry below an input folder is accounted for (`dbaf_jax.input_folder`): images
+of every format PIL opens, clips, the companions our runs write, and each kind of entry
+that is refused (unknown type, not a regular file, dangling links, link loops, links to
+folders and out of the folder), with its reason."""
+
+import os
+
+import numpy as np
+from PIL import Image
+
+from dbaf_jax import input_folder
+from dbaf_jax.video import clip, sidecar
+
+
+def reasons(listing):
+    return {item.path.name: item.reason for item in listing.refused}
+
+
+def test_every_entry_is_an_input_a_companion_or_refused_with_why(tmp_path):
+    folder, outside = tmp_path / "in", tmp_path / "elsewhere"
+    (folder / "sub").mkdir(parents=True)
+    outside.mkdir()
+    pixels = np.zeros((8, 8, 3), np.uint8)
+    for name in ("a.jpg", "b.TIF", "c.gif", "sub/d.png", "e.webp"):
+        Image.fromarray(pixels).save(folder / name)
+    Image.fromarray(pixels).save(folder / "no_suffix", format="PNG")  # recognised by its header
+    Image.fromarray(pixels).save(outside / "far.png")
+    (folder / "clip.mp4").write_bytes(b"not read here")
+    (folder / "clip.mp4.dbaf.json").write_text("{}")
+    (folder / "orphan.dbaf.json").write_text("{}")  # no clip of that name: not a companion
+    (folder / "d.latents.npz").write_bytes(b"")  # sub/d.png is not beside it
+    (folder / "sub" / "d.latents.npz").write_bytes(b"")
+    (folder / "notes.txt").write_text("text")
+    os.mkfifo(folder / "pipe.jpg")  # reading it would block: refused before it is opened
+    (folder / "dangling.jpg").symlink_to(folder / "gone.jpg")
+    (folder / "loop1.jpg").symlink_to(folder / "loop2.jpg")
+    (folder / "loop2.jpg").symlink_to(folder / "loop1.jpg")
+    (folder / "to_folder").symlink_to(outside)
+    (folder / "out.png").symlink_to(outside / "far.png")
+    (folder / "in.png").symlink_to(folder / "a.jpg")  # a link to a file inside is read as that file
+
+    listing = input_folder.list_inputs(folder)
+
+    assert [p.relative_to(folder).as_posix() for p in listing.images] == ["a.jpg", "b.TIF", "c.gif", "e.webp", "in.png", "no_suffix", "sub/d.png"]
+    assert listing.videos == [folder / "clip.mp4"]
+    assert [item.path.relative_to(folder).as_posix() for item in listing.companions] == ["clip.mp4.dbaf.json", "sub/d.latents.npz"]
+    why = reasons(listing)
+    assert sorted(why) == ["d.latents.npz", "dangling.jpg", "loop1.jpg", "loop2.jpg", "notes.txt", "orphan.dbaf.json", "out.png", "pipe.jpg",
+                           "to_folder"]
+    assert all(reason.startswith(f"{folder / name}: ") for name, reason in why.items() if name != "to_folder")
+    assert "dangling link" in why["dangling.jpg"] and "link loop" in why["loop1.jpg"] and "link loop" in why["loop2.jpg"]
+    assert "link to a folder" in why["to_folder"] and "outside the input folder" in why["out.png"]
+    assert "not a regular file" in why["pipe.jpg"] and "unknown type" in why["notes.txt"]
+
+
+def test_the_folders_video_suffixes_are_those_the_clips_are_written_in():
+    assert set(input_folder.VIDEO_SUFFIXES) == set(clip.FORMATS)
+    assert input_folder.SIDECAR_SUFFIX == sidecar.SUFFIX
+
+
+def test_pil_formats_are_images_by_suffix():
+    suffixes = input_folder.image_suffixes()
+    assert {".tif", ".tiff", ".gif", ".png", ".jpg", ".jpeg", ".webp", ".bmp"} <= suffixes
+    assert not suffixes & set(input_folder.VIDEO_SUFFIXES)
