@@ -4,8 +4,8 @@
 
 Frames are a pan and zoom over tests/data/office3.jpg (tests/video_clips.py) at
 ``--width`` x 3/4 of it. Each way first runs once over all frames (compilation), then
-is timed over them again; printed as a table: frames/s of `FaceDetector.detect` frame
-by frame and of `FaceDetector.detect_many` on ``--chunk`` frames at a time, and the
+is timed over them again; printed as a table: frames/s of `Detector.detect` frame
+by frame and of `Detector.detect_many` on ``--chunk`` frames at a time, and the
 faces each found.
 """
 
@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from benchmarks.clips import pan_frames
 
 
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--chunk", type=int, default=8)
     args = parser.parse_args(argv)
-    detector = FaceDetector.load(args.detector)
+    detector = registry.build(args.detector, ["mtcnn"], low_band=False)[0]
     size = (args.width, args.width * 3 // 4)
     frames = [np.asarray(Image.fromarray(f).resize(size, Image.Resampling.BILINEAR)) for f in pan_frames(args.frames, travel=0.5)]
     one, faces_one = _timed(lambda: [detector.detect(frame) for frame in frames])

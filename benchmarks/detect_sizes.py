@@ -4,7 +4,7 @@
 
 Photos are crops of tests/data/office5.jpg scaled to random sizes between 300 and
 1200 pixels a side (a seeded draw: every run sees the same sizes), detected one after
-another in a fresh process state per ``--bucket`` (`faces.detect.PNET_BUCKET`; 1 is one
+another in a fresh process state per ``--bucket`` (`faces.detectors.mtcnn.PNET_BUCKET`; 1 is one
 program per level size, as before bucketing). Printed per bucket: the programs compiled
 (P-net's per level shape, and R-net's and O-net's per crop batch bucket beyond the first),
 the seconds of the whole pass, and of a second pass over the same photos (nothing left to
@@ -21,8 +21,8 @@ import jax
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.faces import detect
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import mtcnn as detect
+from dbaf_jax.faces.detectors import registry
 from benchmarks.clips import DATA
 
 
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--photos", type=int, default=24)
     parser.add_argument("--bucket", type=int, nargs="+", default=[32, 1])
     args = parser.parse_args(argv)
-    detector, images = FaceDetector.load(args.detector), photos(args.photos)
+    detector, images = registry.build(args.detector, ["mtcnn"], low_band=False)[0], photos(args.photos)
     print("| bucket | programs compiled | first pass s | second pass s | faces |")
     print("|---|---|---|---|---|")
     for bucket in args.bucket:

@@ -40,7 +40,7 @@ from convert.lpips import convert_lpips, default_lin_path
 from convert.mtcnn import convert_mtcnn
 from dbaf_jax import compilation_cache, images, model_directory
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from tests.parity import nchw
 from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces
 from tests.torch_reference.metric_networks import random_images, reference_lpips, torchvision_trunk_state_dict
@@ -93,7 +93,7 @@ def mtcnn_row(repeats: int, work: Path) -> tuple[str, float, float]:
     from facenet_pytorch import MTCNN
 
     reference_detect.batched_nms = torch_batched_nms  # torchvision's compiled op is missing here
-    detector = FaceDetector.load(convert_mtcnn(work))
+    detector = registry.build(convert_mtcnn(work), ["mtcnn"], low_band=False)[0]
     face = face_crops(detector, 1)[0]
     reference = MTCNN(keep_all=True)
     t_jax = median_seconds(lambda: detector.detect(face), repeats)
@@ -107,7 +107,7 @@ def whole_evaluation(args, work: Path) -> float:
         model, metrics, paths = Path(args.model), Path(args.metrics_models), images.input_images(Path(args.faces))[: args.images]
     else:
         model, metrics = build_tiny_model(work), build_metrics_models(work / "metrics")
-        paths = images.input_images(write_faces(work / "faces", FaceDetector.load(metrics / "mtcnn"), args.images))
+        paths = images.input_images(write_faces(work / "faces", registry.build(metrics / "mtcnn", ["mtcnn"], low_band=False)[0], args.images))
     options = EvaluationOptions(batch_size=args.batch_sizes[0])
     evaluate(model, paths[: options.batch_size], metrics, work / "warmup", options)
     start = time.perf_counter()

@@ -13,7 +13,7 @@ own runner, then times `recover_photo_folder` (warm, median of ``--repeats``) on
 
 and prints faces and seconds of each and their ratio. For scale it also prints the
 densest honest photo of that size: MTCNN reports faces down to its minimum box
-(`detect.MIN_FACE_SIZE`), so a crowd photo of faces that small, side by side, records
+(`registry.MTCNN_MIN_FACE`), so a crowd photo of faces that small, side by side, records
 about area / MIN_FACE_SIZE**2 faces, and recovering it costs what its faces cost.
 Model: ``--model DIR`` (a converted DBAF model directory holding ``mtcnn/``), or the
 tests' tiny model (random weights) with the real MTCNN.
@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.timing import median_seconds
 from benchmarks.wild import tiny_model
 from dbaf_jax import compilation_cache, images, metadata
-from dbaf_jax.faces import detect
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
@@ -80,14 +80,14 @@ def main() -> None:
         honest_faces = len(images.read_metadata(honest)["faces"])
         honest_s, hostile_s = recover("honest"), recover("hostile")
         height, width = pixels.shape[:2]
-        densest = height * width // detect.MIN_FACE_SIZE**2
+        densest = height * width // int(registry.MTCNN_MIN_FACE) ** 2
         print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), photo {args.photo.name} {width}x{height}")
         print("| metadata | faces | recover s (warm) | s per face |")
         print("|---|---|---|---|")
         print(f"| honest | {honest_faces} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |")
         print(f"| crafted, the most the checks accept | {len(crafted)} | {hostile_s:.2f} | {hostile_s / len(crafted):.3f} |")
         print(f"crafted / honest: {hostile_s / honest_s:.1f}x the time for {len(crafted) / max(honest_faces, 1):.1f}x the faces; "
-              f"a crowd of {detect.MIN_FACE_SIZE} px faces side by side on this photo would record about {densest}")
+              f"a crowd of {registry.MTCNN_MIN_FACE:.0f} px faces side by side on this photo would record about {densest}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ from dbaf_jax import new_key
 from dbaf_jax import anonymize, compilation_cache, images, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.faces import align, paste, photos
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors.base import Detector
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PHOTOS = tuple(DATA / name for name in ("office3.jpg", "office5.jpg", "jf.jpg"))
@@ -136,7 +137,7 @@ def psnr(a: np.ndarray, b: np.ndarray, region: np.ndarray) -> float:
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
-def detection_table(detector: FaceDetector, sources: Sequence[Path], qualities: Sequence[int], min_face_size: float) -> None:
+def detection_table(detector: Detector, sources: Sequence[Path], qualities: Sequence[int], min_face_size: float) -> None:
     """Part 1: each photo's faces against those of its JPEG re-encodings."""
     faces = photos.PhotoFaces(detector, CROP, None, min_face_size)
     print("| photo | encoding | faces found / in the original | in order | corner displacement max / mean (crop px) |")
@@ -235,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         described = "given" if args.model else "none" if args.detection_only else "tiny, random weights"
         print(f"model {model} ({described}), detector {detector}")
         print("\nDetection: the photos re-encoded\n")
-        detection_table(FaceDetector.load(detector), args.photos, [PNG, *args.qualities], args.min_face_size)
+        detection_table(registry.build(detector, ["mtcnn"], low_band=False)[0], args.photos, [PNG, *args.qualities], args.min_face_size)
         if not args.detection_only:
             print("\nRound trip: anonymize --key-file, re-encode, recover --key-file (PSNR per face, dB)\n")
             round_trip_table(args, model, args.photos, work)

@@ -7,7 +7,7 @@ Without file arguments it reads the trained weights that the facenet-pytorch whe
 bundles in its `data/` folder (located without importing the package). It writes one
 detector directory, DIR/mtcnn, holding three network directories, `pnet`, `rnet` and
 `onet` (each loadable with `dbaf_jax.model_directory.load_network`);
-`dbaf_jax.faces.detect.FaceDetector.load(DIR/mtcnn)` loads all three.
+`dbaf_jax.faces.detectors.mtcnn.MTCNN.load(DIR/mtcnn)` loads all three.
 
 Keys: each file is a plain state_dict whose names are the layer names of
 dbaf_jax.models.mtcnn: `convN.{weight,bias}` (Conv2d), `preluN.weight` (per-channel

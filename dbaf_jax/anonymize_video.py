@@ -2,7 +2,7 @@
 
     python -m dbaf_jax.anonymize_video --model DIR --password-file F IN.mp4 OUT.mp4
 
-MTCNN (``--detector``, default DIR/mtcnn) finds the faces of every frame; ByteTrack
+The face detectors (``--detectors``, as for photos) find the faces of every frame; ByteTrack
 links them into tracks, each anonymized with its own key (password + the clip's salt +
 track number) so a person keeps one face while in view; frames a track misses are
 interpolated, never shown as they were, and landmarks are smoothed along each track
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype)
-    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
+    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size, args.detectors)
     report = runner.anonymize_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
         args.overwrite, record, commands.video_encoding(args), args.smooth, ledger.ledger_path(args.key_file) if args.key_file else None,

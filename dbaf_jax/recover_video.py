@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype)
-    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size)
+    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size, args.detectors, recovering=True)
     ledger_notes: list[str] = []  # a torn last line, said once
     report = runner.recover_video(
         anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),

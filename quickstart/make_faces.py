@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dbaf_jax.faces import align
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import PhotoFaces
 
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-face-size", type=float, default=32.0)
     args = parser.parse_args(argv)
     # Aligned at 4x the size, then area-reduced: bilinear sampling straight to 64 px would alias.
-    faces = PhotoFaces(FaceDetector.load(args.mtcnn), 4 * args.size, min_face_size=args.min_face_size)
+    faces = PhotoFaces(registry.build(args.mtcnn, ["mtcnn"], low_band=False)[0], 4 * args.size, min_face_size=args.min_face_size)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in args.photos:
         photo = np.asarray(Image.open(path).convert("RGB"))

@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dbaf_jax.evaluation.dlib_recognition import DlibRecognizer  # noqa: E402
-from dbaf_jax.faces.detect import FaceDetector  # noqa: E402
+from dbaf_jax.faces.detectors import registry  # noqa: E402
 from tests.paths import DATA, REPO  # noqa: E402
 
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
@@ -61,7 +61,7 @@ def real_detector(tmp_path_factory):
     )
     done = subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    return FaceDetector.load(out / "mtcnn")
+    return registry.build(out / "mtcnn", ["mtcnn"], low_band=False)[0]
 
 
 DLIB_FACE_SIZE = 224

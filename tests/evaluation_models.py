@@ -14,7 +14,7 @@ from PIL import Image
 from convert.common import run
 from convert.dbaf import main as convert_main
 from dbaf_jax.evaluation.random_networks import write_random_metric_networks
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors.base import Detector
 from tests.cli_helpers import temper_
 from tests.paths import DATA, REPO
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
@@ -35,7 +35,7 @@ def build_metrics_models(folder: Path) -> Path:
     return write_random_metric_networks(folder / "networks", mtcnn=folder / "mtcnn", arcface_width_scale=1 / 4)
 
 
-def face_crops(detector: FaceDetector, count: int) -> list[np.ndarray]:
+def face_crops(detector: Detector, count: int) -> list[np.ndarray]:
     """Square crops (1.6x the box, centred on it) of the faces in the test photos, 256 px uint8."""
     crops = []
     for name in PHOTOS:
@@ -57,7 +57,7 @@ def build_tiny_model(tmp: Path) -> Path:
     return tmp / "model"
 
 
-def write_faces(folder: Path, detector: FaceDetector, count: int) -> Path:
+def write_faces(folder: Path, detector: Detector, count: int) -> Path:
     """``count`` face PNGs: the photos' crops in turn, every other round mirrored."""
     crops = face_crops(detector, len(PHOTOS) * 2)
     folder.mkdir(parents=True)

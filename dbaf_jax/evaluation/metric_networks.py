@@ -37,7 +37,8 @@ from dbaf_jax import model_directory
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.evaluation import dlib_recognition
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors.base import Detector
 
 # network directory name -> the command that writes it ("{out}" is the metrics folder).
 ARCFACE = model_directory.ARCFACE_DIR
@@ -146,7 +147,7 @@ class MetricNetworks:
     missing_recognisers: list[str]
     inception: BatchedNetwork
     lpips: BatchedNetwork
-    detector: FaceDetector
+    detector: Detector
     provenance: dict[str, dict[str, Any]]
     record: dict[str, Any] | None
 
@@ -169,7 +170,7 @@ class MetricNetworks:
             missing_recognisers=[name for name in RECOGNISERS if name not in present],
             inception=BatchedNetwork.load(folder / INCEPTION, batch_size),
             lpips=BatchedNetwork.load(folder / LPIPS, batch_size),
-            detector=FaceDetector.load(folder / MTCNN),
+            detector=registry.build(folder / MTCNN, ["mtcnn"], low_band=False)[0],
             provenance={
                 **{name: network_provenance(folder / name) for name in (*REQUIRED, *RECOGNISERS) if (folder / name).is_dir()},
                 **({"dlib": dlib_recognition.provenance()} if "dlib" in recognisers else {}),

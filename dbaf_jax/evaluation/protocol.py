@@ -41,7 +41,7 @@ from dbaf_jax.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, inversion, recognition, robustness
 from dbaf_jax.evaluation.metric_networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
 from dbaf_jax.evaluation.utility import DetectionUtility
-from dbaf_jax.faces.dlib_detect import DlibDetector
+from dbaf_jax.faces.detectors.dlib_detectors import DlibDetector
 from dbaf_jax.models.inception import FEATURES
 
 # Fixed test credentials: results must not depend on a random salt.
@@ -159,7 +159,7 @@ def evaluate(
     utility = {"mtcnn": DetectionUtility(networks.detector)}
     dlib_missing = DlibDetector.unavailable()
     if dlib_missing is None:
-        utility["dlib"] = DetectionUtility(DlibDetector())
+        utility["dlib"] = DetectionUtility(DlibDetector("hog", upsample=1, all_68=True))
     else:
         print(f"Dlib utility skipped: {dlib_missing}", file=sys.stderr)
     skipped: list[images.Skipped] = []

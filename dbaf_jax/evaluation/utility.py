@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from dbaf_jax.faces.detect import Detections, FaceDetector
+from dbaf_jax.faces.detectors.base import Detections, Detector
 from dbaf_jax.images import to_uint8
 
 
@@ -38,7 +38,7 @@ def largest_face_distances(original: Detections, other: Detections) -> tuple[flo
 class DetectionUtility:
     """Accumulates detections of (original, anonymized) pairs batch by batch."""
 
-    detector: FaceDetector
+    detector: Detector
     images: int = 0
     found_original: int = 0
     found: int = 0

@@ -1,1 +1,1 @@
-"""Faces in photos: detection (MTCNN)."""
+"""Faces in photos: detection (`detectors`), alignment, masks and paste-back, the face ledger."""

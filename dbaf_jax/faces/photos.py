@@ -1,9 +1,10 @@
 """Faces in whole photos: find and align every face, paste results back.
 
-`PhotoFaces` bundles what the photo path needs besides the DBAF model: the MTCNN
-detector, an optional BiSeNet `FaceParser` for soft masks (else the box mask), the
-crop size (the encoder's input) and the smallest face to anonymize (default 0: every
-face the detector reports, however small; a small face's crop is upsampled from the
+`PhotoFaces` bundles what the photo path needs besides the DBAF model: the face
+detector (`detectors.registry`: by default every installed detector, merged), an
+optional BiSeNet `FaceParser` for soft masks (else the box mask), the crop size (the
+encoder's input) and the smallest face to anonymize (default 0: every face the
+detector reports, however small; a small face's crop is upsampled from the
 photo to the model's input size and pasted back at its own size). Faces are
 numbered left to right by the x of their eye centre among the faces kept, so that a
 re-detection on the anonymized photo (recovery without metadata) numbers them alike;
@@ -11,7 +12,11 @@ the number selects the face's key (`dbaf_jax.keys.face_seed`).
 
 A detected face whose landmarks cannot be aligned (not finite, or a quad under
 `MIN_USABLE_SIDE` pixels) is not given to the model; `find` returns its box in
-`FoundFaces.unusable`, for the irreversible fallback (`paste.hide`).
+`FoundFaces.unusable`, for the irreversible fallback (`paste.hide`). So does a
+detection of the detectors' low-confidence band (`FoundFaces.doubtful`) when
+anonymizing: it may be a face, so it is hidden rather than left; recovery
+(``hide_doubtful=False``) takes it as a face, since an anonymized face may score lower
+than the original did.
 
 `AlignedFace` is what the output's metadata records per face (index, transform, crop
 size; written and checked by `dbaf_jax.metadata`).
@@ -26,7 +31,7 @@ import numpy as np
 
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces import align, paste
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors.base import Detector
 
 MIN_FACE_SIZE = 0.0  # default FFHQ quad side (pixels) below which faces are left alone: none is
 MIN_USABLE_SIDE = 4.0  # a smaller quad has landmarks too degenerate to align a face from
@@ -58,7 +63,8 @@ def usable_side(points: np.ndarray) -> float | None:
 class FoundFaces:
     """The faces of one photo to process, the quad sides (pixels) of those left alone
     as too small (the user's choice), the (4,) boxes (x1, y1, x2, y2) of detected
-    faces the model cannot take (to hide by the fallback), and optionally for each face
+    faces the model cannot take and of low-confidence detections (both hidden by the
+    fallback), and optionally for each face
     the photo disc ((x, y), radius in pixels) outside which its paste changes nothing
     (recovery without metadata: `faces.ledger.region`)."""
 
@@ -66,22 +72,32 @@ class FoundFaces:
     too_small: list[float]
     unusable: list[np.ndarray] = dataclasses.field(default_factory=list)
     regions: list[tuple[tuple[float, float], float]] | None = None
+    doubtful: list[np.ndarray] = dataclasses.field(default_factory=list)
 
     @property
     def found(self) -> int:
         """Every face the detector reported."""
-        return len(self.faces) + len(self.too_small) + len(self.unusable)
+        return len(self.faces) + len(self.too_small) + len(self.unusable) + len(self.doubtful)
+
+    @property
+    def to_hide(self) -> list[np.ndarray]:
+        """The boxes the fallback hides: unusable faces, then low-confidence detections."""
+        return self.unusable + self.doubtful
 
 
 class PhotoFaces:
-    """Detection, alignment, masks and paste-back for the faces of whole photos."""
+    """Detection, alignment, masks and paste-back for the faces of whole photos.
+    ``notes`` are what a run's summary must say about detection (which detector did
+    not run and why, `detectors.registry.build`)."""
 
     def __init__(
         self,
-        detector: FaceDetector,
+        detector: Detector,
         size: int,
         parser: paste.FaceParser | None = None,
         min_face_size: float = MIN_FACE_SIZE,
+        hide_doubtful: bool = True,
+        notes: Sequence[str] = (),
     ):
         if not min_face_size >= 0:
             raise ConfigError(f"min_face_size must not be negative, not {min_face_size}")
@@ -89,14 +105,23 @@ class PhotoFaces:
         self.size = size
         self.parser = parser
         self.min_face_size = min_face_size
+        self.hide_doubtful = hide_doubtful
+        self.notes = list(notes)
+
+    def describe(self) -> str:
+        """The detection line of a run's summary."""
+        band = "low-confidence detections pixelated" if self.hide_doubtful else "low-confidence detections taken as faces"
+        return f"detectors: {self.detector.name} ({band})"
 
     def find(self, photo: np.ndarray) -> FoundFaces:
         """Detects the faces of ``photo`` (H, W, 3) uint8 and aligns the large enough ones."""
         detections = self.detector.detect(photo)
-        kept, too_small, unusable = [], [], []
-        for box, points in zip(detections.boxes, detections.landmarks):
+        kept, too_small, unusable, doubtful = [], [], [], []
+        for box, points, sure in zip(detections.boxes, detections.landmarks, detections.confident()):
             side = usable_side(points)
-            if side is None:
+            if not sure and self.hide_doubtful:
+                doubtful.append(np.asarray(box, np.float64))
+            elif side is None:
                 unusable.append(np.asarray(box, np.float64))
             elif side < self.min_face_size:
                 too_small.append(side)
@@ -104,7 +129,7 @@ class PhotoFaces:
                 kept.append(points)
         kept.sort(key=lambda points: float(points[:2, 0].mean()))
         faces = [AlignedFace(i, align.alignment_transform(points, self.size), self.size) for i, points in enumerate(kept)]
-        return FoundFaces(faces, too_small, unusable)
+        return FoundFaces(faces, too_small, unusable, doubtful=doubtful)
 
     def crops(self, photo: np.ndarray, faces: Sequence[AlignedFace]) -> np.ndarray:
         """The faces' aligned crops (N, size, size, 3) in [-1, 1]."""

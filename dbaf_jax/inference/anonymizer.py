@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dbaf_jax import keys, model_directory, model_families, precision, sharding
-from dbaf_jax.errors import InputError, ModelDirectoryError
+from dbaf_jax.errors import InputError
 from dbaf_jax.faces import paste, photos
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.programs import (
     anonymize_program,
@@ -174,7 +174,7 @@ class FaceAnonymizer:
         """What `face_batches.processed` needs of ``photo`` (H, W, 3) uint8: the faces
         ``found``, their crops and key latents (each face's key from its index and ``seed``)."""
         return face_batches.Item(photo, found.faces, faces.crops(photo, found.faces), self.face_latents(seed, [f.index for f in found.faces]),
-                                 found.regions, list(found.unusable), tag)
+                                 found.regions, found.to_hide, tag)
 
     def anonymize_photo(
         self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = CPU_BATCH
@@ -277,16 +277,16 @@ def load_photo_faces(
     detector_dir: str | Path | None = None,
     parser_dir: str | Path | None = None,
     min_face_size: float = photos.MIN_FACE_SIZE,
+    detectors: str | None = None,
+    recovering: bool = False,
 ) -> photos.PhotoFaces:
-    """The photo path's `PhotoFaces` for ``anonymizer``: MTCNN from ``detector_dir``
-    (default MODEL/mtcnn, `convert.mtcnn`), BiSeNet masks from ``parser_dir`` if given."""
-    detector_dir = Path(detector_dir) if detector_dir is not None else anonymizer.model_dir / model_directory.MTCNN_DIR
-    if not detector_dir.is_dir():
-        # convert.mtcnn --out D writes D/mtcnn: name the command that makes this very folder.
-        if detector_dir.name == model_directory.MTCNN_DIR:
-            hint = f"python -m convert.mtcnn --out {detector_dir.parent} writes it"
-        else:
-            hint = f"python -m convert.mtcnn --out {detector_dir} writes {detector_dir / 'mtcnn'}: pass that as --detector"
-        raise ModelDirectoryError(f"{detector_dir}: no MTCNN face detector ({hint}; or --aligned for aligned crops)")
+    """The photo path's `PhotoFaces` for ``anonymizer``: the detectors named in
+    ``detectors`` ('mtcnn,dlib-hog'; None: every installed default one,
+    `faces.detectors.registry`) with the detector weights in ``detector_dir`` (default
+    in the model directory), BiSeNet masks from ``parser_dir`` if given. Anonymizing
+    hides low-confidence detections; ``recovering`` takes them as faces."""
+    weights = registry.weights_dir(anonymizer.model_dir, detector_dir)
+    names = registry.parse_names(detectors) if detectors is not None else None
+    detector, notes = registry.build(weights, names)
     parser = paste.FaceParser.load(parser_dir) if parser_dir is not None else None
-    return photos.PhotoFaces(FaceDetector.load(detector_dir), anonymizer.input_size, parser, min_face_size)
+    return photos.PhotoFaces(detector, anonymizer.input_size, parser, min_face_size, hide_doubtful=not recovering, notes=notes)

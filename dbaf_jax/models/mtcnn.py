@@ -3,7 +3,7 @@
 P-net proposes faces densely over an image (fully convolutional: a 12x12 window per
 output cell, stride 2), R-net re-scores 24x24 crops of the proposals, O-net scores
 48x48 crops and adds five landmarks. Every network also regresses box offsets. The
-detection pipeline around them is `dbaf_jax.faces.detect`.
+detection pipeline around them is `dbaf_jax.faces.detectors.mtcnn`.
 
 Layer names are the PyTorch attribute names (conv1, prelu1, dense4, ...), so the
 converter maps keys one to one. Pooling uses PyTorch's ceil mode. R-net and O-net

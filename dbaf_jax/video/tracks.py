@@ -7,8 +7,8 @@ key changes when someone else enters or leaves. Frames a track misses between tw
 detections (a blink of the detector, a brief occlusion) get linearly interpolated
 landmarks, so the face is still anonymized there. A detection ByteTrack leaves
 unmatched becomes a track of its own: a face is never left as it was. A detection
-whose landmarks cannot be aligned (as for photos, `faces.photos.usable_side`) is
-not tracked; its box is kept per frame (`Tracker.unusable`) for the irreversible
+whose landmarks cannot be aligned (as for photos, `faces.photos.usable_side`), or,
+when anonymizing, of the detectors' low-confidence band, is not tracked; its box is kept per frame (`Tracker.unusable`) for the irreversible
 fallback (`faces.paste.hide`), and faces the user asked to leave (``min_face_size``)
 are counted (`Tracker.left`).
 
@@ -33,7 +33,7 @@ with warnings.catch_warnings():
     import supervision as sv
 
 from dbaf_jax.faces import align
-from dbaf_jax.faces.detect import Detections
+from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.photos import usable_side
 
 DEFAULT_SIGMA = 2.0  # frames
@@ -59,8 +59,9 @@ class Track:
 class Tracker:
     """Feeds one frame's detections at a time (`add`), then gives the tracks (`tracks`)."""
 
-    def __init__(self, frame_rate: float, min_face_size: float = 0.0):
+    def __init__(self, frame_rate: float, min_face_size: float = 0.0, hide_doubtful: bool = True):
         self.min_face_size = min_face_size
+        self.hide_doubtful = hide_doubtful  # low-confidence detections: hidden (anonymizing), else tracked as faces
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (pyproject.toml's [video] extra)
             self._tracker = self._bytetrack(frame_rate)
@@ -69,13 +70,13 @@ class Tracker:
         self._alias: dict[int, object] = {}  # ByteTrack id -> the track it continues
         self._unmatched: list[tuple[object, np.ndarray]] = []  # the last frame's unmatched faces and their boxes
         self._frame = 0
-        self.unusable: dict[int, list[np.ndarray]] = {}  # frame -> (4,) boxes of faces the model cannot take
+        self.unusable: dict[int, list[np.ndarray]] = {}  # frame -> (4,) boxes of faces the model cannot take or low-confidence ones
         self.left = 0  # detections below min_face_size, left as they were by the user's choice
 
     @staticmethod
     def _bytetrack(frame_rate: float):
         return sv.ByteTrack(
-            track_activation_threshold=0.0,  # every detection MTCNN kept starts a track
+            track_activation_threshold=0.0,  # every detection kept starts a track
             lost_track_buffer=int(LOST_SECONDS * 30),  # ByteTrack counts it in frames at 30 fps
             minimum_matching_threshold=0.8,
             frame_rate=max(1, int(round(frame_rate))),
@@ -85,9 +86,9 @@ class Tracker:
     def add(self, found: Detections) -> None:
         """The next frame's detections."""
         keep = []
-        for i, points in enumerate(found.landmarks):
+        for i, (points, sure) in enumerate(zip(found.landmarks, found.confident())):
             side = usable_side(points)
-            if side is None:
+            if side is None or (self.hide_doubtful and not sure):
                 self.unusable.setdefault(self._frame, []).append(np.asarray(found.boxes[i], np.float64))
             elif side < self.min_face_size:
                 self.left += 1

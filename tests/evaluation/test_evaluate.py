@@ -25,7 +25,7 @@ from dbaf_jax.evaluation.paper import ABLATION, QUALITY
 from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, pixel_metrics
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 from dbaf_jax.evaluation.utility import DetectionUtility
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.models.inception import FEATURES
 from dbaf_jax.models import ifadit
 from dbaf_jax.train import networks as networks_lib, stages
@@ -48,7 +48,7 @@ def workspace(tmp_path_factory, metrics_models):
     """A converted tiny model and a folder of five faces."""
     tmp = tmp_path_factory.mktemp("evaluate")
     build_tiny_model(tmp)
-    write_faces(tmp / "faces", FaceDetector.load(metrics_models / "mtcnn"), 5)
+    write_faces(tmp / "faces", registry.build(metrics_models / "mtcnn", ["mtcnn"], low_band=False)[0], 5)
     return tmp
 
 

@@ -16,7 +16,7 @@ from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys
 from dbaf_jax.errors import OutputWriteError
 from dbaf_jax.faces import ledger, photos
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
 from dbaf_jax.video import runner, sidecar
 from tests.invertible_double import InvertibleDouble
@@ -32,7 +32,7 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ledger_runs")
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(FaceDetector.load(tmp / "model" / "mtcnn"), double.input_size)
+    faces = photos.PhotoFaces(registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
     (tmp / "photos").mkdir()
     for name in ("jf.jpg", "office3.jpg", "office5.jpg"):
         shutil.copy(DATA / name, tmp / "photos" / name)

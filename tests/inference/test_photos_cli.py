@@ -29,7 +29,7 @@ from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align, ledger, paste, photos
-from dbaf_jax.faces.detect import Detections
+from dbaf_jax.faces.detectors.base import Detections
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.conversion import convert_parser
 from tests.parity import random_reference

@@ -17,8 +17,9 @@ from facenet_pytorch import MTCNN, ONet as TorchONet, PNet as TorchPNet, RNet as
 from convert.common import run
 from convert.mtcnn import main
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
-from dbaf_jax.faces import detect
-from dbaf_jax.faces.detect import FaceDetector, area_resize, batch_bucket, run_on_crops, summed_area_table
+from dbaf_jax.faces.detectors import mtcnn as detect, mtcnn_steps as steps
+from dbaf_jax.faces.detectors.mtcnn import batch_bucket, run_on_crops
+from dbaf_jax.faces.detectors.mtcnn_steps import area_resize, summed_area_table
 from dbaf_jax.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
@@ -168,9 +169,9 @@ def test_nms_against_brute_force_and_references(seed):
     images = torch.zeros(len(boxes), dtype=torch.long)
     # The PyTorch stand-in that the end-to-end test patches into facenet-pytorch.
     assert torch_batched_nms(torch.from_numpy(boxes), torch.from_numpy(scores), images, 0.5).tolist() == expected
-    assert detect.nms(boxes, scores, 0.5).tolist() == expected
+    assert steps.nms(boxes, scores, 0.5).tolist() == expected
     reference_min = reference_detect.batched_nms_numpy(torch.from_numpy(boxes), torch.from_numpy(scores), images, 0.3, "Min")
-    assert detect.nms(boxes, scores, 0.3, mode="min").tolist() == reference_min.tolist()
+    assert steps.nms(boxes, scores, 0.3, mode="min").tolist() == reference_min.tolist()
 
 
 def test_box_helpers_match_reference():
@@ -179,18 +180,18 @@ def test_box_helpers_match_reference():
     probs = rng.uniform(0, 1, (1, 40, 50)).astype(np.float32)
     scale = 12 / 20 * 0.709**3
     expected = reference_detect.generateBoundingBox(torch.from_numpy(offsets), torch.from_numpy(probs), scale, 0.6)[0].numpy()
-    boxes, scores, cell_offsets = detect.proposals(offsets[0].transpose(1, 2, 0), probs[0], scale, 0.6)
+    boxes, scores, cell_offsets = steps.proposals(offsets[0].transpose(1, 2, 0), probs[0], scale, 0.6)
     np.testing.assert_array_equal(np.concatenate([boxes, scores[:, None], cell_offsets], axis=1), expected)
 
     boxes = random_boxes(rng, 200, extent=340) - 40  # some reach past the image's edges, some lie outside
     regression = rng.uniform(-0.2, 0.2, (200, 4)).astype(np.float32)
     with_scores = torch.from_numpy(np.concatenate([boxes, scores[:200, None]], axis=1))
-    np.testing.assert_array_equal(detect.square(boxes), reference_detect.rerec(with_scores.clone())[:, :4].numpy())
+    np.testing.assert_array_equal(steps.square(boxes), reference_detect.rerec(with_scores.clone())[:, :4].numpy())
     np.testing.assert_array_equal(
-        detect.regress(boxes, regression, inclusive=True),
+        steps.regress(boxes, regression, inclusive=True),
         reference_detect.bbreg(with_scores.clone(), torch.from_numpy(regression))[:, :4].numpy(),
     )
-    regions, nonempty = detect.crop_regions(boxes, 240, 320)
+    regions, nonempty = steps.crop_regions(boxes, 240, 320)
     y, ey, x, ex = reference_detect.pad(with_scores.clone(), 320, 240)
     np.testing.assert_array_equal(regions[:, 0], y - 1)
     np.testing.assert_array_equal(regions[:, 1], x - 1)
@@ -263,7 +264,7 @@ def test_photos_of_nearby_sizes_share_pnets_programs(real_detector):
 
     def buckets(height, width):
         return [(detect.level_bucket(h), detect.level_bucket(w)) for h, w in
-                (detect.level_size(height, width, s) for s in detect.pyramid_scales(height, width, detect.MIN_FACE_SIZE, detect.SCALE_FACTOR))]
+                (steps.level_size(height, width, s) for s in steps.pyramid_scales(height, width, detect.MIN_FACE_SIZE, detect.SCALE_FACTOR))]
 
     other = next((h, w) for h in range(290, 301) for w in range(370, 401) if (h, w) != (300, 400) and buckets(h, w) == buckets(300, 400))
     real_detector.detect(photo)
@@ -276,13 +277,13 @@ def test_detector_refusals(real_detector, random_networks, tmp_path):
     with pytest.raises(ValueError, match="uint8"):
         real_detector.detect(np.zeros((40, 40, 3), np.float32))
     with pytest.raises(ConfigError):
-        FaceDetector(real_detector.pnet, real_detector.rnet, real_detector.onet, factor=1.0)
+        detect.MTCNN(real_detector.pnet, real_detector.rnet, real_detector.onet, factor=1.0)
     with pytest.raises(ModelDirectoryError):
-        FaceDetector.load(tmp_path / "nothing")
+        detect.MTCNN.load(tmp_path / "nothing")
     _, _, _, tmp = random_networks
     swapped = tmp_path / "swapped"
     swapped.mkdir()
     for name, source in (("pnet", "rnet"), ("rnet", "rnet"), ("onet", "onet")):
         (swapped / name).symlink_to(tmp / "models" / "mtcnn" / source, target_is_directory=True)
     with pytest.raises(ModelDirectoryError, match="not an MTCNN mtcnn:PNet"):
-        FaceDetector.load(swapped)
+        detect.MTCNN.load(swapped)

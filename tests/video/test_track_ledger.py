@@ -15,7 +15,7 @@ from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger, paste, photos
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.video import clip, runner, sidecar, track_ledger
 from tests.invertible_double import InvertibleDouble
 from tests.video_clips import pan_frames, write_clip
@@ -47,7 +47,7 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clip_ledger")
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(FaceDetector.load(tmp / "model" / "mtcnn"), double.input_size)
+    faces = photos.PhotoFaces(registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
     write_clip(tmp / "pan.mp4", pan_frames(FRAMES, travel=0.5), audio_streams=0)
     record = keys.KeyRecord(salt="6b" * keys.SALT_BYTES)
     keys.write_key_file(tmp / "me.key", record)

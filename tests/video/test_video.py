@@ -26,7 +26,7 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, ledger, paste
-from dbaf_jax.faces.detect import Detections
+from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.video import clip, runner, sidecar, tracks
 from tests.cli_helpers import PASSWORD, temper_
 from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files

@@ -25,7 +25,7 @@ shape, each level zero-padded below and to the right to a multiple of `PNET_BUCK
 (P-net is told the real size, takes its pooling over the real pixels only, and the
 cells past the real size are cut off), so photos of nearby sizes share programs;
 R-net and O-net on batches of crops padded to a few bucket sizes.
-`FaceDetector.detect_many` runs them on several images of one size at once (a clip's
+`MTCNN.detect_many` runs them on several images of one size at once (a clip's
 frames), each image's result as if detected alone.
 
 The two NMS flavours differ as in the reference: the first three stages use
@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
@@ -51,14 +51,26 @@ import numpy as np
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.faces.detectors.base import Detections, empty
+from dbaf_jax.faces.detectors.mtcnn_steps import (
+    area_resize,
+    crop_regions,
+    landmark_points,
+    level_size,
+    nms,
+    normalize,
+    proposals,
+    pyramid_scales,
+    regress,
+    square,
+    summed_area_table,
+)
 from dbaf_jax.models.mtcnn import ONET_SIDE, RNET_SIDE
 
 MIN_FACE_SIZE = 20
 SCALE_FACTOR = 0.709
 THRESHOLDS = (0.6, 0.7, 0.7)
 
-PROPOSAL_STRIDE = 2  # P-net's output cells step 2 input pixels ...
-PROPOSAL_CELL = 12  # ... and each sees a 12x12 window
 NMS_WITHIN_LEVEL = 0.5
 NMS_ACROSS_LEVELS = 0.7
 NMS_REFINED = 0.7
@@ -68,191 +80,6 @@ SMALLEST_BATCH = 16  # crop batches are padded to a power of two from here ...
 LARGEST_BATCH = 512  # ... up to here, then run in chunks of this size
 
 NETWORK_KINDS = {"pnet": "mtcnn:PNet", "rnet": "mtcnn:RNet", "onet": "mtcnn:ONet"}
-
-
-class Detections(NamedTuple):
-    """Faces found in one image, largest box first.
-
-    boxes: (N, 4) float32 (x1, y1, x2, y2) in pixels.
-    probs: (N,) float32 O-net face probabilities.
-    landmarks: (N, 5, 2) float32 (x, y) of the two eyes, the nose and the two mouth
-      corners, in MTCNN's order.
-    """
-
-    boxes: np.ndarray
-    probs: np.ndarray
-    landmarks: np.ndarray
-
-
-# ---------------------------------------------------------------- exact area resizing
-
-
-def summed_area_table(pixels: np.ndarray) -> np.ndarray:
-    """(H, W, C) uint8 -> (H + 1, W + 1, C) uint32 sums of pixels[:y, :x].
-
-    uint32 may wrap on large images, but a window's sum, a difference of four
-    entries, is exact modulo 2**32 and so exact for any window the resizes use.
-    """
-    table = np.zeros((pixels.shape[0] + 1, pixels.shape[1] + 1, pixels.shape[2]), np.uint32)
-    table[1:, 1:] = pixels.cumsum(0, dtype=np.uint32).cumsum(1, dtype=np.uint32)
-    return table
-
-
-def _windows(in_sizes: np.ndarray, out_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(N, out_size) starts and ends of PyTorch's adaptive windows [floor(i*n/m), ceil((i+1)*n/m))."""
-    i = np.arange(out_size)[None, :]
-    n = np.asarray(in_sizes)[:, None]
-    return i * n // out_size, -(-(i + 1) * n // out_size)
-
-
-def area_resize(table: np.ndarray, regions: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """PyTorch's `interpolate(mode='area')` of regions of a uint8 image, bit for bit.
-
-    Args:
-      table: the image's `summed_area_table`, (H + 1, W + 1, C).
-      regions: (N, 4) int (top, left, height, width), each non-empty and inside the image.
-      size: output (height, width).
-
-    Returns:
-      (N, height, width, C) float32. Each output pixel averages its window as PyTorch
-      does: integer pixel sums are exact (in PyTorch too, below 2**24), then divided
-      by the window's height and then by its width in float32.
-    """
-    regions = np.asarray(regions, np.int64).reshape(-1, 4)
-    row_starts, row_ends = _windows(regions[:, 2], size[0])
-    col_starts, col_ends = _windows(regions[:, 3], size[1])
-
-    def corner(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        return table[(rows + regions[:, :1])[:, :, None], (cols + regions[:, 1:2])[:, None, :]]
-
-    sums = corner(row_ends, col_ends) - corner(row_starts, col_ends) - corner(row_ends, col_starts) + corner(row_starts, col_starts)
-    heights = (row_ends - row_starts).astype(np.float32)[:, :, None, None]
-    widths = (col_ends - col_starts).astype(np.float32)[:, None, :, None]
-    return sums.astype(np.float32) / heights / widths
-
-
-def normalize(pixels: np.ndarray) -> np.ndarray:
-    """[0, 255] -> the networks' input range, (x - 127.5) / 128 in float32."""
-    return (pixels - np.float32(127.5)) * np.float32(0.0078125)
-
-
-# ---------------------------------------------------------------- boxes on the host
-
-
-def pyramid_scales(height: int, width: int, min_face_size: float, factor: float) -> list[float]:
-    """The pyramid's scales, largest first (Python floats, as the reference computes them)."""
-    scale = 12.0 / min_face_size
-    shorter = min(height, width) * scale
-    scales = []
-    while shorter >= 12:
-        scales.append(scale)
-        scale *= factor
-        shorter *= factor
-    return scales
-
-
-def level_size(height: int, width: int, scale: float) -> tuple[int, int]:
-    return int(height * scale + 1), int(width * scale + 1)
-
-
-def proposals(offsets: np.ndarray, probs: np.ndarray, scale: float, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """P-net cells at or above ``threshold`` -> image boxes.
-
-    Args:
-      offsets: (h, w, 4) P-net box offsets of one level.
-      probs: (h, w) face probabilities.
-
-    Returns:
-      boxes (n, 4), scores (n,), offsets (n, 4), float32, in row-major cell order.
-    """
-    rows, cols = np.nonzero(probs >= np.float32(threshold))
-    cells = np.stack([cols, rows], axis=1).astype(np.float32)
-    start = np.float32(PROPOSAL_STRIDE) * cells
-    scale = np.float32(scale)
-    top_left = np.floor((start + np.float32(1)) / scale)
-    bottom_right = np.floor((start + np.float32(PROPOSAL_CELL)) / scale)
-    return np.concatenate([top_left, bottom_right], axis=1), probs[rows, cols], offsets[rows, cols]
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, threshold: float, mode: str = "union") -> np.ndarray:
-    """Greedy non-maximum suppression; indices of the kept boxes, best first.
-
-    mode 'union' is torchvision's `nms` (IoU with areas (x2 - x1) * (y2 - y1), stable
-    descending order, suppress when IoU > threshold); 'min' is MTCNN's NumPy NMS
-    ('Min': intersection over the smaller area, pixel-inclusive sizes x2 - x1 + 1,
-    candidates in reverse `np.argsort` order, keep when the overlap <= threshold).
-    """
-    if mode not in ("union", "min"):
-        raise ValueError(f"nms mode must be 'union' or 'min', not {mode!r}")
-    inclusive = np.float32(1 if mode == "min" else 0)
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    areas = (x2 - x1 + inclusive) * (y2 - y1 + inclusive)
-    order = np.argsort(scores)[::-1] if mode == "min" else np.argsort(-scores, kind="stable")
-    keep = []
-    while order.size:
-        best, rest = order[0], order[1:]
-        w = np.maximum(np.float32(0), np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest]) + inclusive)
-        h = np.maximum(np.float32(0), np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest]) + inclusive)
-        inter = w * h
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if mode == "min":
-                overlap = inter / np.minimum(areas[best], areas[rest])
-                keep_rest = overlap.astype(np.float64) <= threshold
-            else:
-                overlap = inter / (areas[best] + areas[rest] - inter)
-                keep_rest = ~(overlap.astype(np.float64) > threshold)  # a 0/0 overlap keeps, as in torchvision
-        keep.append(best)
-        order = rest[keep_rest]
-    return np.asarray(keep, np.int64)
-
-
-def regress(boxes: np.ndarray, offsets: np.ndarray, inclusive: bool) -> np.ndarray:
-    """Moves each edge by its offset times the box's width or height.
-
-    P-net's offsets scale by x2 - x1 (``inclusive=False``), R-net's and O-net's by
-    x2 - x1 + 1 (``inclusive=True``), as in the reference.
-    """
-    one = np.float32(1 if inclusive else 0)
-    width = boxes[:, 2] - boxes[:, 0] + one
-    height = boxes[:, 3] - boxes[:, 1] + one
-    sizes = np.stack([width, height, width, height], axis=1)
-    return boxes + offsets * sizes
-
-
-def square(boxes: np.ndarray) -> np.ndarray:
-    """Each box made square around its centre, its side the longer of width and height."""
-    width = boxes[:, 2] - boxes[:, 0]
-    height = boxes[:, 3] - boxes[:, 1]
-    side = np.maximum(width, height)
-    half = np.float32(0.5)
-    x1 = boxes[:, 0] + width * half - side * half
-    y1 = boxes[:, 1] + height * half - side * half
-    return np.stack([x1, y1, x1 + side, y1 + side], axis=1)
-
-
-def crop_regions(boxes: np.ndarray, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes -> (N, 4) int crop regions (top, left, height, width) and a (N,) mask of non-empty ones.
-
-    The reference truncates each box to integers, clips it to the image and crops
-    rows y1 - 1 .. y2 - 1 and columns x1 - 1 .. x2 - 1 (1-based, inclusive).
-    """
-    corners = np.trunc(boxes).astype(np.int32)
-    left = np.maximum(corners[:, 0], 1) - 1
-    top = np.maximum(corners[:, 1], 1) - 1
-    right = np.minimum(corners[:, 2], width)
-    bottom = np.minimum(corners[:, 3], height)
-    regions = np.stack([top, left, bottom - top, right - left], axis=1)
-    return regions, (regions[:, 2] > 0) & (regions[:, 3] > 0)
-
-
-def landmark_points(boxes: np.ndarray, fractions: np.ndarray) -> np.ndarray:
-    """O-net's (N, 10) landmark fractions (five x, then five y) -> (N, 5, 2) pixel (x, y)."""
-    one = np.float32(1)
-    width = (boxes[:, 2] - boxes[:, 0] + one)[:, None]
-    height = (boxes[:, 3] - boxes[:, 1] + one)[:, None]
-    xs = width * fractions[:, :5] + boxes[:, :1] - one
-    ys = height * fractions[:, 5:] + boxes[:, 1:2] - one
-    return np.stack([xs, ys], axis=-1)
 
 
 # ---------------------------------------------------------------- networks
@@ -295,9 +122,17 @@ def run_on_crops(network: model_directory.Network, crops: np.ndarray) -> tuple[n
 # ---------------------------------------------------------------- the detector
 
 
-class FaceDetector:
+class MTCNN:
     """MTCNN with converted weights (``python -m convert.mtcnn --out DIR``, then
-    ``FaceDetector.load(DIR / 'mtcnn')``); `detect` finds the faces in one image."""
+    ``MTCNN.load(DIR / 'mtcnn')``); `detect` finds the faces in one image.
+
+    ``sure_threshold`` (O-net's probability) splits the detections into sure ones (>)
+    and a low-confidence band (the rest, down to ``thresholds[2]``); None: all sure.
+    The run itself is the reference's with ``thresholds``: at the defaults it is
+    facenet-pytorch's, detection for detection.
+    """
+
+    name = "mtcnn"
 
     def __init__(
         self,
@@ -307,6 +142,7 @@ class FaceDetector:
         min_face_size: float = MIN_FACE_SIZE,
         factor: float = SCALE_FACTOR,
         thresholds: tuple[float, float, float] = THRESHOLDS,
+        sure_threshold: float | None = None,
     ):
         if not min_face_size > 0:
             raise ConfigError(f"min_face_size must be positive, not {min_face_size}")
@@ -319,9 +155,10 @@ class FaceDetector:
         self.min_face_size = min_face_size
         self.factor = factor
         self.thresholds = tuple(thresholds)
+        self.sure_threshold = sure_threshold
 
     @classmethod
-    def load(cls, directory: str | Path, **options) -> FaceDetector:
+    def load(cls, directory: str | Path, **options) -> MTCNN:
         """Loads DIR/mtcnn as written by `convert.mtcnn` (``options`` as for the constructor)."""
         directory = Path(directory)
         networks = {}
@@ -418,7 +255,7 @@ class FaceDetector:
         found, start = [], 0
         for image_boxes in kept:
             if not len(image_boxes):
-                found.append(Detections(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0, 5, 2), np.float32)))
+                found.append(empty())
                 continue
             offsets, fractions, probs = (o[start : start + len(image_boxes)] for o in outputs)
             start += len(image_boxes)
@@ -430,5 +267,7 @@ class FaceDetector:
             keep = nms(image_boxes, scores, NMS_OUTPUT, mode="min")
             image_boxes, scores, landmarks = image_boxes[keep], scores[keep], landmarks[keep]
             largest_first = np.argsort((image_boxes[:, 2] - image_boxes[:, 0]) * (image_boxes[:, 3] - image_boxes[:, 1]))[::-1]
-            found.append(Detections(image_boxes[largest_first], scores[largest_first], landmarks[largest_first]))
+            scores = scores[largest_first]
+            sure = None if self.sure_threshold is None else scores > np.float32(self.sure_threshold)
+            found.append(Detections(image_boxes[largest_first], scores, landmarks[largest_first], sure))
         return found
