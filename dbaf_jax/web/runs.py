@@ -25,7 +25,7 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.report import EXIT_SKIPPED, Report
 from dbaf_jax.video import runner
-from dbaf_jax.web.jobs import Entry, Job, Output
+from dbaf_jax.web.jobs import KEY_FILE_NAME, Entry, Job, Output
 
 KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded one
 
@@ -52,6 +52,8 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
     try:
         record, key_file = _key_record(job, key_choice)
         notes, refusal = _recovery_mode(model, job, photo_report)
+        # Recovery reads the key file's face ledger once (a torn last line is said once, as the commands say it).
+        face_ledger = ledger.read_for_key_file(key_file, notes) if job.operation == "recover" else None
         sidecars = _sidecars(job)
         for entry in job.entries:
             if entry.kind == "photo" and refusal:
@@ -60,9 +62,10 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
                 entry.state = "working"
                 try:
                     if entry.kind == "photo":
-                        _run_photo(model, job, entry, password, record, key_file, photo_report)
+                        _run_photo(model, job, entry, password, record, key_file, face_ledger, photo_report)
                     else:
-                        clip_reports.append(_run_clip(model, job, entry, password, record, key_file, sidecars.get(entry.name)))
+                        clip_reports.append(_run_clip(model, job, entry, password, record, key_file, face_ledger,
+                                                      sidecars.get(entry.name)))
                 except DbafError as err:
                     _fail(entry, photo_report, str(err))
                 except Exception as err:  # a bug: the file is failed and named, the run goes on, the trace goes to the log
@@ -72,10 +75,12 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
                 photo_report.skipped.append(images.Skipped(Path(entry.name), entry.message))
         photo_report.notes[:0] = notes
         if key_file is not None:
-            job.extras = [Output(KEY_NAME, key_file)] + ([Output(KEY_NAME + ledger.SUFFIX, ledger.ledger_path(key_file))]
-                                                         if ledger.ledger_path(key_file).is_file() else [])
-    except DbafError as err:  # the run as a whole cannot start (a key file, the recovery mode)
-        job.error = str(err)
+            kept = ledger.ledger_path(key_file)
+            job.extras = [Output(KEY_FILE_NAME, key_file)] + ([Output(kept.name, kept)] if kept.is_file() else [])
+    except Exception as err:  # the run as a whole cannot start (its key file or face ledger; or a bug, logged)
+        if not isinstance(err, DbafError):
+            traceback.print_exc(file=sys.stderr)
+        job.error = str(err) if isinstance(err, DbafError) else f"internal error ({type(err).__name__}); the server's log has the details"
         for entry in job.entries:
             if entry.state in ("uploaded", "queued"):
                 _fail(entry, photo_report, job.error)
@@ -84,9 +89,6 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
     for entry in job.entries:
         entry.message = _names_for_paths(job, entry.message)
     job.state = "done"
-
-
-KEY_NAME = "dbaf.key"  # the download name of the job's key file
 
 
 def _key_record(job: Job, key_choice: str) -> tuple[keys.KeyRecord, Path | None]:
@@ -98,7 +100,7 @@ def _key_record(job: Job, key_choice: str) -> tuple[keys.KeyRecord, Path | None]
             raise InputError("no key file was given; drop it again or choose another key option")
         return keys.read_key_file(job.key_file), job.key_file
     if key_choice == "new" and job.operation == "anonymize":
-        path = job.folder / "key" / KEY_NAME
+        path = job.folder / "key" / KEY_FILE_NAME
         path.parent.mkdir(mode=0o700, exist_ok=True)
         record = keys.new_key_record()
         keys.write_key_file(path, record)
@@ -138,7 +140,7 @@ def _sidecars(job: Job) -> dict[str, Path]:
 
 
 def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
-               total: Report) -> None:
+               face_ledger: list[ledger.Entry] | None, total: Report) -> None:
     out = job.output_path(entry)
     if job.operation == "anonymize":
         report = anonymize_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
@@ -147,7 +149,7 @@ def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys
     else:
         report = recover_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
                                       batch_size=model.batch_size, record=record if key_file is not None else None,
-                                      face_ledger=ledger.read_for_key_file(key_file))
+                                      face_ledger=face_ledger)
     for name in ("written", "skipped", "warnings", "notes"):
         getattr(total, name).extend(getattr(report, name))
     for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
@@ -164,7 +166,7 @@ def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys
 
 
 def _run_clip(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
-              side: Path | None) -> runner.VideoReport:
+              face_ledger: list[ledger.Entry] | None, side: Path | None) -> runner.VideoReport:
     target = job.output_path(entry) / entry.stored.name
     if job.operation == "anonymize":
         report = runner.anonymize_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
@@ -172,7 +174,7 @@ def _run_clip(model: Model, job: Job, entry: Entry, password: str, record: keys.
     else:
         report = runner.recover_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
                                       record=record if key_file is not None else None, sidecar_path=side,
-                                      face_ledger=ledger.read_for_key_file(key_file))
+                                      face_ledger=face_ledger)
     entry.outputs = [Output(entry.name if path == target else entry.name + path.name[len(target.name):], path)
                      for path in report.written]
     entry.state = "done"

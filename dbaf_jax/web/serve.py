@@ -29,6 +29,7 @@ from dbaf_jax.web import runs, server
 from dbaf_jax.web.jobs import JobStore, Limits
 
 DEFAULT_PORT = 8765
+GRACE = 10  # seconds
 MB = 1 << 20
 
 
@@ -98,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"serving on http://{'127.0.0.1' if args.host == 'localhost' else args.host}:{port}/ "
           "(Ctrl-C stops it and deletes every upload and result)", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")).run(sockets=[sock])
+        # A page left open keeps a connection: shutdown waits for it at most GRACE seconds, then deletes everything.
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=GRACE)
+        uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut the app down (its files deleted), then passes Ctrl-C on
         pass
     print("stopped; every upload and result was deleted", file=sys.stderr)

@@ -28,7 +28,7 @@ from benchmarks.jpeg_recovery import psnr
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images, keys, metadata
-from dbaf_jax.faces import align, paste, photos
+from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.video import clip, sidecar
@@ -212,6 +212,19 @@ def test_recovered_in_the_browser(password, anonymized, model, workspace, served
         assert max(scores) < 20
 
 
+def test_a_new_key_file_is_made_and_offered_with_its_face_ledger(browser, served, workspace, model):
+    """"make a new key file": the run's photos carry its salt, and the key file and its
+    face ledger (one entry per anonymized face) are offered for download."""
+    downloads = workspace / "downloads_new_key"
+    open_page(browser, served, "anonymize", downloads)
+    browser.find_element(By.CSS_SELECTOR, 'input[name="key"][value="new"]').click()
+    run_page(browser, [workspace / "in" / "office3.jpg"], PASSWORD, PASSWORD)
+    record = keys.read_key_file(download(browser, "dbaf.key", downloads))
+    meta, faces = recorded(download(browser, "office3.png", downloads), model.anonymizer.input_size)
+    assert keys.KeyRecord.from_dict(meta["key"]) == record
+    assert len(ledger.read(download(browser, "dbaf.key.faces.jsonl", downloads))) == len(faces)
+
+
 def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspace):
     open_page(browser, served, "anonymize", workspace / "downloads_big")
     browser.find_element(By.ID, "files").send_keys(str(workspace / "in" / "big.png"))
@@ -269,7 +282,8 @@ def test_the_command_serves_the_page_and_cleans_up(browser, workspace):
         assert len(list(temp.iterdir())) == 1
         browser.get(url)
         assert browser.find_element(By.ID, "tab-recover").text == "Recover"
+        browser.get("about:blank")
     finally:
         process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0, process.stderr.read()
+        assert process.wait(120) == 0, process.stderr.read()
     assert not list(temp.iterdir())
