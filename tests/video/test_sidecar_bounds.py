@@ -18,7 +18,7 @@ from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys, metadata
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import photos
-from dbaf_jax.faces.detect import FaceDetector
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.video import clip, runner, sidecar
 from tests.invertible_double import InvertibleDouble
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
@@ -139,7 +139,7 @@ def test_anonymize_says_when_its_own_sidecar_breaks_the_bounds(tmp_path, monkeyp
     its sidecar, naming why."""
     run(convert_mtcnn, ["--out", str(tmp_path / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(FaceDetector.load(tmp_path / "model" / "mtcnn"), double.input_size)
+    faces = photos.PhotoFaces(registry.build(tmp_path / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
     source = write_clip(tmp_path / "pan.mp4", pan_frames(3, travel=0.3), audio_streams=0)
     monkeypatch.setattr(metadata, "max_recorded_faces", lambda shape: 1)
     report = runner.anonymize_video(double, faces, "pw", source, tmp_path / "anon.mp4", 4)
