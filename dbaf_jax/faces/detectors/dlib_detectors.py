@@ -80,10 +80,10 @@ class DlibDetector:
         return [d.rect for d in found], [d.confidence for d in found]
 
     def detect(self, image: np.ndarray) -> Detections:
-        rectangles, scores = self._rectangles(image)
+        rectangles, margins = self._rectangles(image)
         boxes = np.array([[r.left(), r.top(), r.right(), r.bottom()] for r in rectangles], np.float32).reshape(-1, 4)
         points = np.array([[(p.x, p.y) for p in self._predictor(image, r).parts()] for r in rectangles], np.float32).reshape(-1, 68, 2)
-        scores = np.asarray(scores, np.float32).reshape(-1)
+        scores = np.asarray(margins, np.float32).reshape(-1)
         sure = None if self.sure_threshold is None else scores >= np.float32(self.sure_threshold)
         return largest_first(Detections(boxes, scores, points if self.all_68 else five_points(points), sure))
 

@@ -48,8 +48,8 @@ def merge(found: Sequence[Detections], overlap: float = MERGE_OVERLAP, side_rati
                 sure[others[same]] |= sure[i]
                 continue
         kept.append(i)
-    kept = np.asarray(kept, np.int64)
-    return largest_first(Detections(boxes[kept], probs[kept], landmarks[kept], sure[kept]))
+    rows = np.asarray(kept, np.int64)
+    return largest_first(Detections(boxes[rows], probs[rows], landmarks[rows], sure[rows]))
 
 
 class Ensemble:
