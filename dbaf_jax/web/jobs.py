@@ -37,6 +37,7 @@ OPERATIONS = ("anonymize", "recover")
 KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it
 KEY_FILE_BYTES = 64 << 10  # a key file is a few hundred bytes of JSON
 MAX_NAME = 120  # characters of a file name shown or offered back
+MAX_SESSIONS = 10_000
 GONE_REMEMBERED = 10_000  # ids of deleted jobs kept to say why they are gone
 
 
@@ -272,14 +273,16 @@ class JobStore:
         remove_stale_roots(parent)
         self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))  # mode 0700
         self._jobs: dict[str, Job] = {}
-        self._sessions: set[str] = set()
+        self._sessions: dict[str, None] = {}  # issued secrets, oldest first
         self._gone: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
     def new_session(self) -> str:
         secret = secrets.token_urlsafe(32)
         with self._lock:
-            self._sessions.add(secret)
+            self._sessions[secret] = None
+            if len(self._sessions) > MAX_SESSIONS:  # every page load makes one: the oldest go (their runs expire)
+                self._sessions.pop(next(iter(self._sessions)))
         return secret
 
     def create(self, session: str, operation: str) -> Job:

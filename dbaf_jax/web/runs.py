@@ -32,12 +32,14 @@ KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded on
 
 @dataclasses.dataclass
 class Model:
-    """What every job runs with: the loaded model, its face finder, the batch size, and
-    whether photos may be recovered in a mode the model was not trained for (recover's
-    --untrained-mode)."""
+    """What every job runs with: the loaded model, its face finders for anonymizing
+    (low-confidence detections hidden) and for recovering (taken as faces), as the
+    commands load them (`load_photo_faces`), the batch size, and whether photos may be
+    recovered in a mode the model was not trained for (recover's --untrained-mode)."""
 
     anonymizer: FaceAnonymizer
     faces: photos.PhotoFaces
+    recover_faces: photos.PhotoFaces
     batch_size: int
     untrained_mode: bool = False
 
@@ -147,7 +149,7 @@ def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys
                                         batch_size=model.batch_size, record=record,
                                         face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
     else:
-        report = recover_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
+        report = recover_photo_folder(model.anonymizer, model.recover_faces, password, entry.stored.parent, out,
                                       batch_size=model.batch_size, record=record if key_file is not None else None,
                                       face_ledger=face_ledger)
     for name in ("written", "skipped", "warnings", "notes"):
@@ -172,7 +174,7 @@ def _run_clip(model: Model, job: Job, entry: Entry, password: str, record: keys.
         report = runner.anonymize_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
                                         record=record, face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
     else:
-        report = runner.recover_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
+        report = runner.recover_video(model.anonymizer, model.recover_faces, password, entry.stored, target, model.batch_size,
                                       record=record if key_file is not None else None, sidecar_path=side,
                                       face_ledger=face_ledger)
     entry.outputs = [Output(entry.name if path == target else entry.name + path.name[len(target.name):], path)

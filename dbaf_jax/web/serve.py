@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on; default 127.0.0.1 (this machine only)")
     parser.add_argument("--allow-remote", action="store_true", help="allow --host to be an address other machines can reach")
     parser.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    parser.add_argument("--detectors", help="face detectors, separated by commas, as anonymize --detectors takes them; "
+                                            "default every installed default one (docs/photos.md)")
     parser.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
     parser.add_argument("--min-face-size", type=float, default=MIN_FACE_SIZE,
                         help="leave faces whose crop side is under N pixels as they were (reported); default 0: every face")
@@ -86,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     limits = Limits(int(args.max_file_mb * MB), int(args.max_run_mb * MB), args.max_files, args.max_runs, args.keep_minutes * 60)
     print("loading the model ...", file=sys.stderr)
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
-    faces = load_photo_faces(anonymizer, args.detector, args.parser, args.min_face_size)
-    model = runs.Model(anonymizer, faces, args.batch_size or default_batch_size(), args.untrained_mode)
+    faces, recover_faces = (load_photo_faces(anonymizer, args.detector, args.parser, args.min_face_size, args.detectors, recovering=recovering)
+                            for recovering in (False, True))
+    model = runs.Model(anonymizer, faces, recover_faces, args.batch_size or default_batch_size(), args.untrained_mode)
     sock = listen(args.host, args.port)
     store = JobStore(limits, args.temp_dir)
     atexit.register(store.close)  # also when uvicorn does not get to run the app's shutdown

@@ -73,7 +73,7 @@ def workspace(tmp_path_factory):
 def model(workspace):
     anonymizer = FaceAnonymizer(workspace / "model")
     # The tiny model records latent recovery; photos recover from the image (recover --untrained-mode).
-    return runs.Model(anonymizer, load_photo_faces(anonymizer), BATCH, untrained_mode=True)
+    return runs.Model(anonymizer, load_photo_faces(anonymizer), load_photo_faces(anonymizer, recovering=True), BATCH, untrained_mode=True)
 
 
 @pytest.fixture(scope="module")
