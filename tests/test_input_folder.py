@@ -3,12 +3,18 @@ of every format PIL opens, clips, the companions our runs write, and each kind o
 that is refused (unknown type, not a regular file, dangling links, link loops, links to
 folders and out of the folder), with its reason."""
 
+import json
 import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from dbaf_jax import input_folder
+from dbaf_jax import images, input_folder
 from dbaf_jax.video import clip, sidecar
 
 
@@ -62,3 +68,62 @@ def test_pil_formats_are_images_by_suffix():
     suffixes = input_folder.image_suffixes()
     assert {".tif", ".tiff", ".gif", ".png", ".jpg", ".jpeg", ".webp", ".bmp"} <= suffixes
     assert not suffixes & set(input_folder.VIDEO_SUFFIXES)
+
+
+NOBODY = 65534  # the unprivileged user of Linux distributions
+
+
+def _listed_without_rights(folder: Path) -> dict:
+    """What ``folder`` lists as and how its locked photo reads, for a user who may not
+    read what only the owner may: this user when it is not root (root reads
+    everything), else a forked child that became nobody (no JAX work after the fork)."""
+
+    def look() -> dict:
+        listing = input_folder.list_inputs(folder)
+        try:
+            images.read_photo_noted(folder / "locked.jpg")
+            read = "read"
+        except ValueError as err:
+            read = str(err)
+        return {"images": [p.name for p in listing.images], "refused": {i.path.name: i.reason for i in listing.refused}, "read": read}
+
+    if os.geteuid() != 0:
+        return look()
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:
+        signal.alarm(60)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(writer, json.dumps(look()).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        found = pipe.read().decode()
+    os.waitpid(child, 0)
+    return json.loads(found)
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see _listed_without_rights
+def test_unreadable_files_and_folders_are_named(tmp_path):
+    folder = Path(tempfile.mkdtemp(prefix="dbaf-unreadable-"))  # reachable by nobody, unlike tmp_path
+    try:
+        os.chmod(folder, 0o755)
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "locked.jpg")
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "locked_photo", format="PNG")
+        (folder / "shut").mkdir()
+        (folder / "shut" / "inside.jpg").write_bytes(b"")
+        for path in (folder / "locked.jpg", folder / "locked_photo", folder / "shut"):
+            os.chmod(path, 0)
+        found = _listed_without_rights(folder)
+    finally:
+        os.chmod(folder / "shut", 0o700)
+        shutil.rmtree(folder)
+    assert found["images"] == ["locked.jpg"]  # by its suffix; reading it says why it fails
+    assert "cannot read image" in found["read"] and "Permission denied" in found["read"]
+    assert sorted(found["refused"]) == ["locked_photo", "shut"]
+    assert "cannot be read (Permission denied)" in found["refused"]["locked_photo"]
+    assert "a folder that cannot be listed (Permission denied)" in found["refused"]["shut"]

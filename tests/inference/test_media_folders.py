@@ -144,3 +144,14 @@ def test_a_clip_cut_short_is_noted_and_not_success(ws):
     assert 0 < outcome.frames < 12 and report.status == EXIT_SKIPPED
     assert any("its container declares (truncated or damaged?)" in note for note in report.notes)
     assert (ws / "cut_out" / "cut.mkv").is_file()
+
+
+def test_resume_keeps_complete_clips_and_makes_one_without_its_sidecar_again(ws, plain_run):
+    out = ws / "resumed"
+    shutil.copytree(ws / "plain_out", out)
+    report = cli(anonymize, ws, ws / "plain", out, "--resume")
+    assert report.status == 0 and not report.written and sorted(p.name for p in report.kept) == ["office3.png", "pan.mp4"]
+    (out / "pan.mp4.dbaf.json").unlink()  # killed between the clip and its sidecar
+    report = cli(anonymize, ws, ws / "plain", out, "--resume")
+    assert sorted(p.name for p in report.written) == ["pan.mp4", "pan.mp4.dbaf.json"] and [p.name for p in report.kept] == ["office3.png"]
+    assert sidecar.read(out / "pan.mp4.dbaf.json").made.record == sidecar.read(ws / "plain_out" / "pan.mp4.dbaf.json").made.record
