@@ -2,8 +2,10 @@
 
     python -m dbaf_jax.anonymize --model DIR --password-file F IN_DIR OUT_DIR
 
-Photos of any size (the default): MTCNN (``--detector``, default DIR/mtcnn) finds each
-face, which is aligned as FFHQ aligns its images, anonymized with its own key and
+Photos of any size (the default): the face detectors (``--detectors``, default every
+installed one of MTCNN, weights in ``--detector`` or DIR/mtcnn, and dlib's HOG
+detector; their low-confidence detections are pixelated) find each face, which is
+aligned as FFHQ aligns its images, anonymized with its own key and
 pasted back through a soft mask (``--parser`` for BiSeNet's face mask, else a
 blurred box); outputs keep the photo's size, a photo without a face is copied.
 --aligned takes aligned face crops instead (resized to the model's input), as
@@ -70,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> Report:
             anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, args.save_latents
         )
     else:
-        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
+                                 args.detectors)
         face_ledger = ledger.ledger_path(args.key_file) if args.key_file else None
         clips = FolderClips(anonymizer, faces, password, args.batch_size or default_batch_size(), "anonymize", args.overwrite, face_ledger,
                             args.allow_anonymized_input)

@@ -26,7 +26,7 @@ Main = Callable[[Sequence[str] | None], Any]
 
 def exit_status(main: Main, argv: Sequence[str] | None = None) -> int:
     """Runs ``main(argv)`` with the compilation cache on: 1 after printing its
-    DbafError as ``error: <message>``; else the ``status`` of what it returns (a run
+    DbafError as ``error: <message>`` (control characters escaped, `errors.printable`); else the ``status`` of what it returns (a run
     that finished without doing all it was asked, `anonymizer.Report.status`), or 0."""
     compilation_cache.enable()
     try:
@@ -71,6 +71,10 @@ make_metric_networks = _console_script("dbaf_jax.make_metric_networks")
 web = _console_script("dbaf_jax.web")
 
 
+DETECTORS_HELP = ("face detectors, separated by commas, from mtcnn, dlib-hog, dlib-cnn; default every installed one of mtcnn,dlib-hog "
+                  "with their low-confidence band pixelated (docs/photos.md)")
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer of at least 1."""
     value = int(text)
@@ -98,6 +102,7 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
     photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")
     photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    photos.add_argument("--detectors", help=DETECTORS_HELP)
     photos.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
     photos.add_argument("--min-face-size", type=float, help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face")
     photos.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key) instead of a fresh salt")
@@ -108,7 +113,7 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuses photo options together with --aligned (argparse's usage error)."""
     if args.aligned:
-        given = [name for name in ("detector", "parser", "key_file") if getattr(args, name) is not None]
+        given = [name for name in ("detector", "detectors", "parser", "key_file") if getattr(args, name) is not None]
         given += ["save_crops"] if args.save_crops else []
         if given:
             parser.error(f"--aligned takes no {', '.join('--' + g.replace('_', '-') for g in given)}")
@@ -125,6 +130,7 @@ def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32", help="compute dtype of every network")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     parser.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    parser.add_argument("--detectors", help=DETECTORS_HELP)
     parser.add_argument("--min-face-size", type=float, default=0.0,
                         help="smaller detected faces (crop side in pixels) are left alone; default 0: every detected face is processed")
     parser.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key)")

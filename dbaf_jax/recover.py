@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> Report:
             anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, mode, args.ignore_model_mismatch
         )
     else:
-        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size)
+        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
+                                 args.detectors, recovering=True)
         face_ledger = ledger.read_for_key_file(args.key_file, ledger_notes)
         clips = FolderClips(anonymizer, faces, password, args.batch_size or default_batch_size(), "recover", args.overwrite,
                             key_record=record, face_ledger=face_ledger, ignore_model_mismatch=args.ignore_model_mismatch)

@@ -54,7 +54,7 @@ def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
         sides = ", ".join(f"{side:.0f}" for side in result.too_small)
         notes.append(f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)")
     if result.hidden:
-        notes.append(f"{source}: {len(result.hidden)} face(s) the model cannot take (unusable landmarks) hidden by pixelation")
+        notes.append(f"{source}: {len(result.hidden)} face(s) hidden by pixelation (low-confidence detections, or unusable landmarks)")
     if result.unverified:
         notes.append(f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are")
     return notes
@@ -195,6 +195,7 @@ def anonymize_photo_folder(
                                        "the outputs already written are kept, with their entries (--resume makes the rest)") from None
 
     report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept, passed_over=list(plan.passed_over))
+    report.notes += [faces.describe(), *faces.notes]  # which detectors ran, and any default one that could not
     if face_ledger is not None:  # before any photo: one entry each at least
         report.notes += [note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note]
     sources = [source for source in plan.sources if plan.targets[source] not in kept]

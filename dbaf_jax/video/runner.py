@@ -39,7 +39,7 @@ from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 
 # Frames waiting for their faces are bounded by this many per batch of faces.
 FRAMES_PER_BATCH = 4
-# Frames detected together on an accelerator (`FaceDetector.detect_many`): fewer, larger
+# Frames detected together on an accelerator (`Detector.detect_many`): fewer, larger
 # device calls. On a CPU one at a time: batching measured 3-20% slower there
 # (benchmarks/detect_frames.py, docs/video.md).
 DETECT_FRAMES = 8
@@ -100,7 +100,7 @@ def find_tracks(
     """First pass: the clip's tracks, their smoothed transforms, its frame count, the
     tracker (its unusable detections and the faces left), and a note when fewer frames
     decoded than the container declares (`clip.shortfall`)."""
-    tracker = tracks.Tracker(float(info.rate), faces.min_face_size)
+    tracker = tracks.Tracker(float(info.rate), faces.min_face_size, faces.hide_doubtful)
     count, times = 0, []
     together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
     for chunk in pipeline.chunks(pipeline.in_background(clip.frames(source, info), frames_within(2 * DETECT_FRAMES, info)), together):
@@ -217,7 +217,7 @@ def anonymize_video(
     (`track_ledger`)."""
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
-    notes = _prepare_outputs(source, [target, side], overwrite)
+    notes = _prepare_outputs(source, [target, side], overwrite) + [faces.describe(), *faces.notes]
     if face_ledger is not None:  # before any frame is read, then with its entries counted (`ledger.check_appendable`)
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
     info = clip.probe(source)
