@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sock = listen(args.host, args.port)
     store = JobStore(limits, args.temp_dir)
     atexit.register(store.close)  # also when uvicorn does not get to run the app's shutdown
-    app = server.build_app(model, store, None if local else ["*"])
+    app = server.build_app(model, store, [*server.LOOPBACK_HOSTS, args.host] if local else ["*"])
     port = sock.getsockname()[1]
     if not local:
         print(f"warning: serving on {args.host}, which other machines can reach: anyone who reaches it can use the page "

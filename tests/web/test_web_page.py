@@ -50,6 +50,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from dbaf_jax.web import runs, server  # noqa: E402
 from dbaf_jax.web.jobs import JobStore, Limits  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a model converted and compiled, a browser: about 2 minutes on 2 cores
+
 BATCH = 4
 FILE_LIMIT = 2 << 20  # bytes: the oversize test drops a 3 MB file
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -131,6 +131,7 @@ def test_other_hosts_are_refused_and_nothing_is_cached(served):
     assert headers["cache-control"] == "no-store" and "default-src 'self'" in headers["content-security-policy"]
 
 
+@pytest.mark.slow  # two interpreters that import JAX
 def test_the_command_listens_on_this_machine_only_unless_asked(tmp_path):
     done = subprocess.run([sys.executable, "-m", "dbaf_jax.web", "--model", str(tmp_path), "--host", "0.0.0.0"],
                           cwd=REPO, capture_output=True, text=True)
