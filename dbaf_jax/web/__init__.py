@@ -7,7 +7,7 @@
 - `server`: the Starlette app and its API; static/: the page (plain HTML, CSS and JS).
 - `serve`: the command's arguments, the model loading and uvicorn.
 
-The web framework is an optional dependency (requirements-web.txt), so `main` imports
+The web framework is an optional dependency (the `web` extra of pyproject.toml), so `main` imports
 it only when the command runs. docs/web.md says what the page does and why it is built so.
 """
 

@@ -42,8 +42,8 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
     pytest.skip(f"no {CHROMIUM} and {CHROMEDRIVER} here: bash .ci/install-browser installs them", allow_module_level=True)
 
-uvicorn = pytest.importorskip("uvicorn", reason="the web extra is not installed (pip install -r requirements-web.txt)")
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -r requirements-web.txt)")
+import uvicorn  # noqa: E402
+from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 

@@ -13,13 +13,11 @@ import threading
 import time
 
 import pytest
+import uvicorn
 
+from dbaf_jax.web import server
+from dbaf_jax.web.jobs import JobStore, Limits
 from tests.paths import REPO
-
-uvicorn = pytest.importorskip("uvicorn", reason="the web extra is not installed (pip install -r requirements-web.txt)")
-
-from dbaf_jax.web import server  # noqa: E402
-from dbaf_jax.web.jobs import JobStore, Limits  # noqa: E402
 
 LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10)
 
