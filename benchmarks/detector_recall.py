@@ -78,8 +78,8 @@ def settings(mtcnn_dir: Path) -> dict[str, Callable[[], Detector]]:
         "dlib-cnn, upsample 1": lambda: cnn(),
         "dlib-cnn, upsample 1 + low band": lambda: cnn(band=True),
         "mtcnn + dlib-hog": lambda: Ensemble([mt(), hog(2)]),
-        "mtcnn + dlib-hog + low bands": lambda: Ensemble([mt(band=True), hog(2, band=True)]),
-        "mtcnn 12 px + dlib-hog + low bands (the default)": lambda: registry.build(mtcnn_dir)[0],
+        "mtcnn + dlib-hog + low bands (the default)": lambda: registry.build(mtcnn_dir)[0],
+        "mtcnn 12 px + dlib-hog + low bands": lambda: Ensemble([mt(12.0, band=True), hog(2, band=True)]),
         "mtcnn + dlib-hog + dlib-cnn + low bands": lambda: registry.build(mtcnn_dir, ["mtcnn", "dlib-hog", "dlib-cnn"])[0],
     }
 
