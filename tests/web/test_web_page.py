@@ -68,6 +68,7 @@ def workspace(tmp_path_factory):
     shutil.copy(DATA / "office3.jpg", tmp / "in" / "office3.jpg")
     write_clip(tmp / "in" / "pan.mp4", pan_frames(6, travel=0.3), audio_streams=0)
     (tmp / "in" / "big.png").write_bytes(os.urandom(3 << 20))
+    (tmp / "in" / "notes.txt").write_text("not a photo\n")
     return tmp
 
 
@@ -164,6 +165,7 @@ def anonymized(browser, served, workspace):
 def test_a_photo_anonymized_in_the_browser(anonymized, model, workspace, served, browser):
     path, summary = anonymized
     assert "summary: 1 photo(s) read, 1 written, 0 skipped;" in summary
+    assert browser.find_element(By.ID, "status").text == "All done."
     assert "face(s) found" in summary and "/" not in summary  # no private path on the page
     original = pixels(workspace / "in" / "office3.jpg")
     result = pixels(path)
@@ -225,6 +227,15 @@ def test_a_new_key_file_is_made_and_offered_with_its_face_ledger(browser, served
     meta, faces = recorded(download(browser, "office3.png", downloads), model.anonymizer.input_size)
     assert keys.KeyRecord.from_dict(meta["key"]) == record
     assert len(ledger.read(download(browser, "dbaf.key.faces.jsonl", downloads))) == len(faces)
+
+
+def test_every_file_is_accounted_for_and_the_status_says_what_was_not_done(browser, served, workspace):
+    open_page(browser, served, "anonymize", workspace / "downloads_mixed")
+    summary = run_page(browser, [workspace / "in" / "office3.jpg", workspace / "in" / "notes.txt"], PASSWORD, PASSWORD)
+    assert "skipped 1 file(s):\n  notes.txt: not a photo" in summary and "1 photo(s) read, 1 written" in summary
+    assert browser.find_element(By.ID, "status").text.startswith("Not everything was done (the command line would exit with status 3)")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="notes.txt"]')
+    assert "skipped" in row.text and not row.find_elements(By.CSS_SELECTOR, "button.download")
 
 
 def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspace):

@@ -60,7 +60,7 @@ function clear() {
   Object.assign(state, { rows: [], job: null, urls: [] });
   $("list").tBodies[0].replaceChildren();
   $("results").hidden = true;
-  $("summary").textContent = $("extras").textContent = $("deleted").textContent = "";
+  $("summary").textContent = $("status").textContent = $("extras").textContent = $("deleted").textContent = "";
   $("start").disabled = false;
   showError("");
 }
@@ -177,6 +177,10 @@ async function poll() {
 async function showResults(job) {
   $("results").hidden = false;
   $("summary").textContent = job.summary;
+  // The command line's exit status, in words: anything but 0 means something was not done as asked.
+  $("status").textContent = job.status === 0 ? "All done." :
+    `Not everything was done (the command line would exit with status ${job.status}): the summary says what and why.`;
+  $("status").className = job.status === 0 ? "" : "state failed";
   if (job.error) showError(job.error);
   for (const item of state.rows) {
     if (!item.entry) continue;
