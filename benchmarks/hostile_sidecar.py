@@ -1,10 +1,10 @@
 """What one clip sidecar can make recovery do: a clip's honest sidecar against the same
 clip with a sidecar crafted to hold the most faces the checks accept.
 
-    python -m benchmarks.hostile_sidecar [--model DIR] [--frames 12] [--repeats 1]
+    python -m benchmarks.hostile_sidecar [--model DIR] [--frames 12] [--photo office3.jpg] [--repeats 1]
 
-Anonymizes a test clip (benchmarks/clips.py: a pan over tests/data/office3.jpg,
-320x240, 12 fps) with `runner.anonymize_video`, then times `runner.recover_video`
+Anonymizes a test clip (benchmarks/clips.py: a pan over tests/data/office3.jpg, or
+``--photo``, 320x240, 12 fps) with `runner.anonymize_video`, then times `runner.recover_video`
 (warm: one recovery runs first to compile; median of ``--repeats``) with
 
 - the honest sidecar (the tracks anonymize found);
@@ -59,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)")
     parser.add_argument("--frames", type=int, default=12)
+    parser.add_argument("--photo", default="office3.jpg", help="the photo of tests/data the clip pans over")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     compilation_cache.enable()
@@ -68,7 +69,7 @@ def main() -> None:
         anonymizer = FaceAnonymizer(model)
         faces = load_photo_faces(anonymizer)
         batch = default_batch_size()
-        clip_path = write_clip(work / "pan.mp4", pan_frames(args.frames), audio_streams=0)
+        clip_path = write_clip(work / "pan.mp4", pan_frames(args.frames, args.photo), audio_streams=0)
         record = keys.KeyRecord(salt="5e" * keys.SALT_BYTES)
         anonymized = runner.anonymize_video(anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", batch, record=record)
         honest = json.loads(sidecar.path_for(work / "anon.mkv").read_text())
@@ -93,7 +94,7 @@ def main() -> None:
         honest_faces = anonymized.faces
         crafted_faces = sum(len(t["transforms"]) for t in crafted["tracks"])
         sizes = {name: (work / f"{name}.json").stat().st_size for name in ("honest", "crafted", "hostile")}
-        print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames")
+        print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames over {args.photo}")
         print("| sidecar | faces (over all frames) | bytes | recover s (warm) | s per face |")
         print("|---|---|---|---|---|")
         print(f"| honest | {honest_faces} | {sizes['honest']} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |")

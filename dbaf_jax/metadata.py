@@ -215,14 +215,20 @@ def check_places(sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[i
         raise ValueError(f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'}")
 
 
-def overlapping(sides: np.ndarray, centres: np.ndarray) -> tuple[int, int, int] | None:
-    """The first (group, i, j) of two faces of one group, sides (G, N) and centres
-    (G, N, 2), centred within half the smaller one's side (one face recorded twice), or None."""
+def overlapping(sides: np.ndarray, centres: np.ndarray, together: int = 1) -> tuple[int, int, int, int] | None:
+    """The first (group, i, j, count) where face i of a group, sides (G, N) and centres
+    (G, N, 2), has ``count`` >= ``together`` other faces of its group centred within half
+    the smaller one's side (j the first of them; one face recorded twice), or None.
+    Photos: ``together`` 1, no two at one place."""
     distance = np.hypot(*np.moveaxis(centres[:, :, None, :] - centres[:, None, :, :], -1, 0))
     close = distance < 0.5 * np.minimum(sides[:, :, None], sides[:, None, :])
     close[:, np.arange(sides.shape[1]), np.arange(sides.shape[1])] = False
-    found = np.argwhere(close)
-    return tuple(int(v) for v in found[0]) if found.size else None
+    counts = close.sum(axis=-1)
+    found = np.argwhere(counts >= together)
+    if not found.size:
+        return None
+    group, i = (int(v) for v in found[0])
+    return group, i, int(np.flatnonzero(close[group, i])[0]), int(counts[group, i])
 
 
 def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -> None:
@@ -232,9 +238,9 @@ def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -
         return
     sides, centres = face_places(np.stack([face.transform for face in faces]), faces[0].size)
     check_places(sides, centres, photo_shape, lambda k: f"face {faces[k].index}")
-    pair = overlapping(sides[None], centres[None])
-    if pair is not None:
-        raise ValueError(f"faces {faces[pair[1]].index} and {faces[pair[2]].index} overlap (one face recorded twice?)")
+    found = overlapping(sides[None], centres[None])
+    if found is not None:
+        raise ValueError(f"faces {faces[found[1]].index} and {faces[found[2]].index} overlap (one face recorded twice?)")
 
 
 def photo_fields(photo_shape: Sequence[int], faces: Sequence[AlignedFace]) -> dict[str, Any]:

@@ -24,7 +24,8 @@ and is left as it is.
 The ledger is untrusted input, and its entries buy crops and signatures: before they
 are matched, each run's entries on one frame are held to the sidecar's and photos'
 rules against the clip's size (`metadata.max_recorded_faces`, `metadata.check_places`,
-`metadata.overlapping`) and to one entry per track (key index) per frame.
+`metadata.overlapping`, at most `sidecar.STACK` at one place) and to one entry per track
+(key index) per frame.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dbaf_jax import metadata
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger
 from dbaf_jax.faces.photos import AlignedFace
-from dbaf_jax.video import tracks
+from dbaf_jax.video import sidecar, tracks
 from dbaf_jax.video.clip import Frame
 
 SAMPLE_SECONDS = 0.5
@@ -155,9 +156,10 @@ def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) ->
             metadata.check_places(sides, centres, shape, lambda k, group=group: f"key index {group[k].index}")
         except ValueError as err:
             raise InputError(f"{name}: {err}") from None
-        pair = metadata.overlapping(sides[None], centres[None]) if len(group) > 1 else None
-        if pair is not None:
-            raise InputError(f"{name}: key indices {group[pair[1]].index} and {group[pair[2]].index} overlap (one face recorded twice?)")
+        found = metadata.overlapping(sides[None], centres[None], sidecar.STACK) if len(group) > sidecar.STACK else None
+        if found is not None:
+            raise InputError(f"{name}: key index {group[found[1]].index} overlaps {found[3]} other entries, key index "
+                             f"{group[found[2]].index} among them (at most {sidecar.STACK} faces at one place)")
 
 
 def verify(

@@ -136,7 +136,7 @@ def _entry(index, x, frame=3, run="ab", side=0.1):
 
 @pytest.mark.parametrize("entries, words", [
     ([_entry(i, 0.5) for i in range(1000)], "run ab, frame 3: 1000 faces, more than the 75 a 320x240 frame can hold"),
-    ([_entry(0, 0.2), _entry(1, 0.21)], "key indices 0 and 1 overlap"),
+    ([_entry(0, 0.2), _entry(1, 0.21), _entry(2, 0.205)], "key index 0 overlaps 2 other entries, key index 1 among them"),
     ([_entry(0, 0.2), _entry(0, 0.6)], "a track \\(key index\\) has two entries"),
     ([_entry(0, 0.2, side=0.01)], "below the 8 px"),
     ([_entry(0, 1.5)], "centred outside the frame"),
@@ -146,5 +146,5 @@ def test_a_crafted_clip_ledger_is_refused_by_the_sidecars_rules(entries, words):
     one frame are held to the frame's area, no overlaps and one per track."""
     with pytest.raises(InputError, match=words):
         track_ledger.check_entries(entries, (240, 320))
-    honest = [_entry(0, 0.2), _entry(1, 0.6), _entry(0, 0.2, run="cd"), _entry(0, 0.2, frame=4)]
+    honest = [_entry(0, 0.2), _entry(1, 0.6), _entry(2, 0.61), _entry(0, 0.2, run="cd"), _entry(0, 0.2, frame=4)]
     track_ledger.check_entries(honest, (240, 320))  # other runs and frames may repeat a place
