@@ -244,7 +244,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
 
     stage, state, frozen, exported_frozen = setup(config, nets, initial_variables(config, nets, init_rng), state_rng, mesh)
 
-    meta = {"stage": config.stage, **architecture(config)}
+    # A method whose train state changed its layout names the layout, so that a checkpoint
+    # of the old one is refused with the field named rather than failing inside Orbax.
+    meta = {"stage": config.stage, **architecture(config), **getattr(stage, "state_layout", {})}
     checkpointer = checkpoints.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)
     restored = checkpointer.restore_latest(checkpoints.abstract_like(state), expected=meta)
     start = 0

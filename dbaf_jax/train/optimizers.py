@@ -17,17 +17,14 @@ never read, so centralisation is always on). Per parameter and step t:
 
 This differs from ``optax.radam``: optax rectifies when N_t >= threshold (not >),
 and adds eps to the bias-corrected sqrt(v_hat) where Ranger adds it to sqrt(v)
-(an effective eps of eps / sqrt(1 - b2^t)). So the RAdam part is written here
-(`scale_by_ranger_radam`); the Lookahead part is ``optax.lookahead``, whose
-synchronisation (after fast steps k, 2k, ...; slow weights initialised to the
-initial parameters) is Ranger's.
+(an effective eps of eps / sqrt(1 - b2^t)). So the RAdam part is written here; the
+Lookahead part follows ``optax.lookahead``, whose synchronisation (after fast steps k,
+2k, ...; slow weights initialised to the initial parameters) is Ranger's.
 
-Train state: ``optax.lookahead`` takes its parameters as
-``optax.LookaheadParams(fast=..., slow=...)``. The train state holds that pair as
-its params (``optax.LookaheadParams.init_synced(params)`` at the start); the model
-runs on and differentiates ``params.fast`` (the weights Ranger's module holds); the
-update is ``tx.update(grads_of_fast, opt_state, params)`` followed by
-``optax.apply_updates(params, updates)``. Checkpoints store both; exported networks
+Train state: the parameters are ``optax.LookaheadParams(fast=..., slow=...)``
+(``synced`` copies at the start); the model runs on and differentiates ``params.fast``
+(the weights Ranger's module holds); ``ranger(...).step(grads_of_fast, opt_state,
+params)`` returns the next pair and state. Checkpoints store both; exported networks
 use ``fast``.
 
 Gradient centralisation follows the PyTorch layout: Ranger averages over every
@@ -100,25 +97,30 @@ def _key_name(entry: Any) -> str:
     return str(entry)
 
 
-def centralize_gradients(axes: CentralizationAxes = output_last_axes) -> optax.GradientTransformation:
-    """Subtracts from each gradient its mean over ``axes(path, shape)`` (None: unchanged)."""
+class RangerState(NamedTuple):
+    """Ranger's state; the moments are kept per group of leaves (`ranger`)."""
 
-    def update_fn(updates, state, params=None):
-        del params
-
-        def centralize(path, g):
-            reduce = axes(tuple(_key_name(entry) for entry in path), tuple(g.shape))
-            return g - jnp.mean(g, axis=reduce, keepdims=True) if reduce else g
-
-        return jax.tree_util.tree_map_with_path(centralize, updates), state
-
-    return optax.GradientTransformation(optax.init_empty_state, update_fn)
-
-
-class RangerRAdamState(NamedTuple):
     count: jax.Array  # steps taken, int32
-    mu: Any  # first moment
-    nu: Any  # second moment
+    mu: tuple[jax.Array, ...]  # first moments, one array per group
+    nu: tuple[jax.Array, ...]  # second moments
+
+
+class Optimizer(NamedTuple):
+    """An optimizer as the training steps call it.
+
+    init(params) -> (``LookaheadParams``, state): the parameters as the step keeps them
+      (``fast``: the tree the networks run on; ``slow``: one array per group) and the
+      state at step 0;
+    step(grads of fast, state, LookaheadParams) -> (LookaheadParams, state): the new
+      parameters themselves, not optax's updates, whose addition would cost operations
+      per leaf;
+    leaves(grouped, like) -> a tree like ``like`` (the fast parameters) holding the
+      leaves of a per-group tuple (``slow``, ``mu``, ``nu``): for inspecting them.
+    """
+
+    init: Callable[[Any], tuple[optax.LookaheadParams, RangerState]]
+    step: Callable[[Any, RangerState, optax.LookaheadParams], tuple[optax.LookaheadParams, RangerState]]
+    leaves: Callable[[tuple[jax.Array, ...], Any], Any]
 
 
 def _rectification_length(t: jax.Array, b2: float) -> jax.Array:
@@ -141,39 +143,51 @@ def _rectification_length(t: jax.Array, b2: float) -> jax.Array:
     return jnp.float32(constant) + jnp.float32(2.0 / log_b2) * jnp.where(x < 0.5, series, direct)
 
 
-def scale_by_ranger_radam(
-    b1: float = 0.95, b2: float = 0.999, eps: float = 1e-5, n_sma_threshold: float = 5.0
-) -> optax.GradientTransformation:
-    """Ranger's RAdam direction (before the learning rate): see the module docstring."""
-    n_sma_max = 2.0 / (1.0 - b2) - 1.0
+class _Group(NamedTuple):
+    """Leaves of one shape, dtype and centralisation: kept and updated as one array."""
 
-    def init_fn(params):
-        zeros = lambda p: jnp.zeros_like(p)  # noqa: E731
-        return RangerRAdamState(jnp.zeros([], jnp.int32), jax.tree.map(zeros, params), jax.tree.map(zeros, params))
+    indices: tuple[int, ...]  # positions in the flattened parameter tree
+    shape: tuple[int, ...]  # each leaf's
+    axes: tuple[int, ...] | None  # centralised over these axes of each leaf
 
-    def update_fn(updates, state, params=None):
-        del params
-        count = optax.safe_increment(state.count)
-        t = count.astype(jnp.float32)
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
-        # 1 - b^t as -expm1(t ln b): exact where the subtraction would cancel.
-        one_minus_b1t = -jnp.expm1(t * jnp.float32(math.log(b1)))
-        one_minus_b2t = -jnp.expm1(t * jnp.float32(math.log(b2)))
-        n_sma = _rectification_length(t, b2)
-        rectified = n_sma > n_sma_threshold
-        ratio = jnp.maximum((n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0)
-        step_size = jnp.where(rectified, jnp.sqrt(one_minus_b2t * ratio), 1.0) / one_minus_b1t
-        direction = jax.tree.map(
-            lambda m, v: jnp.where(rectified, step_size * m / (jnp.sqrt(v) + eps), step_size * m), mu, nu
-        )
-        return direction, RangerRAdamState(count, mu, nu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+def _groups(params, axes: CentralizationAxes) -> tuple[_Group, ...]:
+    """The leaves of ``params`` grouped by (shape, dtype, centralisation axes), in tree order."""
+    members: dict[tuple, list[int]] = {}
+    for index, (path, leaf) in enumerate(jax.tree_util.tree_leaves_with_path(params)):
+        shape = tuple(leaf.shape)
+        reduce = axes(tuple(_key_name(entry) for entry in path), shape)
+        members.setdefault((shape, jnp.dtype(leaf.dtype), reduce), []).append(index)
+    return tuple(_Group(tuple(indices), shape, reduce) for (shape, _, reduce), indices in members.items())
+
+
+def _joined(leaves: list[jax.Array], group: _Group) -> jax.Array:
+    """The group's leaves (shape S) as one array (N * S[0], *S[1:]) (scalars: (N,)):
+    joined along the first axis, so that no leaf needs a reshape."""
+    rows = [leaves[i] if group.shape else leaves[i].reshape(1) for i in group.indices]
+    return rows[0] if len(rows) == 1 else jnp.concatenate(rows)
+
+
+def _split(joined: jax.Array, group: _Group) -> list[jax.Array]:
+    """`_joined` undone: one array per leaf, a slice of ``joined`` each."""
+    if len(group.indices) == 1:
+        return [joined.reshape(group.shape)]
+    rows = group.shape[0] if group.shape else 1
+    parts = [jax.lax.slice_in_dim(joined, i * rows, (i + 1) * rows) for i in range(len(group.indices))]
+    return parts if group.shape else [part.reshape(()) for part in parts]
+
+
+def _centralized(g: jax.Array, group: _Group) -> jax.Array:
+    """Each leaf's gradient less its mean over the group's axes (of the leaf)."""
+    if not group.axes:
+        return g
+    per_leaf = g.reshape(len(group.indices), *group.shape)
+    reduce = tuple(axis + 1 for axis in group.axes)
+    return (per_leaf - jnp.mean(per_leaf, axis=reduce, keepdims=True)).reshape(g.shape)
 
 
 def ranger(
-    learning_rate: optax.ScalarOrSchedule = 1e-4,
+    learning_rate: float = 1e-4,
     alpha: float = 0.5,
     k: int = 6,
     n_sma_threshold: float = 5.0,
@@ -182,12 +196,81 @@ def ranger(
     eps: float = 1e-5,
     weight_decay: float = 0.0,
     centralization_axes: CentralizationAxes = output_last_axes,
-) -> optax.GradientTransformation:
-    """Ranger with the reference's defaults; parameters are ``optax.LookaheadParams``."""
-    fast = optax.chain(
-        centralize_gradients(centralization_axes),
-        scale_by_ranger_radam(b1, b2, eps, n_sma_threshold),
-        optax.add_decayed_weights(weight_decay) if weight_decay else optax.identity(),
-        optax.scale_by_learning_rate(learning_rate),
-    )
-    return optax.lookahead(fast, sync_period=k, slow_step_size=alpha)
+) -> Optimizer:
+    """Ranger with the reference's defaults (see the module docstring).
+
+    Leaves of one shape, dtype and centralisation form a group (DBAF's stage 2: 424
+    parameter arrays in 57 groups), and everything the optimizer keeps (slow weights,
+    moments) is one array per group, the group's leaves joined along their first axis.
+    The update then runs once per group, and only the new fast weights, which the
+    networks take leaf by leaf, are split back: about one operation per leaf in the
+    step's program instead of about 47 (optax's per-leaf chain), and no leaf of the
+    state written apart (splitting every state array back to leaves costs a kernel per
+    leaf and array, which made XLA's CPU compile of the update ten times longer).
+    Each element follows the same expressions as optax's ``lookahead`` over a chain of
+    centralisation, this RAdam, weight decay and the learning rate.
+    """
+    if callable(learning_rate):
+        raise TypeError("ranger: learning_rate must be a number (schedules are not implemented)")
+    n_sma_max = 2.0 / (1.0 - b2) - 1.0
+
+    def init(params):
+        groups = _groups(params, centralization_axes)
+        leaves = jax.tree.leaves(params)
+        slow = tuple(jnp.copy(_joined(leaves, group)) for group in groups)  # own buffers: the state is donated
+        zeros = lambda: tuple(jnp.zeros_like(x) for x in slow)  # noqa: E731
+        return optax.LookaheadParams(fast=params, slow=slow), RangerState(jnp.zeros([], jnp.int32), zeros(), zeros())
+
+    def leaves_of(grouped, like):
+        out = [None] * len(jax.tree.leaves(like))
+        for group, joined in zip(_groups(like, centralization_axes), grouped, strict=True):
+            for index, leaf in zip(group.indices, _split(joined, group)):
+                out[index] = leaf
+        return jax.tree.unflatten(jax.tree.structure(like), out)
+
+    def step(grads, state: RangerState, params: optax.LookaheadParams):
+        count = optax.safe_increment(state.count)
+        t = count.astype(jnp.float32)
+        # 1 - b^t as -expm1(t ln b): exact where the subtraction would cancel.
+        one_minus_b1t = -jnp.expm1(t * jnp.float32(math.log(b1)))
+        one_minus_b2t = -jnp.expm1(t * jnp.float32(math.log(b2)))
+        n_sma = _rectification_length(t, b2)
+        rectified = n_sma > n_sma_threshold
+        ratio = jnp.maximum((n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0)
+        step_size = jnp.where(rectified, jnp.sqrt(one_minus_b2t * ratio), 1.0) / one_minus_b1t
+        # Lookahead as optax writes it: after every k-th fast step the slow weights move
+        # alpha of the way to the fast ones, and the fast weights to them.
+        sync = count % k == 0
+        slow_share, fast_share = alpha * sync, sync * (1 - alpha)
+
+        scalars = {}  # dtype -> the update's constants, written once into the program rather than once per group
+
+        def update(g, m, v, fast, slow):
+            if m.dtype not in scalars:
+                scalars[m.dtype] = [jnp.asarray(x, m.dtype) for x in (b1, 1 - b1, b2, 1 - b2, eps, -learning_rate, weight_decay)]
+            c_b1, c_1_b1, c_b2, c_1_b2, c_eps, c_lr, c_wd = scalars[m.dtype]
+            m = c_b1 * m + c_1_b1 * g
+            v = c_b2 * v + c_1_b2 * g * g
+            scaled = step_size * m
+            direction = jnp.where(rectified, scaled / (jnp.sqrt(v) + c_eps), scaled)
+            if weight_decay:
+                direction = direction + c_wd * fast
+            u = c_lr * direction
+            difference = fast + u - slow
+            return fast + (u - fast_share * difference), slow + slow_share * difference, m, v
+
+        groups = _groups(grads, centralization_axes)
+        grad_leaves, fast_leaves = jax.tree.leaves(grads), jax.tree.leaves(params.fast)
+        new_fast, slow, mu, nu = [None] * len(fast_leaves), [], [], []
+        for group, m, v, s in zip(groups, state.mu, state.nu, params.slow, strict=True):
+            g = _centralized(_joined(grad_leaves, group), group)
+            fast, s, m, v = update(g, m, v, _joined(fast_leaves, group), s)
+            for index, leaf in zip(group.indices, _split(fast, group)):
+                new_fast[index] = leaf
+            slow.append(s)
+            mu.append(m)
+            nu.append(v)
+        fast_tree = jax.tree.unflatten(jax.tree.structure(params.fast), new_fast)
+        return optax.LookaheadParams(fast=fast_tree, slow=tuple(slow)), RangerState(count, tuple(mu), tuple(nu))
+
+    return Optimizer(init, step, leaves_of)

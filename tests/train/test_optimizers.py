@@ -5,7 +5,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from dbaf_jax.train import optimizers
@@ -86,13 +85,11 @@ def test_ranger_matches_reference(weight_decay):
         return sum(0.5 * jnp.sum(flax_curvature[n] * (params[n] - flax_targets[n]) ** 2) for n in params)
 
     tx = optimizers.ranger(lr, weight_decay=weight_decay, centralization_axes=rosinality_axes)
-    params = optax.LookaheadParams.init_synced(to_flax(torch_init))
-    state = tx.init(params)
+    params, state = tx.init(to_flax(torch_init))
 
     @jax.jit
     def step(params, state):
-        updates, state = tx.update(jax.grad(loss)(params.fast), state, params)
-        return optax.apply_updates(params, updates), state
+        return tx.step(jax.grad(loss)(params.fast), state, params)
 
     init = to_flax(torch_init)
     for t in range(steps):
@@ -102,7 +99,8 @@ def test_ranger_matches_reference(weight_decay):
             # Compare the displacement from the start: the parameters themselves would hide it.
             assert_parity(params.fast[name] - init[name], reference[name] - init[name], tol=1e-5, name=f"{name} step {t + 1}")
             if (t + 1) % 6 == 0:  # just synchronised: fast weights = slow weights
-                np.testing.assert_allclose(params.slow[name], params.fast[name], rtol=1e-6, atol=1e-7)
+                slow = tx.leaves(params.slow, params.fast)
+                np.testing.assert_allclose(slow[name], params.fast[name], rtol=1e-6, atol=1e-7)
 
 
 def test_rectification_length_is_accurate():
@@ -113,12 +111,42 @@ def test_rectification_length_is_accurate():
     np.testing.assert_allclose(computed, exact, rtol=5e-7)
 
 
-def test_centralize_gradients_default_axes():
-    grads = {"kernel": jnp.arange(24.0).reshape(2, 3, 4), "bias": jnp.arange(4.0)}
-    tx = optimizers.centralize_gradients()
-    out, _ = tx.update(grads, tx.init(grads))
-    np.testing.assert_allclose(out["kernel"].mean(axis=(0, 1)), 0.0, atol=1e-6)
-    np.testing.assert_array_equal(out["bias"], grads["bias"])
+def test_centralization_default_axes():
+    """The first step moves each parameter by -lr times its centralised gradient
+    (no rectification yet, bias correction cancels (1 - b1)): over every axis but the
+    last for a kernel, not at all for a bias."""
+    grads = {"kernel": jnp.arange(24.0).reshape(2, 3, 4) ** 2, "bias": jnp.arange(4.0)}
+    tx = optimizers.ranger(1.0)
+    params, state = tx.init(jax.tree.map(jnp.zeros_like, grads))
+    moved, _ = tx.step(grads, state, params)
+    expected_kernel = grads["kernel"] - grads["kernel"].mean(axis=(0, 1), keepdims=True)
+    np.testing.assert_allclose(moved.fast["kernel"], -expected_kernel, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(moved.fast["bias"], -grads["bias"], rtol=1e-6)
+
+
+def test_groups_of_one_shape_update_as_their_leaves_alone():
+    """Leaves of one shape share one array of state, yet each is centralised and moved
+    on its own: the same parameters as a Ranger per leaf, over steps that rectify and
+    synchronise; one group per (shape, centralisation)."""
+    rng = np.random.default_rng(1)
+    shapes = {"a": (3, 3, 2, 4), "b": (3, 3, 2, 4), "c": (4,), "d": (4,), "e": (), "f": (), "g": (5, 4)}
+    init = {n: jnp.asarray(rng.normal(size=s), jnp.float32) for n, s in shapes.items()}
+    grads = [{n: jnp.asarray(rng.normal(size=s), jnp.float32) for n, s in shapes.items()} for _ in range(8)]
+    together = optimizers.ranger(1e-2)
+    params, state = together.init(init)
+    assert len(params.slow) == len(state.mu) == 4  # (3, 3, 2, 4), (4,), (), (5, 4)
+    step = jax.jit(together.step)
+    for g in grads:
+        params, state = step(g, state, params)
+    for name in shapes:
+        alone = optimizers.ranger(1e-2)
+        leaf, leaf_state = alone.init({name: init[name]})
+        for g in grads:
+            leaf, leaf_state = alone.step({name: g[name]}, leaf_state, leaf)
+        np.testing.assert_allclose(params.fast[name], leaf.fast[name], rtol=1e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(
+            together.leaves(state.nu, params.fast)[name], alone.leaves(leaf_state.nu, leaf.fast)[name], rtol=1e-6, err_msg=name
+        )
 
 
 def params_leaf(tree, path):

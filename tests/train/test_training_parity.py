@@ -40,7 +40,7 @@ from convert.parser import main as convert_parser
 from convert.stylegan2 import discriminator_variables, generator_variables
 from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.dbaf import KEY_GENERATOR
-from dbaf_jax.train import loop, optimizers, stages
+from dbaf_jax.train import loop, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED
 from tests.parity import nchw, random_reference, randomize_
@@ -132,14 +132,12 @@ def run_our_step(config, variables, images, rng, index_in_epoch: int = 0) -> Our
     run = loop.setup(config, networks, variables, rng)
     state, metrics = jax.jit(run.stage.step)(run.state, run.frozen, images, jnp.asarray(index_in_epoch, jnp.int32))
     trained = {**state.generator_params.fast, "discriminator": state.discriminator_params.fast}
-    moments = {**first_moments(state.generator_opt_state), "discriminator": first_moments(state.discriminator_opt_state)}
+    ours = run.stage.optimizers
+    moments = {
+        **ours.generator.leaves(state.generator_opt_state.mu, state.generator_params.fast),
+        "discriminator": ours.discriminator.leaves(state.discriminator_opt_state.mu, state.discriminator_params.fast),
+    }
     return OurStep(*jax.device_get((metrics, trained, state.model_state, moments)))
-
-
-def first_moments(opt_state):
-    is_radam = lambda x: isinstance(x, optimizers.RangerRAdamState)  # noqa: E731
-    (radam,) = [s for s in jax.tree.leaves(opt_state, is_leaf=is_radam) if is_radam(s)]
-    return radam.mu
 
 
 def our_stage2_key_latents(config, rng) -> np.ndarray:

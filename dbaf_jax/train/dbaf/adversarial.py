@@ -23,7 +23,6 @@ from typing import Any, Callable, ClassVar
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
@@ -90,6 +89,9 @@ class AdversarialStage:
     optimizers: Optimizers
     settings: StepSettings
 
+    # Checkpoint metadata: Ranger keeps slow weights and moments per group of leaves
+    # (`optimizers.ranger`); checkpoints of the earlier per-leaf layout do not restore.
+    state_layout: ClassVar[dict[str, str]] = {"state_layout": "ranger grouped by shape"}
     terms: ClassVar[tuple[str, ...]]  # the generator-side loss terms this stage can weight
     sample_columns: ClassVar[tuple[str, ...]]  # what each column of a sample grid shows
 
@@ -239,7 +241,5 @@ class AdversarialStage:
         metrics = {"d_total": total, **terms}
         if not settings.train_discriminator:
             return state, metrics
-        tx = self.optimizers.discriminator
-        updates, opt_state = tx.update(grads, state.discriminator_opt_state, state.discriminator_params)
-        params = optax.apply_updates(state.discriminator_params, updates)
+        params, opt_state = self.optimizers.discriminator.step(grads, state.discriminator_opt_state, state.discriminator_params)
         return state.replace(discriminator_params=params, discriminator_opt_state=opt_state), metrics

@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from dbaf_jax import data, images as images_lib, losses, sharding
 from dbaf_jax.evaluation import image_metrics
@@ -94,7 +93,8 @@ class Stage2(AdversarialStage):
     def warm_up(self, state: TrainState, frozen: Variables, source: data.ImageSource) -> TrainState:
         """The fresh ``state`` with KRIA warmed up in latent space on the identity codes of
         the first ``warmup.images`` images of ``source`` (`kria_warmup`); unchanged when
-        ``warmup.steps`` is 0. Lookahead's fast and slow KRIA weights both take the result."""
+        ``warmup.steps`` is 0. Lookahead's fast and slow KRIA weights both take the result
+        (the state is fresh: Ranger's moments are still zero)."""
         if self.warmup.steps == 0:
             return state
         count = min(self.warmup.images, len(source))
@@ -109,9 +109,10 @@ class Stage2(AdversarialStage):
             return kria_warmup.fit(self.networks.model.kria, state.generator_params.fast["kria"], encoding.identity_code, keys, self.warmup, rng)
 
         kria = warmed_kria(state)
-        params = state.generator_params  # fast and slow in separate buffers: the state is donated
-        params = optax.LookaheadParams(fast={**params.fast, "kria": kria}, slow={**params.slow, "kria": jax.tree.map(jnp.copy, kria)})
-        return jax.device_put(state.replace(generator_params=params), jax.tree.map(lambda x: x.sharding, state))  # placed as before
+        # A fresh state: the optimizer starts again from the warmed weights (slow = fast, zero moments).
+        params, opt_state = self.optimizers.generator.init({**state.generator_params.fast, "kria": kria})
+        warmed = state.replace(generator_params=params, generator_opt_state=opt_state)
+        return jax.device_put(warmed, jax.tree.map(lambda x: x.sharding, state))  # placed as before
 
     def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Inputs:
         critics = self.critics(frozen)

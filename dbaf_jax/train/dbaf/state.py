@@ -5,8 +5,10 @@ The run's variables split into trained and frozen by ``config.trainable``
 frozen.
 
 Ranger's Lookahead keeps two copies of every trained parameter
-(``optax.LookaheadParams``): the networks run on ``fast``; checkpoints hold both;
-exported networks use ``fast`` (`dbaf_jax.train.optimizers`).
+(``optax.LookaheadParams``): the networks run on ``fast`` (a tree like the networks'
+params); ``slow`` and Ranger's moments are kept one array per group of same-shaped
+leaves (`dbaf_jax.train.optimizers.ranger`); checkpoints hold both; exported networks
+use ``fast``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class TrainState(flax.struct.PyTreeNode):
     """Everything a step changes.
 
     step: int32 scalar, steps done.
-    generator_params: LookaheadParams of {network: params} for the trained G-side networks.
+    generator_params: LookaheadParams: fast, {network: params} for the trained G-side
+      networks; slow, grouped by their Ranger (`optimizers.ranger`).
     generator_opt_state: their Ranger state.
-    discriminator_params: LookaheadParams of the discriminator's params.
+    discriminator_params: LookaheadParams: fast, the discriminator's params; slow, grouped.
     discriminator_opt_state: its Ranger state.
     model_state: {network: non-param collections} of trained networks (MAAR's batch_stats,
       the decoder's noise buffers).
@@ -54,15 +57,15 @@ class TrainState(flax.struct.PyTreeNode):
         model_state = self.model_state if model_state is None else model_state
         return {**joined(frozen, fast_params, model_state), DISCRIMINATOR: {"params": self.discriminator_params.fast}}
 
-    def after_generator_update(self, optimizer: optax.GradientTransformation, grads, rng: jax.Array, **fields) -> "TrainState":
+    def after_generator_update(self, optimizer: optimizers.Optimizer, grads, rng: jax.Array, **fields) -> "TrainState":
         """The next step's state: ``grads`` of the fast generator-side params applied by
         ``optimizer``, the step counted, ``rng`` (a typed key) carried on, and any other
         ``fields`` replaced."""
-        updates, opt_state = optimizer.update(grads, self.generator_opt_state, self.generator_params)
+        params, opt_state = optimizer.step(grads, self.generator_opt_state, self.generator_params)
         return self.replace(
             step=self.step + 1,
             rng=jax.random.key_data(rng),
-            generator_params=optax.apply_updates(self.generator_params, updates),
+            generator_params=params,
             generator_opt_state=opt_state,
             **fields,
         )
@@ -71,8 +74,8 @@ class TrainState(flax.struct.PyTreeNode):
 class Optimizers(NamedTuple):
     """The two Ranger instances: generator side and discriminator."""
 
-    generator: optax.GradientTransformation
-    discriminator: optax.GradientTransformation
+    generator: optimizers.Optimizer
+    discriminator: optimizers.Optimizer
 
 
 def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) -> Optimizers:
@@ -87,11 +90,6 @@ def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) ->
     )
 
 
-def synced(params) -> optax.LookaheadParams:
-    """Fast and slow weights equal but in separate buffers (the state is donated)."""
-    return optax.LookaheadParams(fast=params, slow=jax.tree.map(jnp.copy, params))
-
-
 def create(
     config: ml_collections.ConfigDict,
     variables: Variables,
@@ -103,14 +101,14 @@ def create(
     a discriminator network keeps empty discriminator parameters."""
     generator_side, model_state, frozen = split_trainable(config, variables, apart=(DISCRIMINATOR,))
     txs = optimizers_for(config, generator_side)
-    g_params = synced(generator_side)
-    d_params = synced(variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {})
+    g_params, g_opt_state = txs.generator.init(generator_side)
+    d_params, d_opt_state = txs.discriminator.init(variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {})
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         generator_params=g_params,
-        generator_opt_state=txs.generator.init(g_params),
+        generator_opt_state=g_opt_state,
         discriminator_params=d_params,
-        discriminator_opt_state=txs.discriminator.init(d_params),
+        discriminator_opt_state=d_opt_state,
         model_state=model_state,
         rng=jax.random.key_data(rng),
     )
