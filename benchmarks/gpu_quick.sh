@@ -78,10 +78,15 @@ part() {  # part NAME CACHE_DIR python-module args...
     return 1
   fi
   echo "== $name (limit ${left} s): python -m $*" >&2
+  local start=$(date +%s)
   DBAF_JAX_CACHE_DIR="$cache" timeout --kill-after=10 "$left" "$python" -m "$@" > "$out/$name.md" 2> "$out/$name.log"
-  local code=$?
+  local code=$? ran=$(( $(date +%s) - start ))
   if [ $code -ne 0 ]; then
-    [ $code -eq 124 ] || [ $code -eq 137 ] && echo "cut off at its limit of ${left} s" >> "$out/$name.log"
+    if [ $code -eq 124 ] || { [ $code -eq 137 ] && [ $ran -ge $left ]; }; then
+      echo "cut off at its limit of ${left} s" >> "$out/$name.log"
+    elif [ $code -eq 137 ]; then
+      echo "killed after ${ran} s, before its limit (the out-of-memory killer?)" >> "$out/$name.log"
+    fi
     echo "$name failed (exit $code): see $out/$name.log" >&2
     return 1
   fi
