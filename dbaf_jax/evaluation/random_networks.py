@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import flax.linen as nn
 import jax

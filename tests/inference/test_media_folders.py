@@ -5,7 +5,6 @@ video path; an animated GIF, files of unknown type, damaged files, each kind of 
 inputs that are already anonymized outputs and a clip cut short are named and counted;
 a name with control characters is printed escaped."""
 
-import os
 import shutil
 
 import numpy as np
