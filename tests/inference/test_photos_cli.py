@@ -285,6 +285,8 @@ class RecordedDetector:
     re-detection on a trained model's anonymized photo does at best (a random-weight
     model's faces look like noise, which MTCNN does not detect)."""
 
+    name = "recorded"  # what the run summary names
+
     def __init__(self, detections: Detections):
         self.detections = detections
 
