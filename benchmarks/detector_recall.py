@@ -26,9 +26,8 @@ from PIL import Image
 from dbaf_jax.faces.detectors import dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detections, Detector, overlap_of_smaller
 from dbaf_jax.faces.detectors.ensemble import Ensemble
-from tests.paths import DATA
-
-LABELS = DATA / "faces_labelled.json"
+# The labelled photos live beside the tests that hold the default to them; read as files only.
+LABELS = Path(__file__).resolve().parent.parent / "tests" / "data" / "faces_labelled.json"
 MATCH_OVERLAP = 0.4
 
 
@@ -108,9 +107,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--detector", required=True, type=Path, help="DIR/mtcnn as written by python -m convert.mtcnn")
     parser.add_argument("--settings", nargs="*", help="names (or the start of names) of the settings to run; default all")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--labels", type=Path, default=LABELS, help="the label file; its photos lie beside it")
     args = parser.parse_args(argv)
-    labels = labelled()
-    photos = {name: np.asarray(Image.open(DATA / name).convert("RGB")) for name in labels}
+    labels = labelled(args.labels)
+    photos = {name: np.asarray(Image.open(args.labels.parent / name).convert("RGB")) for name in labels}
     print(f"{sum(map(len, labels.values()))} labelled faces in {len(photos)} photos")
     print("| setting | found (hidden or anonymized) | anonymized | false alarms (sure + low band) | s / photo |")
     print("|---|---|---|---|---|")

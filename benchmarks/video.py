@@ -13,7 +13,7 @@ cache). Per run:
   original clip over the same pixels; a stable anonymization stays near the original's;
 - recovery PSNR (dB) per frame over the faces' pixels, against the original clip
   (mean, minimum);
-- identity spread along tracks (with the [eval] extra's dlib): each frame's face,
+- identity spread along tracks (with dlib, a dependency): each frame's face,
   cropped at its track's transform, described by dlib's held-out recognizer; per track
   the mean distance of its frames' descriptors to the track's mean descriptor, averaged
   over tracks, for the anonymized and the original clip. A person who keeps one

@@ -7,7 +7,7 @@ rates200.txt of ``python -m dbaf_jax.make_splits``) with a fixed test password,
 recovers them in both modes with it and with a wrong one, and writes into REPORT_DIR:
 report.json (every number, the options, the model's fingerprint, versions),
 report.md (the provenance of every network, identity at calibrated thresholds with
-dlib's held-out recogniser when the [eval] extra is installed, the paper's
+dlib's held-out recogniser (dlib is a dependency), the paper's
 Tables I-IV with the paper's values beside ours), roc_<recogniser>.png,
 samples.png, key_grid.png and tsne_<recogniser>.png. --metrics-models holds the
 converted arcface, inception_fid, lpips_alex and mtcnn networks (and optionally

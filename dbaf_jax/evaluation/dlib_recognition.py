@@ -4,8 +4,8 @@ DBAF trains against ArcFace IR-SE50, so ArcFace alone cannot tell a model that h
 identity from one that only fools its own critic. dlib's descriptor (a ResNet trained
 by Davis King on about 3 million faces, 128-D, 99.38% on LFW at its documented
 Euclidean threshold 0.6) shares neither weights nor training data with the model's
-critic. Its real weights come with the optional [eval] extra
-(``dlib-bin``, ``face-recognition-models``); nothing is converted.
+critic. Its real weights come with the package's dependencies ``dlib-bin`` and
+``face-recognition-models``; nothing is converted.
 
 Each image is a face crop. dlib's frontal detector looks for the face (largest box);
 when it finds none (an anonymized face may not look like one to it), the whole image
@@ -25,20 +25,13 @@ from typing import Any
 
 import numpy as np
 
+# One home for the install hint and the check, shared with the dlib face detectors.
+from dbaf_jax.faces.detectors.dlib_detectors import INSTALL_HINT as INSTALL_HINT, unavailable as unavailable
 from dbaf_jax.images import to_uint8
 
-INSTALL_HINT = "pip install '.[eval]'"
 # dlib's documented same-person threshold on the Euclidean distance of raw descriptors.
 THRESHOLD = 0.6
 DIMENSION = 128
-
-
-def unavailable() -> str | None:
-    """None when dlib and its trained models can be imported, else the reason naming the extra."""
-    for name in ("dlib", "face_recognition_models"):
-        if importlib.util.find_spec(name) is None:
-            return f"{name} is not installed ({INSTALL_HINT})"
-    return None
 
 
 def provenance() -> dict[str, Any]:

@@ -13,9 +13,9 @@ A folder written by ``python -m dbaf_jax.make_metric_networks`` (random weights,
 trying the evaluation without checkpoints) holds `FOLDER_FILE`, which says so; the
 report reads it (`folder_record`) and calls its figures a smoke test.
 
-Beside them, dlib's ResNet descriptor (`dlib_recognition`, real weights from the optional
-[eval] extra, not from this folder) is a recogniser held out from the
-model's training; without the extra it is listed as missing with the install command.
+Beside them, dlib's ResNet descriptor (`dlib_recognition`, real weights from the
+package's dependencies, not from this folder) is a recogniser held out from the
+model's training; where dlib is missing it is listed as missing with the install command.
 
 A missing required network is a `NetworkNotFoundError` whose message names the
 converter command that writes it. Every network runs on batches padded to one size,

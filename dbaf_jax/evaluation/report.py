@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dbaf_jax.evaluation import paper
+from dbaf_jax.evaluation import dlib_recognition, paper
 from dbaf_jax.evaluation.calibration import FARS
 from dbaf_jax.evaluation.metric_networks import FOLDER_FILE, RANDOM_WEIGHTS, RECOGNISERS
 from dbaf_jax.evaluation.protocol import SAMPLES_FILE
@@ -238,7 +238,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     if results["missing_recognisers"]:
         missing = ", ".join(RECOGNISER_TITLES[r] for r in results["missing_recognisers"])
-        lines += [f"Not measured (network not converted, or for dlib: pip install '.[eval]'): {missing}.", ""]
+        lines += [f"Not measured (network not converted, or for dlib: {dlib_recognition.INSTALL_HINT}): {missing}.", ""]
     if results["skipped"]:
         lines += [f"Skipped {len(results['skipped'])} unreadable image(s).", ""]
     lines += ["## Identity at calibrated thresholds", "",

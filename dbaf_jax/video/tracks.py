@@ -63,7 +63,7 @@ class Tracker:
         self.min_face_size = min_face_size
         self.hide_doubtful = hide_doubtful  # low-confidence detections: hidden (anonymizing), else tracked as faces
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (pyproject.toml's [video] extra)
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (pyproject.toml pins supervision)
             self._tracker = self._bytetrack(frame_rate)
         self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
         self._order: list[object] = []

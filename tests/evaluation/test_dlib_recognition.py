@@ -1,5 +1,5 @@
 """dlib's ResNet descriptor as the evaluation's held-out recogniser, and dlib's detector for
-Table III, both with dlib's real models (the [eval] extra) on real photos (tests/data):
+Table III, both with dlib's real models (dependencies of the package) on real photos (tests/data):
 different people lie beyond dlib's documented 0.6, a face and a mildly changed copy of it
 within, and a face replaced by noise is neither detected nor matched."""
 
@@ -61,4 +61,4 @@ def test_table_three_with_real_dlib(dlib_faces):
 def test_missing_extra_is_named(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n: None if n == "face_recognition_models" else find_spec(n))
-    assert dlib_recognition.unavailable() == "face_recognition_models is not installed (pip install '.[eval]')"
+    assert dlib_recognition.unavailable() == f"face_recognition_models is not installed ({dlib_recognition.INSTALL_HINT})"

@@ -19,7 +19,7 @@ from PIL import Image
 
 from configs import ifadit as ifadit_config
 from dbaf_jax import commands, evaluate, model_directory
-from dbaf_jax.evaluation import fid
+from dbaf_jax.evaluation import dlib_recognition, fid
 from dbaf_jax.evaluation.metric_networks import CONVERTER_COMMANDS, MetricNetworks
 from dbaf_jax.evaluation.paper import ABLATION, QUALITY
 from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, pixel_metrics
@@ -148,7 +148,7 @@ def test_markdown_has_the_four_tables_with_paper_values(report):
     text = (report / "report.md").read_text()
     for title in ("Table I: recognition rate", "Table II: image quality", "Table III: utility", "Table IV: ablation"):
         assert f"## {title}" in text
-    assert "Not measured (network not converted, or for dlib: pip install '.[eval]'): FaceNet CASIA." in text
+    assert f"Not measured (network not converted, or for dlib: {dlib_recognition.INSTALL_HINT}): FaceNet CASIA." in text
     assert text.index("**random weights: a smoke test, not a measurement**") < text.index("## Table I")
     assert "## Attacks" in text and "## Robustness and key sensitivity" in text and "## Provenance" in text and "## Identity at calibrated thresholds" in text and "`roc_dlib.png`" in text
     assert "dlib (held out)" in text and "dbaf-jax evaluation password" in text

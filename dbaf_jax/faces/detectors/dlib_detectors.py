@@ -32,10 +32,19 @@ import numpy as np
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces.detectors.base import Detections, largest_first
 
-INSTALL_HINT = "pip install -r requirements-eval.txt"
+# dlib is a dependency of the package; this says how to put it back in an environment without it.
+INSTALL_HINT = "pip install dlib-bin==20.0.1.post1 face-recognition-models==0.3.0 'setuptools<81'"
 KINDS = ("hog", "cnn")
 CNN_FILE = "mmod_human_face_detector.dat"
 LEFT_EYE, RIGHT_EYE, NOSE_TIP, MOUTH_LEFT, MOUTH_RIGHT = slice(36, 42), slice(42, 48), 30, 48, 54
+
+
+def unavailable() -> str | None:
+    """None when dlib and its trained models can be imported, else the reason."""
+    for name in ("dlib", "face_recognition_models"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed ({INSTALL_HINT})"
+    return None
 
 
 def five_points(points: np.ndarray) -> np.ndarray:
@@ -64,13 +73,7 @@ class DlibDetector:
         self.sure_threshold, self.all_68 = sure_threshold, all_68
         self.name = f"dlib-{kind}"
 
-    @staticmethod
-    def unavailable() -> str | None:
-        """None when dlib and its models can be loaded, else the reason."""
-        for name in ("dlib", "face_recognition_models"):
-            if importlib.util.find_spec(name) is None:
-                return f"{name} is not installed ({INSTALL_HINT})"
-        return None
+    unavailable = staticmethod(unavailable)
 
     def _rectangles(self, image: np.ndarray) -> tuple[list, list[float]]:
         if self.kind == "hog":
