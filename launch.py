@@ -16,11 +16,18 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and samples.", required=True)
+flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, metrics and samples.", required=True
+)
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first (multi-host).")
-flags.DEFINE_bool("allow_config_change", False,
-                  "Resume a workdir with a configuration other than the stored one (logged to W/config_history.jsonl).")
-config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:variants]).", lock_config=True)
+flags.DEFINE_bool(
+    "allow_config_change",
+    False,
+    "Resume a workdir with a configuration other than the stored one (logged to W/config_history.jsonl).",
+)
+config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file (configs/*.py[:variants]).", lock_config=True
+)
 flags.mark_flags_as_required(["config"])
 
 
@@ -42,7 +49,9 @@ def main(argv):
     from dbaf_jax.train import loop, run_config
 
     if jax.process_index() == 0:
-        run_config.check_and_store(FLAGS.workdir, FLAGS.config, FLAGS.allow_config_change, "--allow_config_change")
+        run_config.check_and_store(
+            FLAGS.workdir, FLAGS.config, FLAGS.allow_config_change, "--allow_config_change"
+        )
     loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 

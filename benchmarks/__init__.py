@@ -7,4 +7,11 @@ reference beside our networks: they need the ``[dev]`` install and import the pa
 references of tests/torch_reference.
 """
 
-TORCH_COMPARISONS = ("encoders", "stylegan2", "metric_networks", "evaluate", "reference_pytorch", "reference_anonymize")
+TORCH_COMPARISONS = (
+    "encoders",
+    "stylegan2",
+    "metric_networks",
+    "evaluate",
+    "reference_pytorch",
+    "reference_anonymize",
+)

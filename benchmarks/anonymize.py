@@ -57,7 +57,13 @@ def run_batch(anonymizer: FaceAnonymizer, batch: int, steps: int) -> dict:
     z = rng.standard_normal((1, *anonymizer.model.key_shape)).astype(np.float32)
     key = anonymizer.place_key(anonymizer.model.key_from_z(anonymizer.variables, z)[0], batch)
     images = anonymizer.place(rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32))
-    args = (anonymizer.model, anonymizer.variables, images, key, False)  # False: no latents, as `anonymize` by default
+    args = (
+        anonymizer.model,
+        anonymizer.variables,
+        images,
+        key,
+        False,
+    )  # False: no latents, as `anonymize` by default
     timing.progress(f"batch {batch}: lowering and compiling")
     lowered, compiled, watch = timing.compile_watched(anonymize_program, *args)
     timing.progress(f"batch {batch}: {watch.message('anonymization')}; timing")
@@ -87,16 +93,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--width-scale", type=float, default=1.0, help="generator widths")
-    parser.add_argument("--encoder-width-scale", type=float, default=1.0, help="e4e widths (>= 0.25)")
+    parser.add_argument(
+        "--encoder-width-scale", type=float, default=1.0, help="e4e widths (>= 0.25)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed calls after the warm-up call")
-    parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s of the device for MFU (default: the table's)")
-    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="peak TFLOP/s of the device for MFU (default: the table's)",
+    )
+    parser.add_argument(
+        "--find-max-batch",
+        action="store_true",
+        help="also search the largest batch that fits (slow)",
+    )
     parser.add_argument("--max-batch", type=int, default=4096, help="upper end of that search")
     args = parser.parse_args(argv)
     compilation_cache.enable()
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = models.random_model(Path(tmp) / "model", args.size, args.width_scale, args.encoder_width_scale)
+        model = models.random_model(
+            Path(tmp) / "model", args.size, args.width_scale, args.encoder_width_scale
+        )
         anonymizer = FaceAnonymizer(model, dtype=args.dtype)
     device_kind = jax.local_devices()[0].device_kind
     peaks = device_info.named_peaks(device_kind, args.peak_tflops)
@@ -106,14 +124,17 @@ def main(argv: list[str] | None = None) -> None:
         f"one sync; {device_info.describe_peaks(peaks)}\n"
     )
     ceiling_columns = "".join(f" ceiling images/s {label} | MFU {label} |" for label in peaks)
-    print(f"| batch | compile s | batch s | images/s | GFLOP/image | TFLOP/s |{ceiling_columns} peak GiB |")
+    print(
+        f"| batch | compile s | batch s | images/s | GFLOP/image | TFLOP/s |{ceiling_columns} peak GiB |"
+    )
     print("|---" * (7 + 2 * len(peaks)) + "|")
     for batch in args.batches:
         r = run_batch(anonymizer, batch, args.steps)
         figures = timing.throughput(batch, r["batch_s"], r["flops"], peaks, r["devices"])
         flops_per_image = r["flops"] / batch
         ceilings = "".join(
-            f" {r['devices'] * peaks[label] / flops_per_image:.4g} | {mfu:.1%} |" for label, mfu in figures["mfu"].items()
+            f" {r['devices'] * peaks[label] / flops_per_image:.4g} | {mfu:.1%} |"
+            for label, mfu in figures["mfu"].items()
         )
         print(
             f"| {batch} | {r['compile']} | {r['batch_s']:.4g} | {figures['images_per_s']:.4g} | "
@@ -124,9 +145,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.find_max_batch:
         fits = lambda batch: run_batch(anonymizer, batch, steps=1)  # noqa: E731
         largest = device_info.largest_batch(
-            fits, anonymizer.padded_size(args.batches[-1]), args.max_batch, anonymizer.batch_multiple
+            fits,
+            anonymizer.padded_size(args.batches[-1]),
+            args.max_batch,
+            anonymizer.batch_multiple,
         )
-        print(f"\nlargest batch that fits (up to {args.max_batch}): {largest if largest is not None else 'none'}")
+        print(
+            f"\nlargest batch that fits (up to {args.max_batch}): {largest if largest is not None else 'none'}"
+        )
 
 
 if __name__ == "__main__":

@@ -69,14 +69,29 @@ def megapixels(photos: list[Path]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a random model, --width)")
-    parser.add_argument("--width", choices=sorted(models.WIDTHS), default="tiny", help="the random model's size and widths")
-    parser.add_argument("--detector", help="a converted mtcnn directory (default: the model's, else converted here)")
-    parser.add_argument("--photos", type=Path, help="folder of photos (default: the tests' photos, --copies times)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", help="DBAF model directory with mtcnn/ (default: a random model, --width)"
+    )
+    parser.add_argument(
+        "--width",
+        choices=sorted(models.WIDTHS),
+        default="tiny",
+        help="the random model's size and widths",
+    )
+    parser.add_argument(
+        "--detector", help="a converted mtcnn directory (default: the model's, else converted here)"
+    )
+    parser.add_argument(
+        "--photos", type=Path, help="folder of photos (default: the tests' photos, --copies times)"
+    )
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--batch-size", type=int, help="the command's --batch-size (default: its own)")
+    parser.add_argument(
+        "--batch-size", type=int, help="the command's --batch-size (default: its own)"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="warm runs after the first")
     args = parser.parse_args(argv)
     cache = compilation_cache.enable()
@@ -104,17 +119,30 @@ def main(argv: list[str] | None = None) -> None:
 
         hits = compilation_cache.cache_hits()
         first, report = one_run(0)
-        first_from = "cache" if compilation_cache.cache_hits() > hits else "compiled" if cache else "no cache"
+        first_from = (
+            "cache"
+            if compilation_cache.cache_hits() > hits
+            else "compiled"
+            if cache
+            else "no cache"
+        )
         with timing.device_turn():
             warm = statistics.median(one_run(i + 1)[0] for i in range(args.repeats))
 
-    print(f"model {model} ({described}), {args.dtype}, "
-          f"{len(photos)} photos, {size:.1f} megapixels, {report.faces} faces anonymized per run\n")
+    print(
+        f"model {model} ({described}), {args.dtype}, "
+        f"{len(photos)} photos, {size:.1f} megapixels, {report.faces} faces anonymized per run\n"
+    )
     print("| run | s | photos/s | faces/s | s/photo | megapixels/s |")
     print("|---|---|---|---|---|---|")
-    for name, seconds in ((f"first ({first_from})", first), (f"warm (median of {args.repeats})", warm)):
-        print(f"| {name} | {seconds:.1f} | {len(photos) / seconds:.2f} | {report.faces / seconds:.2f} "
-              f"| {seconds / len(photos):.2f} | {size / seconds:.2f} |")
+    for name, seconds in (
+        (f"first ({first_from})", first),
+        (f"warm (median of {args.repeats})", warm),
+    ):
+        print(
+            f"| {name} | {seconds:.1f} | {len(photos) / seconds:.2f} | {report.faces / seconds:.2f} "
+            f"| {seconds / len(photos):.2f} | {size / seconds:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -11,12 +11,13 @@ import av
 import numpy as np
 from PIL import Image
 
-
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 WIDTH, HEIGHT = 320, 240
 
 
-def pan_frames(count: int, photo: str = "office3.jpg", zoom: float = 1.1, travel: float = 1.0) -> list[np.ndarray]:
+def pan_frames(
+    count: int, photo: str = "office3.jpg", zoom: float = 1.1, travel: float = 1.0
+) -> list[np.ndarray]:
     """``count`` frames (HEIGHT, WIDTH, 3) uint8: a window sliding left to right over
     ``travel`` of ``photo``'s free width while zooming in by ``zoom``."""
     with Image.open(DATA / photo) as img:
@@ -28,12 +29,24 @@ def pan_frames(count: int, photo: str = "office3.jpg", zoom: float = 1.1, travel
         w, h = WIDTH / scale * 1.2, HEIGHT / scale * 1.2
         x = (source.width - w) * travel * t
         y = (source.height - h) / 2
-        frames.append(np.asarray(source.resize((WIDTH, HEIGHT), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))))
+        frames.append(
+            np.asarray(
+                source.resize((WIDTH, HEIGHT), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
+            )
+        )
     return frames
 
 
-def write_clip(path: Path, frames, rate: int = 12, rotation: int = 0, audio_streams: int = 1, codec: str = "libx264",
-               pts: list[int] | None = None, format: str | None = None) -> Path:
+def write_clip(
+    path: Path,
+    frames,
+    rate: int = 12,
+    rotation: int = 0,
+    audio_streams: int = 1,
+    codec: str = "libx264",
+    pts: list[int] | None = None,
+    format: str | None = None,
+) -> Path:
     """Writes ``frames`` (upright) as a clip: stored turned back by ``rotation`` with that
     display rotation, ``audio_streams`` AAC tone streams, frame times ``pts`` (in 1/rate
     units, default 0, 1, ...), nearly lossless."""
@@ -58,9 +71,13 @@ def write_clip(path: Path, frames, rate: int = 12, rotation: int = 0, audio_stre
         seconds = ((pts[-1] if pts else len(frames) - 1) + 1) / rate
         samples = int(16000 * seconds)
         for n, audio in enumerate(audios):
-            tone = (0.2 * np.sin(2 * np.pi * (300 + 200 * n) * np.arange(samples) / 16000)).astype(np.float32)[None]
+            tone = (0.2 * np.sin(2 * np.pi * (300 + 200 * n) * np.arange(samples) / 16000)).astype(
+                np.float32
+            )[None]
             for start in range(0, samples, 1024):
-                chunk = av.AudioFrame.from_ndarray(tone[:, start : start + 1024], format="fltp", layout="mono")
+                chunk = av.AudioFrame.from_ndarray(
+                    tone[:, start : start + 1024], format="fltp", layout="mono"
+                )
                 chunk.sample_rate, chunk.pts = 16000, start
                 out.mux(audio.encode(chunk))
             out.mux(audio.encode(None))

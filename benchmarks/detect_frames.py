@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.faces.detectors import registry
 from benchmarks.clips import pan_frames
+from dbaf_jax.faces.detectors import registry
 
 
 def _timed(run: Callable[[], list]) -> tuple[float, int]:
@@ -30,20 +30,35 @@ def _timed(run: Callable[[], list]) -> tuple[float, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn"
+    )
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--chunk", type=int, default=8)
     args = parser.parse_args(argv)
     detector = registry.build(args.detector, ["mtcnn"], low_band=False)[0]
     size = (args.width, args.width * 3 // 4)
-    frames = [np.asarray(Image.fromarray(f).resize(size, Image.Resampling.BILINEAR)) for f in pan_frames(args.frames, travel=0.5)]
+    frames = [
+        np.asarray(Image.fromarray(f).resize(size, Image.Resampling.BILINEAR))
+        for f in pan_frames(args.frames, travel=0.5)
+    ]
     one, faces_one = _timed(lambda: [detector.detect(frame) for frame in frames])
-    many, faces_many = _timed(lambda: [d for i in range(0, len(frames), args.chunk) for d in detector.detect_many(frames[i : i + args.chunk])])
+    many, faces_many = _timed(
+        lambda: [
+            d
+            for i in range(0, len(frames), args.chunk)
+            for d in detector.detect_many(frames[i : i + args.chunk])
+        ]
+    )
     print("| frames | size | one at a time, frames/s | faces | together, frames/s | faces |")
     print("|---|---|---|---|---|---|")
-    print(f"| {len(frames)} | {size[0]}x{size[1]} | {len(frames) / one:.2f} | {faces_one} | {len(frames) / many:.2f} ({args.chunk} at a time) | {faces_many} |")
+    print(
+        f"| {len(frames)} | {size[0]}x{size[1]} | {len(frames) / one:.2f} | {faces_one} | {len(frames) / many:.2f} ({args.chunk} at a time) | {faces_many} |"
+    )
 
 
 if __name__ == "__main__":

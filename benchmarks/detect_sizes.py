@@ -21,25 +21,35 @@ import jax
 import numpy as np
 from PIL import Image
 
+from benchmarks.clips import DATA
 from dbaf_jax.faces.detectors import mtcnn as detect
 from dbaf_jax.faces.detectors import registry
-from benchmarks.clips import DATA
 
 
 def photos(count: int) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     with Image.open(DATA / "office5.jpg") as source:
         source = source.convert("RGB")
-        return [np.asarray(source.resize((int(w), int(h)), Image.Resampling.BILINEAR)) for w, h in rng.integers(300, 1201, (count, 2))]
+        return [
+            np.asarray(source.resize((int(w), int(h)), Image.Resampling.BILINEAR))
+            for w, h in rng.integers(300, 1201, (count, 2))
+        ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn"
+    )
     parser.add_argument("--photos", type=int, default=24)
     parser.add_argument("--bucket", type=int, nargs="+", default=[32, 1])
     args = parser.parse_args(argv)
-    detector, images = registry.build(args.detector, ["mtcnn"], low_band=False)[0], photos(args.photos)
+    detector, images = (
+        registry.build(args.detector, ["mtcnn"], low_band=False)[0],
+        photos(args.photos),
+    )
     print("| bucket | programs compiled | first pass s | second pass s | faces |")
     print("|---|---|---|---|---|")
     for bucket in args.bucket:
@@ -54,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         start = time.perf_counter()
         for image in images:
             detector.detect(image)
-        print(f"| {bucket} | {programs} | {first:.1f} | {time.perf_counter() - start:.1f} | {found} |")
+        print(
+            f"| {bucket} | {programs} | {first:.1f} | {time.perf_counter() - start:.1f} | {found} |"
+        )
 
 
 if __name__ == "__main__":

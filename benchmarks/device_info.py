@@ -56,7 +56,10 @@ def named_peaks(device_kind: str, peak_tflops: float | None = None) -> dict[str,
 def describe_peaks(peaks: dict[str, float]) -> str:
     if not peaks:
         return "peak FLOP/s unknown for this device (give --peak-tflops for MFU)"
-    named = (label if label.endswith("TFLOP/s") else f"{label} ({value / 1e12:g} TFLOP/s dense)" for label, value in peaks.items())
+    named = (
+        label if label.endswith("TFLOP/s") else f"{label} ({value / 1e12:g} TFLOP/s dense)"
+        for label, value in peaks.items()
+    )
     return "MFU against " + ", ".join(named)
 
 
@@ -64,7 +67,9 @@ def jax_peak_memory_bytes(device) -> int | None:
     """Peak bytes in use on a JAX device since the process started, None where the
     backend keeps no statistics (the CPU)."""
     stats = device.memory_stats()
-    return None if not stats or "peak_bytes_in_use" not in stats else int(stats["peak_bytes_in_use"])
+    return (
+        None if not stats or "peak_bytes_in_use" not in stats else int(stats["peak_bytes_in_use"])
+    )
 
 
 def format_bytes(count: int | None) -> str:
@@ -77,7 +82,9 @@ def is_out_of_memory(err: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in message or "out of memory" in message.lower()
 
 
-def largest_batch(fits: Callable[[int], None], start: int, limit: int, multiple: int = 1) -> int | None:
+def largest_batch(
+    fits: Callable[[int], None], start: int, limit: int, multiple: int = 1
+) -> int | None:
     """The largest batch in [start, limit], a multiple of ``multiple``, for which
     ``fits(batch)`` returns instead of raising an out-of-memory error (`is_out_of_memory`;
     other errors propagate). Doubles from ``start``, then bisects between the last

@@ -50,11 +50,15 @@ def build_arcface():
     torch.manual_seed(0)
     reference = randomize_irse_(Backbone(), seed=0)
     module = ArcFace()
-    variables = arcface_variables(to_numpy(reference.state_dict(), "reference"), module, "reference")
+    variables = arcface_variables(
+        to_numpy(reference.state_dict(), "reference"), module, "reference"
+    )
 
     def torch_forward(x):
         # DBAF's preprocessing of a 256 image: crop, adaptive pool to 112.
-        return reference(torch.nn.functional.adaptive_avg_pool2d(x[:, :, 35:223, 32:220], (112, 112)))
+        return reference(
+            torch.nn.functional.adaptive_avg_pool2d(x[:, :, 35:223, 32:220], (112, 112))
+        )
 
     return "ArcFace IR-SE50 (256 -> 512)", torch_forward, module.apply, variables
 
@@ -66,8 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     compilation_cache.enable()
 
-    print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads\n")
+    print(
+        f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
+        f"with {torch.get_num_threads()} threads\n"
+    )
     print("| network | batch | JAX ms/image | PyTorch ms/image | PyTorch / JAX | rel. diff |")
     print("|---|---|---|---|---|---|")
     for build in (build_e4e, build_arcface):
@@ -75,16 +81,23 @@ def main(argv: list[str] | None = None) -> None:
         jax_forward = jax.jit(jax_forward)
         variables = jax.device_put(variables)
         for batch in args.batch_sizes:
-            images = np.tanh(np.random.default_rng(batch).standard_normal((batch, 256, 256, 3))).astype(np.float32)
+            images = np.tanh(
+                np.random.default_rng(batch).standard_normal((batch, 256, 256, 3))
+            ).astype(np.float32)
             images_jax = jax.device_put(images)
             images_torch = nchw(images)
             with torch.inference_mode():
                 t_torch = median_seconds(lambda: torch_forward(images_torch), args.repeats)
                 expected = torch_forward(images_torch).numpy()
-            t_jax = median_seconds(lambda: jax_forward(variables, images_jax).block_until_ready(), args.repeats)
+            t_jax = median_seconds(
+                lambda: jax_forward(variables, images_jax).block_until_ready(), args.repeats
+            )
             error = relative_error(jax_forward(variables, images_jax), expected)
-            print(f"| {name} | {batch} | {1e3 * t_jax / batch:.1f} | {1e3 * t_torch / batch:.1f} | "
-                  f"{t_torch / t_jax:.2f} | {error:.1e} |", flush=True)
+            print(
+                f"| {name} | {batch} | {1e3 * t_jax / batch:.1f} | {1e3 * t_torch / batch:.1f} | "
+                f"{t_torch / t_jax:.2f} | {error:.1e} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

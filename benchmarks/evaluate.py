@@ -41,9 +41,13 @@ from convert.mtcnn import convert_mtcnn
 from dbaf_jax import compilation_cache, images, model_directory
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.faces.detectors import registry
-from tests.parity import nchw
 from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces
-from tests.torch_reference.metric_networks import random_images, reference_lpips, torchvision_trunk_state_dict
+from tests.parity import nchw
+from tests.torch_reference.metric_networks import (
+    random_images,
+    reference_lpips,
+    torchvision_trunk_state_dict,
+)
 from tests.torch_reference.nms import batched_nms as torch_batched_nms
 
 SIZE = 256
@@ -53,18 +57,24 @@ def build_lpips(work: Path):
     reference = reference_lpips("alex", seed=0)
     trunk = work / "alex_trunk.pth"
     torch.save(torchvision_trunk_state_dict(reference), trunk)
-    network = model_directory.load_network(convert_lpips("alex", default_lin_path("alex"), trunk, work))
+    network = model_directory.load_network(
+        convert_lpips("alex", default_lin_path("alex"), trunk, work)
+    )
     return "LPIPS AlexNet (256 pairs)", reference, network
 
 
-def time_network(name, torch_forward, jax_forward, variables, inputs, repeats) -> tuple[str, float, float]:
+def time_network(
+    name, torch_forward, jax_forward, variables, inputs, repeats
+) -> tuple[str, float, float]:
     """(name, JAX images/s, PyTorch images/s) of forwards on the same (B, H, W, 3) inputs."""
     jax_forward = jax.jit(jax_forward)
     on_device = [jax.device_put(x) for x in inputs]
     variables = jax.device_put(variables)
     with torch.inference_mode():
         t_torch = median_seconds(lambda: torch_forward(*inputs), repeats)
-    t_jax = median_seconds(lambda: jax.block_until_ready(jax_forward(variables, *on_device)), repeats)
+    t_jax = median_seconds(
+        lambda: jax.block_until_ready(jax_forward(variables, *on_device)), repeats
+    )
     return name, len(inputs[0]) / t_jax, len(inputs[0]) / t_torch
 
 
@@ -83,7 +93,12 @@ def metric_network_rows(batch: int, repeats: int, work: Path) -> Iterator[tuple[
     name, reference, network = build_lpips(work)
     others = np.clip(images + np.float32(0.1), -1, 1)
     yield time_network(
-        name, lambda a, b: reference(nchw(a), nchw(b)), network.module.apply, network.variables, [images, others], repeats,
+        name,
+        lambda a, b: reference(nchw(a), nchw(b)),
+        network.module.apply,
+        network.variables,
+        [images, others],
+        repeats,
     )
 
 
@@ -104,10 +119,20 @@ def mtcnn_row(repeats: int, work: Path) -> tuple[str, float, float]:
 def whole_evaluation(args, work: Path) -> float:
     """Images per second of `evaluate` on ``args.images`` faces (after a one-batch warm-up)."""
     if args.model:
-        model, metrics, paths = Path(args.model), Path(args.metrics_models), images.input_images(Path(args.faces))[: args.images]
+        model, metrics, paths = (
+            Path(args.model),
+            Path(args.metrics_models),
+            images.input_images(Path(args.faces))[: args.images],
+        )
     else:
         model, metrics = build_tiny_model(work), build_metrics_models(work / "metrics")
-        paths = images.input_images(write_faces(work / "faces", registry.build(metrics / "mtcnn", ["mtcnn"], low_band=False)[0], args.images))
+        paths = images.input_images(
+            write_faces(
+                work / "faces",
+                registry.build(metrics / "mtcnn", ["mtcnn"], low_band=False)[0],
+                args.images,
+            )
+        )
     options = EvaluationOptions(batch_size=args.batch_sizes[0])
     evaluate(model, paths[: options.batch_size], metrics, work / "warmup", options)
     start = time.perf_counter()
@@ -128,20 +153,34 @@ def main(argv: list[str] | None = None) -> None:
     if bool(args.model) != bool(args.metrics_models) or bool(args.model) != bool(args.faces):
         parser.error("--model, --metrics-models and --faces go together")
 
-    print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads\n")
+    print(
+        f"JAX {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
+        f"with {torch.get_num_threads()} threads\n"
+    )
     print("| network | batch | JAX images/s | PyTorch images/s | JAX / PyTorch speed |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for batch in args.batch_sizes:
-            for name, jax_rate, torch_rate in metric_network_rows(batch, args.repeats, work / f"b{batch}"):
-                print(f"| {name} | {batch} | {jax_rate:.2f} | {torch_rate:.2f} | {jax_rate / torch_rate:.2f} |", flush=True)
+            for name, jax_rate, torch_rate in metric_network_rows(
+                batch, args.repeats, work / f"b{batch}"
+            ):
+                print(
+                    f"| {name} | {batch} | {jax_rate:.2f} | {torch_rate:.2f} | {jax_rate / torch_rate:.2f} |",
+                    flush=True,
+                )
         name, jax_rate, torch_rate = mtcnn_row(args.repeats, work / "mtcnn")
-        print(f"| {name} | 1 | {jax_rate:.2f} | {torch_rate:.2f} | {jax_rate / torch_rate:.2f} |", flush=True)
+        print(
+            f"| {name} | 1 | {jax_rate:.2f} | {torch_rate:.2f} | {jax_rate / torch_rate:.2f} |",
+            flush=True,
+        )
         rate = whole_evaluation(args, work / "whole")
-        which = "the given models" if args.model else "the tests' tiny model, random metric networks"
-        print(f"\nwhole evaluation ({which}), {args.images} images, batch {args.batch_sizes[0]}: {rate:.3f} images/s")
+        which = (
+            "the given models" if args.model else "the tests' tiny model, random metric networks"
+        )
+        print(
+            f"\nwhole evaluation ({which}), {args.images} images, batch {args.batch_sizes[0]}: {rate:.3f} images/s"
+        )
 
 
 if __name__ == "__main__":

@@ -44,14 +44,23 @@ def crafted_faces(photo_shape: tuple[int, ...], size: int) -> list[AlignedFace]:
     """The most GRID px faces `metadata.recorded_faces` accepts for this photo, on a grid."""
     height, width = photo_shape[:2]
     scale = size / GRID
-    cells = [(x, y) for y in range(0, height - GRID + 1, GRID) for x in range(0, width - GRID + 1, GRID)]
+    cells = [
+        (x, y) for y in range(0, height - GRID + 1, GRID) for x in range(0, width - GRID + 1, GRID)
+    ]
     cells = cells[: metadata.max_recorded_faces(photo_shape)]
-    return [AlignedFace(i, np.array([[scale, 0.0, -scale * x], [0.0, scale, -scale * y]]), size) for i, (x, y) in enumerate(cells)]
+    return [
+        AlignedFace(i, np.array([[scale, 0.0, -scale * x], [0.0, scale, -scale * y]]), size)
+        for i, (x, y) in enumerate(cells)
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)"
+    )
     parser.add_argument("--photo", type=Path, default=TEST_PHOTO)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
@@ -71,23 +80,42 @@ def main() -> None:
         (work / "hostile").mkdir()
         fields.update(metadata.photo_fields(pixels.shape, crafted))
         images.write_png(work / "hostile" / honest.name, pixels, fields)
-        metadata.recorded_faces(fields, pixels.shape, anonymizer.input_size)  # accepted, as recover will
+        metadata.recorded_faces(
+            fields, pixels.shape, anonymizer.input_size
+        )  # accepted, as recover will
 
         def recover(folder: str) -> float:
-            return median_seconds(lambda: recover_photo_folder(anonymizer, faces, PASSWORD, work / folder, work / f"out_{folder}",
-                                                                 overwrite=True), args.repeats)
+            return median_seconds(
+                lambda: recover_photo_folder(
+                    anonymizer,
+                    faces,
+                    PASSWORD,
+                    work / folder,
+                    work / f"out_{folder}",
+                    overwrite=True,
+                ),
+                args.repeats,
+            )
 
         honest_faces = len(images.read_metadata(honest)["faces"])
         honest_s, hostile_s = recover("honest"), recover("hostile")
         height, width = pixels.shape[:2]
         densest = height * width // int(registry.MTCNN_MIN_FACE) ** 2
-        print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), photo {args.photo.name} {width}x{height}")
+        print(
+            f"model {model} ({'given' if args.model else 'tiny, random weights'}), photo {args.photo.name} {width}x{height}"
+        )
         print("| metadata | faces | recover s (warm) | s per face |")
         print("|---|---|---|---|")
-        print(f"| honest | {honest_faces} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |")
-        print(f"| crafted, the most the checks accept | {len(crafted)} | {hostile_s:.2f} | {hostile_s / len(crafted):.3f} |")
-        print(f"crafted / honest: {hostile_s / honest_s:.1f}x the time for {len(crafted) / max(honest_faces, 1):.1f}x the faces; "
-              f"a crowd of {registry.MTCNN_MIN_FACE:.0f} px faces side by side on this photo would record about {densest}")
+        print(
+            f"| honest | {honest_faces} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |"
+        )
+        print(
+            f"| crafted, the most the checks accept | {len(crafted)} | {hostile_s:.2f} | {hostile_s / len(crafted):.3f} |"
+        )
+        print(
+            f"crafted / honest: {hostile_s / honest_s:.1f}x the time for {len(crafted) / max(honest_faces, 1):.1f}x the faces; "
+            f"a crowd of {registry.MTCNN_MIN_FACE:.0f} px faces side by side on this photo would record about {densest}"
+        )
 
 
 if __name__ == "__main__":

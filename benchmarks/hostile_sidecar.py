@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.clips import HEIGHT, WIDTH, pan_frames, write_clip
 from benchmarks.timing import median_seconds
 from benchmarks.wild import tiny_model
 from dbaf_jax import compilation_cache, keys, metadata
 from dbaf_jax.errors import InputError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner, sidecar
-from benchmarks.clips import HEIGHT, WIDTH, pan_frames, write_clip
 
 PASSWORD = "hostile sidecar benchmark"
 GRID = 32  # px: one crafted face per GRID x GRID of the frame (metadata.FACE_AREA_PER_FACE)
@@ -50,16 +50,29 @@ def crafted_tracks(frames: int, size: int) -> list[dict]:
     """A track per cell of a grid of GRID px faces (GRID - 2 px apart, so that the most
     the frame's area allows fit), each on every frame."""
     step = GRID - 2
-    cells = [(x + GRID / 2, y + GRID / 2) for y in range(0, HEIGHT - GRID // 2, step) for x in range(0, WIDTH - GRID // 2, step)]
+    cells = [
+        (x + GRID / 2, y + GRID / 2)
+        for y in range(0, HEIGHT - GRID // 2, step)
+        for x in range(0, WIDTH - GRID // 2, step)
+    ]
     cells = cells[: metadata.max_recorded_faces((HEIGHT, WIDTH))]
-    return [{"number": n, "first": 0, "transforms": [at(x, y, GRID, size)] * frames} for n, (x, y) in enumerate(cells)]
+    return [
+        {"number": n, "first": 0, "transforms": [at(x, y, GRID, size)] * frames}
+        for n, (x, y) in enumerate(cells)
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
+    )
     parser.add_argument("--frames", type=int, default=12)
-    parser.add_argument("--photo", default="office3.jpg", help="the photo of tests/data the clip pans over")
+    parser.add_argument(
+        "--photo", default="office3.jpg", help="the photo of tests/data the clip pans over"
+    )
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     compilation_cache.enable()
@@ -69,19 +82,43 @@ def main() -> None:
         anonymizer = FaceAnonymizer(model)
         faces = load_photo_faces(anonymizer)
         batch = default_batch_size()
-        clip_path = write_clip(work / "pan.mp4", pan_frames(args.frames, args.photo), audio_streams=0)
+        clip_path = write_clip(
+            work / "pan.mp4", pan_frames(args.frames, args.photo), audio_streams=0
+        )
         record = keys.KeyRecord(salt="5e" * keys.SALT_BYTES)
-        anonymized = runner.anonymize_video(anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", batch, record=record)
+        anonymized = runner.anonymize_video(
+            anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", batch, record=record
+        )
         honest = json.loads(sidecar.path_for(work / "anon.mkv").read_text())
         crafted = {**honest, "tracks": crafted_tracks(honest["clip"]["frames"], honest["size"])}
-        hostile = {**honest, "tracks": [{"number": n, "first": 0, "transforms": [at(100, 100, 40, honest["size"])] * args.frames}
-                                        for n in range(1000)]}
+        hostile = {
+            **honest,
+            "tracks": [
+                {
+                    "number": n,
+                    "first": 0,
+                    "transforms": [at(100, 100, 40, honest["size"])] * args.frames,
+                }
+                for n in range(1000)
+            ],
+        }
         for name, content in (("honest", honest), ("crafted", crafted), ("hostile", hostile)):
             (work / f"{name}.json").write_text(json.dumps(content, separators=(",", ":")))
 
         def recover(name: str) -> float:
-            return median_seconds(lambda: runner.recover_video(anonymizer, faces, PASSWORD, work / "anon.mkv", work / f"out_{name}.mkv",
-                                                               batch, overwrite=True, sidecar_path=work / f"{name}.json"), args.repeats)
+            return median_seconds(
+                lambda: runner.recover_video(
+                    anonymizer,
+                    faces,
+                    PASSWORD,
+                    work / "anon.mkv",
+                    work / f"out_{name}.mkv",
+                    batch,
+                    overwrite=True,
+                    sidecar_path=work / f"{name}.json",
+                ),
+                args.repeats,
+            )
 
         recover("honest")  # compiles
         honest_s, crafted_s = recover("honest"), recover("crafted")
@@ -90,20 +127,35 @@ def main() -> None:
             recover("hostile")
             refusal = "accepted (!)"
         except InputError as err:
-            refusal = f"refused in {time.perf_counter() - start:.2f} s: {str(err).split(': ', 1)[1][:90]}"
+            refusal = (
+                f"refused in {time.perf_counter() - start:.2f} s: {str(err).split(': ', 1)[1][:90]}"
+            )
         honest_faces = anonymized.faces
         crafted_faces = sum(len(t["transforms"]) for t in crafted["tracks"])
-        sizes = {name: (work / f"{name}.json").stat().st_size for name in ("honest", "crafted", "hostile")}
-        print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames over {args.photo}")
+        sizes = {
+            name: (work / f"{name}.json").stat().st_size
+            for name in ("honest", "crafted", "hostile")
+        }
+        print(
+            f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames over {args.photo}"
+        )
         print("| sidecar | faces (over all frames) | bytes | recover s (warm) | s per face |")
         print("|---|---|---|---|---|")
-        print(f"| honest | {honest_faces} | {sizes['honest']} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |")
-        print(f"| crafted, the most the checks accept | {crafted_faces} | {sizes['crafted']} | {crafted_s:.2f} | "
-              f"{crafted_s / crafted_faces:.3f} |")
-        print(f"| the hostile trial's (1000 tracks at one place) | {1000 * args.frames} | {sizes['hostile']} | {refusal} | |")
-        print(f"crafted / honest: {crafted_s / honest_s:.1f}x the time for {crafted_faces / max(honest_faces, 1):.1f}x the faces; "
-              f"bound on the sidecar's bytes for this clip: {sidecar.max_bytes((HEIGHT, WIDTH), args.frames)}; "
-              f"faces per frame: honest {np.round(honest_faces / args.frames, 1)}, crafted {len(crafted['tracks'])}")
+        print(
+            f"| honest | {honest_faces} | {sizes['honest']} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |"
+        )
+        print(
+            f"| crafted, the most the checks accept | {crafted_faces} | {sizes['crafted']} | {crafted_s:.2f} | "
+            f"{crafted_s / crafted_faces:.3f} |"
+        )
+        print(
+            f"| the hostile trial's (1000 tracks at one place) | {1000 * args.frames} | {sizes['hostile']} | {refusal} | |"
+        )
+        print(
+            f"crafted / honest: {crafted_s / honest_s:.1f}x the time for {crafted_faces / max(honest_faces, 1):.1f}x the faces; "
+            f"bound on the sidecar's bytes for this clip: {sidecar.max_bytes((HEIGHT, WIDTH), args.frames)}; "
+            f"faces per frame: honest {np.round(honest_faces / args.frames, 1)}, crafted {len(crafted['tracks'])}"
+        )
 
 
 if __name__ == "__main__":

@@ -45,13 +45,11 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import metadata
-from dbaf_jax import new_key
-from dbaf_jax import anonymize, compilation_cache, images, recover
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax import anonymize, compilation_cache, images, metadata, new_key, recover
 from dbaf_jax.faces import align, paste, photos
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detector
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PHOTOS = tuple(DATA / name for name in ("office3.jpg", "office5.jpg", "jf.jpg"))
@@ -82,7 +80,9 @@ def at_crop_size(face: photos.AlignedFace) -> np.ndarray:
 def corner_displacement(reference: photos.AlignedFace, other: photos.AlignedFace) -> np.ndarray:
     """(4,) distances, in CROP-crop pixels of ``reference``, between its crop's corners
     and ``other``'s crop corners."""
-    moved = align.apply(at_crop_size(reference), align.apply(align.invert(at_crop_size(other)), CORNERS))
+    moved = align.apply(
+        at_crop_size(reference), align.apply(align.invert(at_crop_size(other)), CORNERS)
+    )
     return np.hypot(*(moved - CORNERS).T)
 
 
@@ -91,15 +91,21 @@ def crop_centre(face: photos.AlignedFace) -> np.ndarray:
     return align.apply(align.invert(at_crop_size(face)), [(CROP - 1) / 2, (CROP - 1) / 2])
 
 
-def pair_faces(reference: Sequence[photos.AlignedFace], found: Sequence[photos.AlignedFace]) -> list[photos.AlignedFace | None]:
+def pair_faces(
+    reference: Sequence[photos.AlignedFace], found: Sequence[photos.AlignedFace]
+) -> list[photos.AlignedFace | None]:
     """For each reference face, the found face whose crop centre is nearest, if that is
     within a quarter of the reference crop's side (else None)."""
     pairs = []
     for face in reference:
-        reach = CROP / 4 / np.hypot(*at_crop_size(face)[:, 0])  # a quarter of the crop's side, in photo pixels
+        reach = (
+            CROP / 4 / np.hypot(*at_crop_size(face)[:, 0])
+        )  # a quarter of the crop's side, in photo pixels
         distances = [np.hypot(*(crop_centre(other) - crop_centre(face))) for other in found]
         nearest = int(np.argmin(distances)) if distances else None
-        pairs.append(found[nearest] if nearest is not None and distances[nearest] <= reach else None)
+        pairs.append(
+            found[nearest] if nearest is not None and distances[nearest] <= reach else None
+        )
     return pairs
 
 
@@ -113,14 +119,22 @@ class Comparison:
     displacement: np.ndarray  # (P, 4) corner displacements of the P paired faces
 
     def row(self) -> str:
-        moved = f"{self.displacement.max():.2f} / {self.displacement.mean():.2f}" if self.displacement.size else "-"
+        moved = (
+            f"{self.displacement.max():.2f} / {self.displacement.mean():.2f}"
+            if self.displacement.size
+            else "-"
+        )
         return f"{self.found} / {self.reference} | {self.in_order} / {self.reference} | {moved}"
 
 
-def compare(reference: Sequence[photos.AlignedFace], found: Sequence[photos.AlignedFace]) -> Comparison:
+def compare(
+    reference: Sequence[photos.AlignedFace], found: Sequence[photos.AlignedFace]
+) -> Comparison:
     pairs = pair_faces(reference, found)
     paired = [(face, other) for face, other in zip(reference, pairs) if other is not None]
-    displacement = np.array([corner_displacement(face, other) for face, other in paired]).reshape(-1, 4)
+    displacement = np.array([corner_displacement(face, other) for face, other in paired]).reshape(
+        -1, 4
+    )
     in_order = sum(face.index == other.index for face, other in paired)
     return Comparison(len(reference), len(found), in_order, displacement)
 
@@ -137,20 +151,31 @@ def psnr(a: np.ndarray, b: np.ndarray, region: np.ndarray) -> float:
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
-def detection_table(detector: Detector, sources: Sequence[Path], qualities: Sequence[int], min_face_size: float) -> None:
+def detection_table(
+    detector: Detector, sources: Sequence[Path], qualities: Sequence[int], min_face_size: float
+) -> None:
     """Part 1: each photo's faces against those of its JPEG re-encodings."""
     faces = photos.PhotoFaces(detector, CROP, None, min_face_size)
-    print("| photo | encoding | faces found / in the original | in order | corner displacement max / mean (crop px) |")
+    print(
+        "| photo | encoding | faces found / in the original | in order | corner displacement max / mean (crop px) |"
+    )
     print("|---|---|---|---|---|")
     for source in sources:
         photo = images.read_photo(source)
         original = faces.find(photo).faces
         for quality in qualities:
-            print(f"| {source.name} | {encoding_name(quality)} | {compare(original, faces.find(reencode(photo, quality)).faces).row()} |")
+            print(
+                f"| {source.name} | {encoding_name(quality)} | {compare(original, faces.find(reencode(photo, quality)).faces).row()} |"
+            )
 
 
 def psnrs(photo: np.ndarray, reference: np.ndarray, faces: Sequence[photos.AlignedFace]) -> str:
-    return " / ".join(f"{psnr(photo, reference, face_region(face, photo.shape)):.1f}" for face in faces) or "-"
+    return (
+        " / ".join(
+            f"{psnr(photo, reference, face_region(face, photo.shape)):.1f}" for face in faces
+        )
+        or "-"
+    )
 
 
 def run_command(command, args: Sequence[str]) -> None:
@@ -159,13 +184,23 @@ def run_command(command, args: Sequence[str]) -> None:
         raise RuntimeError(f"{command.__name__} skipped: {[s.reason for s in report.skipped]}")
 
 
-def round_trip_table(args: argparse.Namespace, model: Path, sources: Sequence[Path], work: Path) -> None:
+def round_trip_table(
+    args: argparse.Namespace, model: Path, sources: Sequence[Path], work: Path
+) -> None:
     """Part 2: anonymize, re-encode, recover (by detection and at the recorded places)."""
     size = FaceAnonymizer(model).input_size
     (work / "password.txt").write_text(args.password + "\n", encoding="utf-8")
     new_key.main(["--out", str(work / "me.key")])
-    common = ["--model", str(model), "--password-file", str(work / "password.txt"), "--key-file", str(work / "me.key"),
-              "--min-face-size", str(args.min_face_size)]
+    common = [
+        "--model",
+        str(model),
+        "--password-file",
+        str(work / "password.txt"),
+        "--key-file",
+        str(work / "me.key"),
+        "--min-face-size",
+        str(args.min_face_size),
+    ]
     common += ["--detector", args.detector] if args.detector else []
     common += ["--parser", args.parser] if args.parser else []
     (work / "photos").mkdir()
@@ -182,42 +217,76 @@ def round_trip_table(args: argparse.Namespace, model: Path, sources: Sequence[Pa
             # Detected: the file as shared (no metadata). Recorded: the same pixels with the metadata put back.
             (work / f"{name}_detected").mkdir(exist_ok=True)
             Image.fromarray(pixels).save(work / f"{name}_detected" / f"{source.stem}.png")
-            images.write_png(work / f"{name}_recorded" / f"{source.stem}.png", pixels, images.read_metadata(anonymized))
+            images.write_png(
+                work / f"{name}_recorded" / f"{source.stem}.png",
+                pixels,
+                images.read_metadata(anonymized),
+            )
         for kind in ("detected", "recorded"):
             # The model may record latent recovery; photos recover from the image.
-            run_command(recover, [*common, "--untrained-mode", str(work / f"{name}_{kind}"), str(work / f"recovered_{name}_{kind}")])
+            run_command(
+                recover,
+                [
+                    *common,
+                    "--untrained-mode",
+                    str(work / f"{name}_{kind}"),
+                    str(work / f"recovered_{name}_{kind}"),
+                ],
+            )
 
-    print("| photo | encoding | anonymized vs PNG | re-detected / anonymized | in order | corner displacement max / mean (crop px) "
-          "| detected: recovered vs original | vs PNG | recorded: recovered vs original | vs PNG |")
+    print(
+        "| photo | encoding | anonymized vs PNG | re-detected / anonymized | in order | corner displacement max / mean (crop px) "
+        "| detected: recovered vs original | vs PNG | recorded: recovered vs original | vs PNG |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for source in sources:
         original = images.read_photo(source)
         anonymized_path = work / "anonymized" / f"{source.stem}.png"
         faces = metadata.recorded_faces(images.read_metadata(anonymized_path), original.shape, size)
         anonymized = images.read_photo(anonymized_path)
-        recovered = {(quality, kind): images.read_photo(work / f"recovered_{encoding_name(quality)}_{kind}" / f"{source.stem}.png")
-                     for quality in encodings for kind in ("detected", "recorded")}
+        recovered = {
+            (quality, kind): images.read_photo(
+                work / f"recovered_{encoding_name(quality)}_{kind}" / f"{source.stem}.png"
+            )
+            for quality in encodings
+            for kind in ("detected", "recorded")
+        }
         for quality in encodings:
             path = work / f"recovered_{encoding_name(quality)}_detected" / f"{source.stem}.png"
             redetected = metadata.recorded_faces(images.read_metadata(path), original.shape, size)
-            shared = images.read_photo(work / f"{encoding_name(quality)}_detected" / f"{source.stem}.png")
+            shared = images.read_photo(
+                work / f"{encoding_name(quality)}_detected" / f"{source.stem}.png"
+            )
             cells = [psnrs(shared, anonymized, faces), compare(faces, redetected).row()]
             for kind in ("detected", "recorded"):
-                cells += [psnrs(recovered[quality, kind], original, faces), psnrs(recovered[quality, kind], recovered[PNG, kind], faces)]
+                cells += [
+                    psnrs(recovered[quality, kind], original, faces),
+                    psnrs(recovered[quality, kind], recovered[PNG, kind], faces),
+                ]
             print(f"| {source.name} | {encoding_name(quality)} | " + " | ".join(cells) + " |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("photos", nargs="*", type=Path, default=list(PHOTOS))
-    parser.add_argument("--model", help="DBAF model directory (default: the tests' tiny model, random weights)")
+    parser.add_argument(
+        "--model", help="DBAF model directory (default: the tests' tiny model, random weights)"
+    )
     parser.add_argument("--detector", help="MTCNN directory (default MODEL/mtcnn)")
     parser.add_argument("--parser", help="BiSeNet directory for soft masks (default the box mask)")
     parser.add_argument("--password", default="jpeg benchmark")
     parser.add_argument("--qualities", type=int, nargs="+", default=[95, 75])
     parser.add_argument("--min-face-size", type=float, default=50.0)
-    parser.add_argument("--detection-only", action="store_true", help="part 1 only (no DBAF model needed)")
-    parser.add_argument("--workdir", type=Path, help="keep every intermediate photo here (default a temporary folder)")
+    parser.add_argument(
+        "--detection-only", action="store_true", help="part 1 only (no DBAF model needed)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep every intermediate photo here (default a temporary folder)",
+    )
     args = parser.parse_args(argv)
     compilation_cache.enable()
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,16 +298,27 @@ def main(argv: Sequence[str] | None = None) -> None:
             model = work / "detector"
             run(convert_mtcnn, ["--out", str(model)])
         else:
-            from benchmarks.wild import tiny_model  # builds the tests' tiny model with the real MTCNN
+            from benchmarks.wild import (
+                tiny_model,  # builds the tests' tiny model with the real MTCNN
+            )
 
             model = tiny_model(work / "tiny")
         detector = Path(args.detector) if args.detector else model / "mtcnn"
-        described = "given" if args.model else "none" if args.detection_only else "tiny, random weights"
+        described = (
+            "given" if args.model else "none" if args.detection_only else "tiny, random weights"
+        )
         print(f"model {model} ({described}), detector {detector}")
         print("\nDetection: the photos re-encoded\n")
-        detection_table(registry.build(detector, ["mtcnn"], low_band=False)[0], args.photos, [PNG, *args.qualities], args.min_face_size)
+        detection_table(
+            registry.build(detector, ["mtcnn"], low_band=False)[0],
+            args.photos,
+            [PNG, *args.qualities],
+            args.min_face_size,
+        )
         if not args.detection_only:
-            print("\nRound trip: anonymize --key-file, re-encode, recover --key-file (PSNR per face, dB)\n")
+            print(
+                "\nRound trip: anonymize --key-file, re-encode, recover --key-file (PSNR per face, dB)\n"
+            )
             round_trip_table(args, model, args.photos, work)
 
 

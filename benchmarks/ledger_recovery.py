@@ -26,11 +26,11 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from benchmarks.invertible_double import InvertibleDouble
 from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import ledger, paste, photos
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
-from benchmarks.invertible_double import InvertibleDouble
 
 PASSWORD = "ledger benchmark"
 RESTORED = 0.5  # a face is restored when recovery at least halves its mean error to the original
@@ -91,7 +91,11 @@ def _face_errors(photo: np.ndarray, original: np.ndarray, discs: list) -> np.nda
     errors = []
     for (cx, cy), radius in discs:
         inside = np.hypot(xx - cx, yy - cy) <= radius
-        errors.append(np.abs(photo[inside].astype(np.float64) - original[inside]).mean() if inside.any() else np.nan)
+        errors.append(
+            np.abs(photo[inside].astype(np.float64) - original[inside]).mean()
+            if inside.any()
+            else np.nan
+        )
     return np.array(errors)
 
 
@@ -103,55 +107,107 @@ def _anonymized_faces(path: Path, size: int) -> tuple[np.ndarray, list[tuple[flo
     recorded = metadata.recorded_faces(images.read_metadata(path), photo.shape, size)
     covered = np.zeros(photo.shape, np.uint8)
     for face in recorded:
-        covered = paste.paste(covered, np.ones((size, size, 3), np.float32), paste.box_mask(size), face.transform)
+        covered = paste.paste(
+            covered, np.ones((size, size, 3), np.float32), paste.box_mask(size), face.transform
+        )
     placed = [ledger.place(photo.shape, face.transform, size) for face in recorded]
-    return covered.any(axis=-1), [(centre[0], centre[1], ledger.RECOVERY_RADIUS * side) for _, centre, side in placed]
+    return covered.any(axis=-1), [
+        (centre[0], centre[1], ledger.RECOVERY_RADIUS * side) for _, centre, side in placed
+    ]
 
 
 def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
     """The rows of the module doc for ``sources`` (photos), using the MTCNN in ``detector_dir``."""
     double = InvertibleDouble()
-    faces = photos.PhotoFaces(registry.build(detector_dir, ["mtcnn"], low_band=False)[0], double.input_size)
+    faces = photos.PhotoFaces(
+        registry.build(detector_dir, ["mtcnn"], low_band=False)[0], double.input_size
+    )
     originals = _folder(work / "originals")
     for source in sources:
         shutil.copy(source, originals / source.name)
     record = keys.KeyRecord(salt="3c" * keys.SALT_BYTES)
     key_file = work / "me.key"
     keys.write_key_file(key_file, record)
-    anonymize_photo_folder(double, faces, PASSWORD, originals, work / "anonymized", record=record,
-                           face_ledger=ledger.ledger_path(key_file))
+    anonymize_photo_folder(
+        double,
+        faces,
+        PASSWORD,
+        originals,
+        work / "anonymized",
+        record=record,
+        face_ledger=ledger.ledger_path(key_file),
+    )
     entries = ledger.read(ledger.ledger_path(key_file))
     cases = {**TRANSFORMS, "control: the original": _stripped}
-    shared: dict[tuple[str, str], tuple[Path, Path | None]] = {}  # (photo, case) -> (shared copy, original at its size)
+    shared: dict[
+        tuple[str, str], tuple[Path, Path | None]
+    ] = {}  # (photo, case) -> (shared copy, original at its size)
     for source in sorted(originals.iterdir()):
         original = images.read_photo(source)
         anonymized = images.read_photo(work / "anonymized" / f"{source.stem}.png")
         for number, (case, save) in enumerate(cases.items()):
-            folder = _folder(work / f"shared{number}_{source.stem}")  # one photo per run: its counts are the photo's
+            folder = _folder(
+                work / f"shared{number}_{source.stem}"
+            )  # one photo per run: its counts are the photo's
             if case.startswith("control"):
                 shared[source.name, case] = (save(original, folder / source.stem), None)
             else:
-                shared[source.name, case] = (save(anonymized, folder / source.stem), save(original, _folder(work / f"reference{number}") / source.stem))
-    reports = {key: recover_photo_folder(double, faces, PASSWORD, given.parent, given.parent.with_name("recovered_" + given.parent.name),
-                                         record=record, face_ledger=entries)
-               for key, (given, _) in shared.items()}
+                shared[source.name, case] = (
+                    save(anonymized, folder / source.stem),
+                    save(original, _folder(work / f"reference{number}") / source.stem),
+                )
+    reports = {
+        key: recover_photo_folder(
+            double,
+            faces,
+            PASSWORD,
+            given.parent,
+            given.parent.with_name("recovered_" + given.parent.name),
+            record=record,
+            face_ledger=entries,
+        )
+        for key, (given, _) in shared.items()
+    }
     rows = []
     for source in sorted(originals.iterdir()):
-        changed, discs = _anonymized_faces(work / "anonymized" / f"{source.stem}.png", double.input_size)
+        changed, discs = _anonymized_faces(
+            work / "anonymized" / f"{source.stem}.png", double.input_size
+        )
         for case in cases:
             given, reference = shared[source.name, case]
             before = images.read_photo(given)
-            after = images.read_photo(given.parent.with_name("recovered_" + given.parent.name) / f"{source.stem}.png")
-            allowed = _same_geometry(changed, before.shape) if reference is not None else np.zeros(before.shape[:2], bool)
+            after = images.read_photo(
+                given.parent.with_name("recovered_" + given.parent.name) / f"{source.stem}.png"
+            )
+            allowed = (
+                _same_geometry(changed, before.shape)
+                if reference is not None
+                else np.zeros(before.shape[:2], bool)
+            )
             outside = int(((after != before).any(axis=-1) & ~allowed).sum())
             restored = 0
             if reference is not None and discs:
                 target = images.read_photo(reference)
                 width = before.shape[1]
                 in_pixels = [((x * width, y * width), r * width) for x, y, r in discs]
-                restored = int((_face_errors(after, target, in_pixels) <= RESTORED * _face_errors(before, target, in_pixels)).sum())
+                restored = int(
+                    (
+                        _face_errors(after, target, in_pixels)
+                        <= RESTORED * _face_errors(before, target, in_pixels)
+                    ).sum()
+                )
             report = reports[source.name, case]
-            rows.append(Row(source.name, case, len(discs) if reference is not None else 0, report.faces_found, report.faces, restored, outside))
+            rows.append(
+                Row(
+                    source.name,
+                    case,
+                    len(discs) if reference is not None else 0,
+                    report.faces_found,
+                    report.faces,
+                    restored,
+                    outside,
+                )
+            )
     return rows
 
 
@@ -163,16 +219,22 @@ def _folder(path: Path) -> Path:
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--photos", required=True, help="folder of photos (jpg, png)")
-    parser.add_argument("--detector", required=True, help="MTCNN directory (python -m convert.mtcnn)")
+    parser.add_argument(
+        "--detector", required=True, help="MTCNN directory (python -m convert.mtcnn)"
+    )
     parser.add_argument("--work", help="folder for the runs (default: a temporary one)")
     args = parser.parse_args(argv)
     sources = images.input_images(Path(args.photos))
     with tempfile.TemporaryDirectory() as temporary:
         rows = measure(sources, Path(args.detector), Path(args.work or temporary))
-    print("| photo | shared as | anonymized | found | verified | restored | pixels changed outside |")
+    print(
+        "| photo | shared as | anonymized | found | verified | restored | pixels changed outside |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row.photo} | {row.transform} | {row.anonymized} | {row.found} | {row.verified} | {row.restored} | {row.changed_outside} |")
+        print(
+            f"| {row.photo} | {row.transform} | {row.anonymized} | {row.found} | {row.verified} | {row.restored} | {row.changed_outside} |"
+        )
     return rows
 
 

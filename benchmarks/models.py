@@ -25,7 +25,8 @@ import jax
 from benchmarks.train_step import stage_config
 from dbaf_jax import model_directory
 from dbaf_jax.models import dbaf
-from dbaf_jax.train import networks as networks_lib, stages
+from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import stages
 
 # name -> (size, generator width scale, e4e width scale)
 WIDTHS = {"full": (256, 1.0, 1.0), "tiny": (64, 0.0625, 0.25)}
@@ -53,14 +54,24 @@ def converted_detector(folder: Path) -> Path:
     """``folder/mtcnn``: MTCNN's real weights converted from facenet-pytorch's bundled
     files, in a fresh interpreter (the converter imports PyTorch, which the benchmark
     itself never does). SystemExit with the way out when that cannot run here."""
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("facenet_pytorch") is None:
+    if (
+        importlib.util.find_spec("torch") is None
+        or importlib.util.find_spec("facenet_pytorch") is None
+    ):
         raise SystemExit(
             "error: no detector given and PyTorch or facenet-pytorch is not installed to convert MTCNN's weights: "
             "run `python -m convert.mtcnn --out DIR` where they are (requirements-dev) and pass --detector DIR/mtcnn"
         )
-    done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "convert.mtcnn", "--out", str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
-        raise SystemExit(f"error: converting MTCNN's weights failed: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"error: converting MTCNN's weights failed: {done.stderr.strip().splitlines()[-1:]}"
+        )
     return folder / model_directory.MTCNN_DIR
 
 
@@ -74,11 +85,15 @@ def with_detector(model: Path, detector: Path | None, work: Path) -> Path:
     return model
 
 
-def benchmark_model(given: str | None, width: str, detector: str | None, work: Path) -> tuple[Path, str]:
+def benchmark_model(
+    given: str | None, width: str, detector: str | None, work: Path
+) -> tuple[Path, str]:
     """(model directory with ``mtcnn/``, how to describe it): ``given`` as it is (its
     ``mtcnn/``, or ``detector`` passed to the command instead), else a random ``width`` model."""
     if given:
         return Path(given), "given"
-    model = with_detector(named_model(width, work / "model"), Path(detector) if detector else None, work)
+    model = with_detector(
+        named_model(width, work / "model"), Path(detector) if detector else None, work
+    )
     size, scale, encoder_scale = WIDTHS[width]
     return model, f"{width}: {size} px, widths {scale:g} / {encoder_scale:g}, random weights"

@@ -30,7 +30,10 @@ def sample_images() -> dict[str, np.ndarray]:
     crop = portrait.crop((0, 0, side, side)).resize((256, 256), Image.BICUBIC)
     with Image.open(DATA / "office3.jpg") as img:
         group = img.convert("RGB")
-    return {"256 px crop": np.asarray(crop), f"photo {group.width}x{group.height}": np.asarray(group)}
+    return {
+        "256 px crop": np.asarray(crop),
+        f"photo {group.width}x{group.height}": np.asarray(group),
+    }
 
 
 def encode(pixels: np.ndarray, level: int) -> bytes:
@@ -54,8 +57,10 @@ def main(argv: list[str] | None = None) -> None:
                 start = time.perf_counter()
                 data = encode(pixels, level)
                 times.append(time.perf_counter() - start)
-            print(f"| {name} | {level} | {statistics.median(times) * 1e3:.1f} | {len(data) / 1024:.0f} "
-                  f"| {len(data) / reference:.2f} |")
+            print(
+                f"| {name} | {level} | {statistics.median(times) * 1e3:.1f} | {len(data) / 1024:.0f} "
+                f"| {len(data) / reference:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ from benchmarks.train_step import stage_config
 from dbaf_jax import compilation_cache
 
 _OP = re.compile(r'^\s*(?:%[^=]*= )?"?([a-z_]+\.[a-z_]+)[\s("]', re.M)
-_OP_WITH_LOC = re.compile(r'^\s*(?:%[^=]*= )?"?([a-z_]+\.[a-z_]+)[\s("].*loc\((#loc\d+)\)\s*$', re.M)
-_LOC = re.compile(r'^(#loc\d+) = loc\((.*)\)\s*$', re.M)
+_OP_WITH_LOC = re.compile(
+    r'^\s*(?:%[^=]*= )?"?([a-z_]+\.[a-z_]+)[\s("].*loc\((#loc\d+)\)\s*$', re.M
+)
+_LOC = re.compile(r"^(#loc\d+) = loc\((.*)\)\s*$", re.M)
 _NAMED = re.compile(r'^"([^"]*)"(?:\((#loc\d+)\))?')
 _STRUCTURAL = {"func.func", "func.return", "stablehlo.return", "sdy.mesh", "module.attributes"}
 
@@ -104,27 +106,48 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--width-scale", type=float, default=1.0)
     parser.add_argument("--encoder-width-scale", type=float, default=1.0)
-    parser.add_argument("--r1-every", type=int, default=1, help="lazy R1 every K steps: both compiled steps")
-    parser.add_argument("--cid-scan", action="store_true", help="CID's blocks under lax.scan (config.cid_scan)")
+    parser.add_argument(
+        "--r1-every", type=int, default=1, help="lazy R1 every K steps: both compiled steps"
+    )
+    parser.add_argument(
+        "--cid-scan", action="store_true", help="CID's blocks under lax.scan (config.cid_scan)"
+    )
     parser.add_argument("--top", type=int, default=12, help="kinds and parts listed per step")
-    parser.add_argument("--compile", action="store_true", help="also time this backend's compile (slow)")
-    parser.add_argument("--compile-twice", action="store_true", help="with --compile: then the load from the cache")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time this backend's compile (slow)"
+    )
+    parser.add_argument(
+        "--compile-twice", action="store_true", help="with --compile: then the load from the cache"
+    )
     args = parser.parse_args(argv)
     if args.compile:
         compilation_cache.enable()
 
-    print(f"Training-step program size, {args.size}px, widths {args.width_scale:g}/{args.encoder_width_scale:g}, {args.dtype}\n")
+    print(
+        f"Training-step program size, {args.size}px, widths {args.width_scale:g}/{args.encoder_width_scale:g}, {args.dtype}\n"
+    )
     timed = ["compile s"] * args.compile + ["again s"] * (args.compile and args.compile_twice)
-    print("| step | batch | ops | convolutions | sharding constraints | lower s |" + "".join(f" {c} |" for c in timed))
+    print(
+        "| step | batch | ops | convolutions | sharding constraints | lower s |"
+        + "".join(f" {c} |" for c in timed)
+    )
     print("|---" * (6 + len(timed)) + "|")
     details = []
-    steps = [(stage, take_r1) for stage in args.stages for take_r1 in ((True, False) if args.r1_every > 1 else (True,))]
+    steps = [
+        (stage, take_r1)
+        for stage in args.stages
+        for take_r1 in ((True, False) if args.r1_every > 1 else (True,))
+    ]
     for stage, take_r1 in steps:
         batch = args.batch1 if stage == 1 else args.batch2
-        config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch)
+        config = stage_config(
+            stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch
+        )
         config.r1_every, config.r1_lazy = args.r1_every, args.r1_every > 1
         config.cid_scan = args.cid_scan
-        name = f"stage {stage}" + ("" if args.r1_every == 1 else " with R1" if take_r1 else " without R1")
+        name = f"stage {stage}" + (
+            "" if args.r1_every == 1 else " with R1" if take_r1 else " without R1"
+        )
         start = time.perf_counter()
         lowered = flops.lowered_step(config, take_r1=take_r1)
         text = lowered.as_text(debug_info=True)

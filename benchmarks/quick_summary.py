@@ -19,7 +19,16 @@ import re
 import sys
 from pathlib import Path
 
-HEADER = ["part", "command", "compile s", "step / batch s", "images/s", "MFU", "peak GiB", "before compiling s"]
+HEADER = [
+    "part",
+    "command",
+    "compile s",
+    "step / batch s",
+    "images/s",
+    "MFU",
+    "peak GiB",
+    "before compiling s",
+]
 PROGRESS = re.compile(r"^\[\s*([0-9.]+) s\] .*lowering and compiling", re.M)
 
 
@@ -29,7 +38,10 @@ def table_rows(text: str) -> list[dict[str, str]]:
     if len(lines) < 3:
         return []
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+    return [
+        dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+        for line in lines[2:]
+    ]
 
 
 def before_compiling(log: str) -> str:
@@ -54,7 +66,13 @@ def measured_cells(rows: list[dict[str, str]]) -> list[str]:
         return [row["compile s"], row["batch s"], row["images/s"], first_mfu(row), row["peak GiB"]]
     # benchmarks.anonymize_folder: a first run and a warm run.
     first, warm = rows[0], rows[-1]
-    return [f"{first['s']} ({first['run']})", f"{warm['s/photo']} per photo", f"{warm['photos/s']} photos/s", "—", "—"]
+    return [
+        f"{first['s']} ({first['run']})",
+        f"{warm['s/photo']} per photo",
+        f"{warm['photos/s']} photos/s",
+        "—",
+        "—",
+    ]
 
 
 def summary(out: Path, parts: list[tuple[str, str]]) -> str:
@@ -67,7 +85,9 @@ def summary(out: Path, parts: list[tuple[str, str]]) -> str:
             cells = measured_cells(rows)
         else:
             cells = [f"no figures: see {log}", "", "", "", ""]
-        lines.append("| " + " | ".join([name, f"`{command}`", *cells, before_compiling(log_text)]) + " |")
+        lines.append(
+            "| " + " | ".join([name, f"`{command}`", *cells, before_compiling(log_text)]) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from dbaf_jax import images, keys
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.faces import paste
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 
 BINS = ((0, 40, "< 40"), (40, 64, "40-64"), (64, 128, "64-128"), (128, float("inf"), "> 128"))
 DLIB_THRESHOLD = 0.6
@@ -33,12 +33,16 @@ def main(argv=None) -> dict[str, tuple[int, int, int]]:
     import dlib  # optional: only this measurement needs it
     import face_recognition_models
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.recognizer_bins", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.recognizer_bins", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", required=True, help="DBAF model directory holding mtcnn/")
     parser.add_argument("photos", nargs="+", type=Path)
     args = parser.parse_args(argv)
     shape = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
-    recognizer = dlib.face_recognition_model_v1(face_recognition_models.face_recognition_model_location())
+    recognizer = dlib.face_recognition_model_v1(
+        face_recognition_models.face_recognition_model_location()
+    )
     anonymizer = FaceAnonymizer(args.model)
     faces = load_photo_faces(anonymizer)
     seed = keys.derive_seed("measurement", keys.new_key_record())
@@ -47,7 +51,9 @@ def main(argv=None) -> dict[str, tuple[int, int, int]]:
         rect = dlib.rectangle(*(int(round(v)) for v in box))
         return np.asarray(recognizer.compute_face_descriptor(photo, shape(photo, rect)))
 
-    counts = {name: [0, 0, 0, 0] for _, _, name in BINS}  # matched after anonymization, the fallback, 4 x 4 blocks; faces
+    counts = {
+        name: [0, 0, 0, 0] for _, _, name in BINS
+    }  # matched after anonymization, the fallback, 4 x 4 blocks; faces
     for path in args.photos:
         photo = images.read_photo(path)
         boxes = faces.detector.detect(photo).boxes
@@ -56,10 +62,16 @@ def main(argv=None) -> dict[str, tuple[int, int, int]]:
             width = float(box[2] - box[0])
             name = next(n for low, high, n in BINS if low <= width < high)
             original = descriptor(photo, box)
-            for column, changed in enumerate((result.photo, paste.hide(photo, box), paste.hide(photo, box, cells=4))):
-                counts[name][column] += float(np.linalg.norm(original - descriptor(changed, box))) < DLIB_THRESHOLD
+            for column, changed in enumerate(
+                (result.photo, paste.hide(photo, box), paste.hide(photo, box, cells=4))
+            ):
+                counts[name][column] += (
+                    float(np.linalg.norm(original - descriptor(changed, box))) < DLIB_THRESHOLD
+                )
             counts[name][3] += 1
-    print("| face box width (px) | faces | still matched after anonymization | after the fallback (flat fill) | after 4 x 4 blocks |")
+    print(
+        "| face box width (px) | faces | still matched after anonymization | after the fallback (flat fill) | after 4 x 4 blocks |"
+    )
     print("|---|---|---|---|---|")
     for _, _, name in BINS:
         anonymized, hidden, blocks, total = counts[name]

@@ -40,7 +40,9 @@ class Anonymization:
     ``compiled`` as in `benchmarks.reference_pytorch`. ``__call__(images, index)``
     returns the anonymized images (B, 3, 256, 256)."""
 
-    def __init__(self, ref: Namespace, opts: Namespace, device: torch.device, precision: str, compiled: bool):
+    def __init__(
+        self, ref: Namespace, opts: Namespace, device: torch.device, precision: str, compiled: bool
+    ):
         self.device, self.precision = device, precision
         wrap = reference.compiler(compiled)
         self.e4e = wrap(reference.build_e4e(ref, opts).to(device).eval())
@@ -73,7 +75,9 @@ def run_mode(ref, opts, mode: str, args, device: torch.device) -> list[str]:
     precision, _, compiled = mode.partition("+")
     reference.set_precision(precision)
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # their constructors print; keep the table whole
+        with contextlib.redirect_stdout(
+            sys.stderr
+        ):  # their constructors print; keep the table whole
             anonymization = Anonymization(ref, opts, device, precision, bool(compiled))
     except Exception as err:  # noqa: BLE001 - a failing mode is a result of the baseline, not a crash
         return [reference.failure_row(f"all | {mode}", err)]
@@ -90,7 +94,9 @@ def run_mode(ref, opts, mode: str, args, device: torch.device) -> list[str]:
         )
     if args.find_max_batch:
         largest = reference.largest_batch(anonymization, args.batches[-1], args.max_batch, device)
-        rows.append(f"| max | {mode} | largest batch that fits (up to {args.max_batch}): {largest} |")
+        rows.append(
+            f"| max | {mode} | largest batch that fits (up to {args.max_batch}): {largest} |"
+        )
     return rows
 
 

@@ -83,11 +83,15 @@ class ReferenceUnavailable(Exception):
 def import_reference(repo: Path, device: torch.device) -> Namespace:
     """The authors' modules this baseline uses, imported from their checkout."""
     if not (repo / "models" / "stylegan2" / "model_revise_c3.py").is_file():
-        raise ReferenceUnavailable(f"{repo} is not a checkout of github.com/mrzhu-cool/DBAF (no models/stylegan2/model_revise_c3.py)")
+        raise ReferenceUnavailable(
+            f"{repo} is not a checkout of github.com/mrzhu-cool/DBAF (no models/stylegan2/model_revise_c3.py)"
+        )
     if device.type == "cpu":
         # A CUDA build of torchvision on a CPU-only torch fails importing its compiled
         # ops' fake-tensor registrations; the pure-Python models LPIPS needs work without.
-        sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+        sys.modules.setdefault(
+            "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
+        )
     sys.path.insert(0, str(repo))
     names = {
         "stylegan": "models.stylegan2.model_revise_c3",
@@ -108,7 +112,9 @@ def import_reference(repo: Path, device: torch.device) -> Namespace:
     try:
         ref = Namespace(**{key: importlib.import_module(name) for key, name in names.items()})
     except ImportError as err:
-        raise ReferenceUnavailable(f"cannot import the authors' code from {repo}: {err} (install their requirements.txt)") from None
+        raise ReferenceUnavailable(
+            f"cannot import the authors' code from {repo}: {err} (install their requirements.txt)"
+        ) from None
     compiled_ops = hasattr(ref.fused_act, "fused") and not ref.upfirdn2d.use_fallback
     if device.type == "cuda" and not compiled_ops:
         raise ReferenceUnavailable(
@@ -122,11 +128,21 @@ def import_reference(repo: Path, device: torch.device) -> Namespace:
 def add_common_arguments(parser: argparse.ArgumentParser, max_batch: int) -> None:
     """The flags both baselines take: the authors' checkout, the modes, the timed calls
     and the largest-batch search (up to ``max_batch`` by default)."""
-    parser.add_argument("--reference-repo", type=Path, required=True, help="checkout of github.com/mrzhu-cool/DBAF")
-    parser.add_argument("--modes", nargs="+", default=["fp32", "tf32", "bf16", "tf32+compile"],
-                        choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")])
+    parser.add_argument(
+        "--reference-repo", type=Path, required=True, help="checkout of github.com/mrzhu-cool/DBAF"
+    )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["fp32", "tf32", "bf16", "tf32+compile"],
+        choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")],
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed calls after two warm-up calls")
-    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
+    parser.add_argument(
+        "--find-max-batch",
+        action="store_true",
+        help="also search the largest batch that fits (slow)",
+    )
     parser.add_argument("--max-batch", type=int, default=max_batch, help="upper end of that search")
 
 
@@ -141,8 +157,16 @@ def open_reference(repo: Path, device: torch.device) -> Namespace | None:
 
 def describe_runtime(ref: Namespace, device: torch.device) -> str:
     """torch's version, the device, and whether rosinality's compiled ops run."""
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    ops = "compiled CUDA ops" if ref.compiled_ops else "native PyTorch ops (no compiled CUDA ops on the CPU)"
+    name = (
+        torch.cuda.get_device_name()
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    ops = (
+        "compiled CUDA ops"
+        if ref.compiled_ops
+        else "native PyTorch ops (no compiled CUDA ops on the CPU)"
+    )
     return f"torch {torch.__version__} on {name}, {ops}"
 
 
@@ -153,10 +177,18 @@ def write_random_files(ref: Namespace, folder: Path, device: torch.device) -> Na
     e4e = folder / "e4e.pt"
     # pSp loads the encoder and its decoder with strict=False: without keys they keep
     # their own random initialisation.
-    e4e_opts = {"encoder_type": "Encoder4Editing", "stylegan_size": SIZE, "start_from_latent_avg": True, "device": str(device)}
+    e4e_opts = {
+        "encoder_type": "Encoder4Editing",
+        "stylegan_size": SIZE,
+        "start_from_latent_avg": True,
+        "device": str(device),
+    }
     torch.save({"state_dict": {}, "latent_avg": torch.randn(N_LATENT, 512), "opts": e4e_opts}, e4e)
     arcface = folder / "arcface.pth"
-    torch.save(ref.irse.Backbone(input_size=112, num_layers=50, drop_ratio=0.6, mode="ir_se").state_dict(), arcface)
+    torch.save(
+        ref.irse.Backbone(input_size=112, num_layers=50, drop_ratio=0.6, mode="ir_se").state_dict(),
+        arcface,
+    )
     parser = folder / "parsenet.pth"
     torch.save(ref.unet.unet().state_dict(), parser)
     # LPIPS fetches torchvision's AlexNet and its linear layers through torch.hub, which
@@ -167,12 +199,22 @@ def write_random_files(ref: Namespace, folder: Path, device: torch.device) -> Na
     (hub / "checkpoints").mkdir(parents=True)
     torch.hub.set_dir(str(hub))
     alexnet_url = torchvision.models.AlexNet_Weights.IMAGENET1K_V1.url
-    torch.save(torchvision.models.alexnet().state_dict(), hub / "checkpoints" / Path(urlparse(alexnet_url).path).name)
+    torch.save(
+        torchvision.models.alexnet().state_dict(),
+        hub / "checkpoints" / Path(urlparse(alexnet_url).path).name,
+    )
     channels = (64, 192, 384, 256, 256)  # AlexNet's five compared layers
-    torch.save({f"lin{k}.model.1.weight": torch.rand(1, c, 1, 1) / c for k, c in enumerate(channels)}, hub / "checkpoints" / "alex.pth")
+    torch.save(
+        {f"lin{k}.model.1.weight": torch.rand(1, c, 1, 1) / c for k, c in enumerate(channels)},
+        hub / "checkpoints" / "alex.pth",
+    )
     return Namespace(
-        device=str(device), e4e_path=str(e4e), stylegan_path=str(folder / "unused.pt"), id_encoder_path=str(arcface),
-        parsenet_weights=str(parser), stylegan_size=SIZE,
+        device=str(device),
+        e4e_path=str(e4e),
+        stylegan_path=str(folder / "unused.pt"),
+        id_encoder_path=str(arcface),
+        parsenet_weights=str(parser),
+        stylegan_size=SIZE,
     )
 
 
@@ -199,14 +241,19 @@ class KRIA(torch.nn.Module):
 
         def mlp():
             widths = (1024, 2048, 1024, 512, 512, 512, 512, 512)
-            layers = [equal_linear(a, b, lr_mul=0.01, activation="fused_lrelu") for a, b in zip(widths, widths[1:])]
+            layers = [
+                equal_linear(a, b, lr_mul=0.01, activation="fused_lrelu")
+                for a, b in zip(widths, widths[1:])
+            ]
             return torch.nn.Sequential(*layers, torch.nn.Linear(512, 512))
 
         self.mappers = torch.nn.ModuleList(mlp() for _ in range(3))
         self.group_of_latent = [0] * 4 + [1] * 4 + [2] * (N_LATENT - 8)
 
     def forward(self, codes):
-        return torch.stack([self.mappers[g](codes[:, i]) for i, g in enumerate(self.group_of_latent)], dim=1)
+        return torch.stack(
+            [self.mappers[g](codes[:, i]) for i, g in enumerate(self.group_of_latent)], dim=1
+        )
 
 
 def set_trainable(modules, flag: bool) -> None:
@@ -245,8 +292,11 @@ def build_e4e(ref: Namespace, opts: Namespace) -> torch.nn.Module:
     """pSp's e4e as their scripts load it. It holds its own StyleGAN2 decoder, which
     pSp's forward runs on every call (their CID calls that forward and keeps only the
     codes and feature maps), so it counts in their time as published."""
-    e4e_opts = Namespace(**torch.load(opts.e4e_path, map_location="cpu")["opts"], checkpoint_path=opts.e4e_path,
-                         stylegan_weights=opts.stylegan_path)
+    e4e_opts = Namespace(
+        **torch.load(opts.e4e_path, map_location="cpu")["opts"],
+        checkpoint_path=opts.e4e_path,
+        stylegan_weights=opts.stylegan_path,
+    )
     return ref.psp.pSp(e4e_opts)
 
 
@@ -257,23 +307,39 @@ def build_generator(ref: Namespace) -> torch.nn.Module:
 
 def decode(decoder: torch.nn.Module, latents: torch.Tensor, maps) -> torch.Tensor:
     """W+ latents (B, 14, 512) and MAAR's maps -> images, as their scripts call the decoder."""
-    return decoder([latents], input_is_w=True, randomize_noise=False, truncation=1, attr_noise=list(maps))[0]
+    return decoder(
+        [latents], input_is_w=True, randomize_noise=False, truncation=1, attr_noise=list(maps)
+    )[0]
 
 
 @torch.no_grad()
-def draw_keys(key_generator: torch.nn.Module, count: int, batch: int, device: torch.device) -> list[torch.Tensor]:
+def draw_keys(
+    key_generator: torch.nn.Module, count: int, batch: int, device: torch.device
+) -> list[torch.Tensor]:
     """``count`` random keys (B, 14, 512) as their scripts draw them: per image and latent
     group (4, 4, 6 latents), z ~ N(0, I) through the frozen base generator's mapping."""
-    z = torch.randn(count * 3 * batch, 512, device=device)  # their mapping network takes (N, 512) only
+    z = torch.randn(
+        count * 3 * batch, 512, device=device
+    )  # their mapping network takes (N, 512) only
     ws = key_generator.style(z).reshape(count, 3, batch, 512)
-    return [torch.cat([w[g, :, None].expand(-1, n, -1) for g, n in enumerate((4, 4, 6))], 1) for w in ws]
+    return [
+        torch.cat([w[g, :, None].expand(-1, n, -1) for g, n in enumerate((4, 4, 6))], 1) for w in ws
+    ]
 
 
 class Iteration:
     """One of their training iterations for a stage; ``precision`` and ``compiled`` as in
     the module doc. ``__call__(images, index)`` runs it and returns the G loss."""
 
-    def __init__(self, ref: Namespace, opts: Namespace, stage: int, device: torch.device, precision: str, compiled: bool):
+    def __init__(
+        self,
+        ref: Namespace,
+        opts: Namespace,
+        stage: int,
+        device: torch.device,
+        precision: str,
+        compiled: bool,
+    ):
         self.ref, self.stage, self.device, self.precision = ref, stage, device, precision
         weights = LOSS_WEIGHTS[stage]
         self.w = Namespace(**weights)
@@ -295,7 +361,9 @@ class Iteration:
             self.kria = wrap(KRIA(ref.stylegan.EqualLinear).to(device).train())
             set_trainable([self.key_generator], False)
             self.trained = [self.kria, *self.trained]
-        self.g_optim = ref.ranger.Ranger([{"params": m.parameters()} for m in self.trained], lr=LEARNING_RATE)
+        self.g_optim = ref.ranger.Ranger(
+            [{"params": m.parameters()} for m in self.trained], lr=LEARNING_RATE
+        )
         self.d_optim = ref.ranger.Ranger(self.discriminator.parameters(), lr=LEARNING_RATE)
 
     def autocast(self):
@@ -316,7 +384,9 @@ class Iteration:
             fakes = make_fakes()
             real = real.detach().requires_grad_(True)
             real_pred = self.discriminator(real)
-            d_loss = sum(d_logistic(real_pred, self.discriminator(fake)) for fake in fakes) / len(fakes)
+            d_loss = sum(d_logistic(real_pred, self.discriminator(fake)) for fake in fakes) / len(
+                fakes
+            )
             loss = d_loss + R1_GAMMA / 2 * r1_penalty(self.ref, real_pred, real)
         self.d_optim.zero_grad()
         loss.backward()
@@ -346,17 +416,27 @@ class Iteration:
             latents = (id_codes - id_attr) + attr_attr
             return self.decode(latents, self.maar(c3, c2, c1)), latents
 
-        self.d_step(attr_images, lambda: [mix(id_images.detach(), attr_images.detach())[0]])  # before their requires_grad
+        self.d_step(
+            attr_images, lambda: [mix(id_images.detach(), attr_images.detach())[0]]
+        )  # before their requires_grad
 
         def g_loss():
             out, latents = mix(id_images, attr_images)
             w = self.w
             dists = self.id_encoder.calculate_contrastive_loss(attr_images, out)
-            contrastive = (dists - SAME_THRESHOLD if same else DIFFERENT_THRESHOLD - dists).clamp(min=0.0).mean()
+            contrastive = (
+                (dists - SAME_THRESHOLD if same else DIFFERENT_THRESHOLD - dists)
+                .clamp(min=0.0)
+                .mean()
+            )
             id_loss = self.id_encoder(id_images, out)[0]
             return (
-                w.id * id_loss + w.rec * F.smooth_l1_loss(attr_images, out) + w.lpips * self.lpips(attr_images, out)
-                + w.latent * (latents**2).mean() + w.parse * self.parse(attr_images, out) + w.contrastive * contrastive
+                w.id * id_loss
+                + w.rec * F.smooth_l1_loss(attr_images, out)
+                + w.lpips * self.lpips(attr_images, out)
+                + w.latent * (latents**2).mean()
+                + w.parse * self.parse(attr_images, out)
+                + w.contrastive * contrastive
                 + g_nonsaturating(self.discriminator(out))
             )
 
@@ -371,9 +451,14 @@ class Iteration:
             codes, attr, c3, c2, c1 = self.cid(images, self.e4e, self.device)
             maps = self.maar(c3, c2, c1)
             identity = codes - attr
-            enc1, enc2 = self.kria(torch.cat([identity, p1], -1)), self.kria(torch.cat([identity, p2], -1))
+            enc1, enc2 = (
+                self.kria(torch.cat([identity, p1], -1)),
+                self.kria(torch.cat([identity, p2], -1)),
+            )
             decs = [self.kria(torch.cat([enc1, key], -1)) for key in (r1, r2, p1)]
-            latents = [attr + x for x in (enc1, enc2, *decs)]  # anonymized 1, 2; wrong key 1, 2; recovered
+            latents = [
+                attr + x for x in (enc1, enc2, *decs)
+            ]  # anonymized 1, 2; wrong key 1, 2; recovered
             return [self.decode(w, maps) for w in latents], latents
 
         self.d_step(images, lambda: outputs()[0])
@@ -381,14 +466,28 @@ class Iteration:
         def g_loss():
             (anon1, anon2, wrong1, wrong2, recovered), latents = outputs()
             similarity = lambda a, b: self.id_encoder(a, b)[1]  # noqa: E731 - their clamped cosine
-            id_loss = (similarity(images, anon1) + similarity(images, anon2) + similarity(anon1, anon2)) / 3
-            pairs = [(recovered, wrong1), (recovered, wrong2), (wrong1, wrong2), (images, wrong1), (images, wrong2)]
-            id_loss = id_loss + sum(similarity(a, b) for a, b in pairs) / 5 + self.id_encoder(images, recovered)[0]
+            id_loss = (
+                similarity(images, anon1) + similarity(images, anon2) + similarity(anon1, anon2)
+            ) / 3
+            pairs = [
+                (recovered, wrong1),
+                (recovered, wrong2),
+                (wrong1, wrong2),
+                (images, wrong1),
+                (images, wrong2),
+            ]
+            id_loss = (
+                id_loss
+                + sum(similarity(a, b) for a, b in pairs) / 5
+                + self.id_encoder(images, recovered)[0]
+            )
             outs = [anon1, anon2, recovered, wrong1, wrong2]
             w = self.w
             return (
-                id_loss + w.rec * sum(F.smooth_l1_loss(images, o) for o in outs)
-                + w.lpips * sum(self.lpips(images, o) for o in outs) + w.parse * sum(self.parse(images, o) for o in outs)
+                id_loss
+                + w.rec * sum(F.smooth_l1_loss(images, o) for o in outs)
+                + w.lpips * sum(self.lpips(images, o) for o in outs)
+                + w.parse * sum(self.parse(images, o) for o in outs)
                 + w.latent * sum((x**2).mean() for x in latents) / 5
                 + sum(g_nonsaturating(self.discriminator(o)) for o in outs) / 5
             )
@@ -457,7 +556,9 @@ def run_mode(ref, opts, stage: int, mode: str, args, device: torch.device) -> st
     precision, _, compiled = mode.partition("+")
     set_precision(precision)
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # their constructors print; keep the table whole
+        with contextlib.redirect_stdout(
+            sys.stderr
+        ):  # their constructors print; keep the table whole
             iteration = Iteration(ref, opts, stage, device, precision, bool(compiled))
         r = measure(iteration, args.batch, args.steps, device)
     except Exception as err:  # noqa: BLE001 - a failing mode is a result of the baseline, not a crash

@@ -43,13 +43,20 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     reference = ref.Generator(args.size, 512, 8)
     # Small random weights keep the unnormalised ToRGB sums in a sensible range.
-    reference = ref.reset_fixed_kernels_(randomize_(reference, seed=0, scale=0.5)).eval().to(torch_device)
+    reference = (
+        ref.reset_fixed_kernels_(randomize_(reference, seed=0, scale=0.5)).eval().to(torch_device)
+    )
     module = Generator(size=args.size, dtype=args.dtype)
-    variables = jax.device_put(generator_variables(to_numpy(reference.state_dict(), "reference"), module, "reference"))
+    variables = jax.device_put(
+        generator_variables(to_numpy(reference.state_dict(), "reference"), module, "reference")
+    )
     forward = jax.jit(module.apply)
 
     def torch_forward(latents):
-        with torch.no_grad(), torch.autocast(torch_device, torch.bfloat16, enabled=args.dtype == "bfloat16"):
+        with (
+            torch.no_grad(),
+            torch.autocast(torch_device, torch.bfloat16, enabled=args.dtype == "bfloat16"),
+        ):
             out = reference(latents)
         if torch_device == "cuda":
             torch.cuda.synchronize()
@@ -63,13 +70,21 @@ def main(argv: list[str] | None = None) -> None:
     print("| batch | JAX ms/image | PyTorch ms/image | PyTorch / JAX | rel. diff |")
     print("|---|---|---|---|---|")
     for batch in args.batch_sizes:
-        latents = np.random.default_rng(batch).standard_normal((batch, module.n_latent, 512)).astype(np.float32)
+        latents = (
+            np.random.default_rng(batch)
+            .standard_normal((batch, module.n_latent, 512))
+            .astype(np.float32)
+        )
         latents_jax = jax.device_put(latents)
         latents_torch = torch.from_numpy(latents).to(torch_device)
         t_torch = median_seconds(lambda: torch_forward(latents_torch), args.repeats)
-        t_jax = median_seconds(lambda: forward(variables, latents_jax).block_until_ready(), args.repeats)
+        t_jax = median_seconds(
+            lambda: forward(variables, latents_jax).block_until_ready(), args.repeats
+        )
         expected = torch_forward(latents_torch).float().permute(0, 2, 3, 1).cpu().numpy()
-        error = relative_error(np.asarray(forward(variables, latents_jax).astype(jnp.float32)), expected)
+        error = relative_error(
+            np.asarray(forward(variables, latents_jax).astype(jnp.float32)), expected
+        )
         print(
             f"| {batch} | {1e3 * t_jax / batch:.1f} | {1e3 * t_torch / batch:.1f} | "
             f"{t_torch / t_jax:.2f} | {error:.1e} |",

@@ -125,7 +125,9 @@ def _flops(costs) -> float | None:
     return None if flops is None else float(flops)
 
 
-def throughput(batch: int, seconds: float, flops: float, peaks: dict[str, float], devices: int = 1) -> dict:
+def throughput(
+    batch: int, seconds: float, flops: float, peaks: dict[str, float], devices: int = 1
+) -> dict:
     """Figures of a step that processes ``batch`` images in ``seconds`` and computes
     ``flops`` over ``devices`` devices: images/s, achieved FLOP/s, and MFU (achieved
     FLOP/s over ``devices`` x the peak) for each named peak of one device."""

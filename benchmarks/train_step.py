@@ -66,7 +66,9 @@ def stage_config(
     config.model.size = size
     n_latent = 2 * int(np.log2(size)) - 2
     if n_latent <= 8:
-        raise ConfigError(f"--size {size}: the coarse/medium/fine split 4/4/rest needs at least 64 px")
+        raise ConfigError(
+            f"--size {size}: the coarse/medium/fine split 4/4/rest needs at least 64 px"
+        )
     config.model.latent_groups = (4, 4, n_latent - 8)
     config.model.width_scale = width_scale
     config.model.encoder_width_scale = encoder_width_scale
@@ -79,20 +81,40 @@ def stage_config(
 
 def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> dict:
     """Builds a stage's state and step for ``batch`` and measures it (see the module doc)."""
-    config = stage_config(stage, args.size, args.width_scale, args.encoder_width_scale, args.dtype, batch, args.fsdp, args.two_pass)
+    config = stage_config(
+        stage,
+        args.size,
+        args.width_scale,
+        args.encoder_width_scale,
+        args.dtype,
+        batch,
+        args.fsdp,
+        args.two_pass,
+    )
     timing.progress(f"stage {stage}, batch {batch}: initialising the networks")
     mesh = sharding.make_mesh(None, config.mesh.fsdp, jax.devices()[: args.devices])
     if batch % mesh.shape["data"]:
-        raise ConfigError(f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)")
+        raise ConfigError(
+            f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)"
+        )
     _, (stage_fns, state, frozen, _) = loop.random_setup(config, jax.random.PRNGKey(0), mesh)
-    images = np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
+    images = (
+        np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
+    )
     images = sharding.put_batch(mesh, images)
     index_in_epoch = jnp.asarray(1, jnp.int32)
-    trained = sum(x.size for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast)))
+    trained = sum(
+        x.size
+        for x in jax.tree.leaves((state.generator_params.fast, state.discriminator_params.fast))
+    )
 
     step_fn = loop.make_step(stage_fns, mesh, state, frozen)
-    timing.progress(f"stage {stage}, batch {batch}: state built and placed; lowering and compiling the step")
-    lowered, compiled, watch = timing.compile_watched(step_fn, state, frozen, images, index_in_epoch)
+    timing.progress(
+        f"stage {stage}, batch {batch}: state built and placed; lowering and compiling the step"
+    )
+    lowered, compiled, watch = timing.compile_watched(
+        step_fn, state, frozen, images, index_in_epoch
+    )
     flops = timing.model_flops(lowered)
     timing.progress(f"stage {stage}, batch {batch}: {watch.message('the step')}; timing")
 
@@ -103,7 +125,9 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
     jax.block_until_ready(carry)
     seconds, (_, metrics) = timing.steady_state_seconds(step, carry, steps, jax.block_until_ready)
     if not np.isfinite(float(metrics["g_total"])):
-        raise FloatingPointError(f"stage {stage}: the step diverged (g_total {float(metrics['g_total'])})")
+        raise FloatingPointError(
+            f"stage {stage}: the step diverged (g_total {float(metrics['g_total'])})"
+        )
     return {
         "stage": stage,
         "batch": batch,
@@ -123,14 +147,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8, help="global batch")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--width-scale", type=float, default=1.0, help="generator and discriminator widths")
-    parser.add_argument("--encoder-width-scale", type=float, default=1.0, help="e4e and ArcFace widths (>= 0.25)")
+    parser.add_argument(
+        "--width-scale", type=float, default=1.0, help="generator and discriminator widths"
+    )
+    parser.add_argument(
+        "--encoder-width-scale", type=float, default=1.0, help="e4e and ArcFace widths (>= 0.25)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps after the warm-up step")
-    parser.add_argument("--fsdp", type=int, default=1, help="fsdp axis of the mesh (the rest is data)")
+    parser.add_argument(
+        "--fsdp", type=int, default=1, help="fsdp axis of the mesh (the rest is data)"
+    )
     parser.add_argument("--devices", type=int, help="use the first N devices (default: all)")
-    parser.add_argument("--two-pass", action="store_true", help="the generator side twice per step, as the reference")
-    parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s of one device for MFU (default: the table's)")
-    parser.add_argument("--find-max-batch", action="store_true", help="also search the largest batch that fits (slow)")
+    parser.add_argument(
+        "--two-pass",
+        action="store_true",
+        help="the generator side twice per step, as the reference",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="peak TFLOP/s of one device for MFU (default: the table's)",
+    )
+    parser.add_argument(
+        "--find-max-batch",
+        action="store_true",
+        help="also search the largest batch that fits (slow)",
+    )
     parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
     args = parser.parse_args(argv)
     compilation_cache.enable()
@@ -159,7 +201,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         if args.find_max_batch:
             fits = lambda batch: run_stage(stage, args, batch, steps=1)  # noqa: E731
-            largest = device_info.largest_batch(fits, args.batch, args.max_batch, multiple=r["data_axis"])
+            largest = device_info.largest_batch(
+                fits, args.batch, args.max_batch, multiple=r["data_axis"]
+            )
             row += f" {largest if largest is not None else 'none'} |"
         print(row, flush=True)
 

@@ -34,11 +34,11 @@ from typing import Sequence
 
 import numpy as np
 
+from benchmarks.clips import pan_frames, write_clip
 from dbaf_jax import anonymize_video, compilation_cache, recover_video
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces import align, paste
 from dbaf_jax.video import clip, sidecar
-from benchmarks.clips import pan_frames, write_clip
 
 PASSWORD = "benchmark password"
 
@@ -54,7 +54,10 @@ def face_masks(side: sidecar.Sidecar) -> np.ndarray:
     box, ones = paste.box_mask(side.size), np.ones((side.size, side.size, 3), np.float32)
     for _, first, stack in side.tracks:
         for offset, transform in enumerate(stack):
-            masks[first + offset] |= paste.paste(np.zeros((*side.shape, 3), np.uint8), ones, box, transform)[..., 0] >= 254
+            masks[first + offset] |= (
+                paste.paste(np.zeros((*side.shape, 3), np.uint8), ones, box, transform)[..., 0]
+                >= 254
+            )
     return masks
 
 
@@ -76,7 +79,12 @@ def track_spread(frames: np.ndarray, side: sidecar.Sidecar, recognizer) -> float
     """Mean over tracks of the mean dlib distance of a track's faces to its mean descriptor."""
     spreads = []
     for _, first, stack in side.tracks:
-        crops = np.stack([align.crop(frames[first + i].astype(np.uint8), t, side.size) for i, t in enumerate(stack)])
+        crops = np.stack(
+            [
+                align.crop(frames[first + i].astype(np.uint8), t, side.size)
+                for i, t in enumerate(stack)
+            ]
+        )
         descriptors = recognizer(crops.astype(np.float32) / 127.5 - 1)
         spreads.append(float(np.linalg.norm(descriptors - descriptors.mean(axis=0), axis=1).mean()))
     return float(np.mean(spreads)) if spreads else float("nan")
@@ -89,8 +97,12 @@ def timed(command, argv: Sequence[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)"
+    )
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--smooth", type=float, nargs="+", default=[0.0, 2.0])
     parser.add_argument("--batch-size", type=int, default=8)
@@ -108,25 +120,44 @@ def main(argv: Sequence[str] | None = None) -> None:
             model = tiny_model(work / "tiny")
         source = write_clip(work / "pan.mp4", pan_frames(args.frames, travel=0.5))
         (work / "pw.txt").write_text(PASSWORD + "\n", encoding="utf-8")
-        common = ["--model", str(model), "--password-file", str(work / "pw.txt"), "--batch-size", str(args.batch_size), "--overwrite"]
+        common = [
+            "--model",
+            str(model),
+            "--password-file",
+            str(work / "pw.txt"),
+            "--batch-size",
+            str(args.batch_size),
+            "--overwrite",
+        ]
         original = decoded(source)
         print(f"clip: {args.frames} frames 320x240; model: {model}")
-        recognizer = dlib_recognition.DlibRecognizer() if dlib_recognition.unavailable() is None else None
-        print("smooth | anonymize s (frames/s) | recover s (frames/s) | tracks | flicker ours / original | recovery PSNR mean / min"
-              " | dlib identity spread along tracks, ours / original")
+        recognizer = (
+            dlib_recognition.DlibRecognizer() if dlib_recognition.unavailable() is None else None
+        )
+        print(
+            "smooth | anonymize s (frames/s) | recover s (frames/s) | tracks | flicker ours / original | recovery PSNR mean / min"
+            " | dlib identity spread along tracks, ours / original"
+        )
         for sigma in args.smooth:
             anon, back = work / f"anon{sigma:g}.mp4", work / f"back{sigma:g}.mkv"
-            seconds = timed(anonymize_video, [*common, "--smooth", str(sigma), str(source), str(anon)])
+            seconds = timed(
+                anonymize_video, [*common, "--smooth", str(sigma), str(source), str(anon)]
+            )
             back_seconds = timed(recover_video, [*common, str(anon), str(back)])
             side = sidecar.read(sidecar.path_for(anon))
             masks = face_masks(side)
             ours, recovered = decoded(anon), decoded(back)
             psnrs = psnr_per_frame(recovered, original, masks)
-            spread = (f"{track_spread(ours, side, recognizer):.3f} / {track_spread(original, side, recognizer):.3f}"
-                      if recognizer is not None else f"not measured ({dlib_recognition.unavailable()})")
-            print(f"{sigma:g} | {seconds:.1f} ({args.frames / seconds:.2f}) | {back_seconds:.1f} ({args.frames / back_seconds:.2f}) | "
-                  f"{len(side.tracks)} | {flicker(ours, masks):.2f} / {flicker(original, masks):.2f} | "
-                  f"{np.mean(psnrs):.1f} / {np.min(psnrs):.1f} | {spread}")
+            spread = (
+                f"{track_spread(ours, side, recognizer):.3f} / {track_spread(original, side, recognizer):.3f}"
+                if recognizer is not None
+                else f"not measured ({dlib_recognition.unavailable()})"
+            )
+            print(
+                f"{sigma:g} | {seconds:.1f} ({args.frames / seconds:.2f}) | {back_seconds:.1f} ({args.frames / back_seconds:.2f}) | "
+                f"{len(side.tracks)} | {flicker(ours, masks):.2f} / {flicker(original, masks):.2f} | "
+                f"{np.mean(psnrs):.1f} / {np.min(psnrs):.1f} | {spread}"
+            )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ def photo_with_faces(count: int) -> np.ndarray:
     with Image.open(PORTRAIT) as img:
         portrait = img.convert("RGB")
     width = min(WIDTH // count, 600)
-    portrait = portrait.resize((width, round(portrait.height * width / portrait.width)), Image.BICUBIC)
+    portrait = portrait.resize(
+        (width, round(portrait.height * width / portrait.width)), Image.BICUBIC
+    )
     canvas = Image.new("RGB", (WIDTH, HEIGHT), (96, 110, 120))
     top = (HEIGHT - portrait.height) // 2
     for i in range(count):
@@ -47,7 +49,9 @@ def photo_with_faces(count: int) -> np.ndarray:
     return np.asarray(canvas)
 
 
-def stage_seconds(anonymizer: FaceAnonymizer, faces, photo: np.ndarray, seed: bytes) -> tuple[dict[str, float], int]:
+def stage_seconds(
+    anonymizer: FaceAnonymizer, faces, photo: np.ndarray, seed: bytes
+) -> tuple[dict[str, float], int]:
     """Seconds per stage for one photo, and the number of faces anonymized."""
     times = {}
     start = time.perf_counter()
@@ -57,7 +61,9 @@ def stage_seconds(anonymizer: FaceAnonymizer, faces, photo: np.ndarray, seed: by
     crops = faces.crops(photo, found.faces)
     times["alignment"] = time.perf_counter() - start
     start = time.perf_counter()
-    anonymized, _ = anonymizer.anonymize(crops, anonymizer.face_keys(seed, [f.index for f in found.faces]))
+    anonymized, _ = anonymizer.anonymize(
+        crops, anonymizer.face_keys(seed, [f.index for f in found.faces])
+    )
     times["model"] = time.perf_counter() - start  # anonymize returns host arrays: synchronised
     start = time.perf_counter()
     faces.paste(photo, found.faces, anonymized, faces.masks(crops, anonymized))
@@ -71,8 +77,12 @@ def tiny_model(work: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
+    )
     parser.add_argument("--faces", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-face-size", type=float, default=50.0)
@@ -83,7 +93,9 @@ def main() -> None:
         anonymizer = FaceAnonymizer(model)
         faces = load_photo_faces(anonymizer, min_face_size=args.min_face_size)
         seed = keys.derive_seed("benchmark", keys.KeyRecord(salt="00" * keys.SALT_BYTES, n=2**10))
-        print(f"model {model} ({'given' if args.model else 'tiny, random weights'}), {WIDTH}x{HEIGHT} photos")
+        print(
+            f"model {model} ({'given' if args.model else 'tiny, random weights'}), {WIDTH}x{HEIGHT} photos"
+        )
         print("| faces | photos/s | " + " | ".join(f"{s} s" for s in STAGES) + " |")
         print("|---" * (len(STAGES) + 2) + "|")
         for count in args.faces:

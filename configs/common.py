@@ -28,7 +28,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.n_mlp = 8  # ref Generator(size, 512, 8)
     c.model.channel_multiplier = 2  # ref (rosinality default)
     c.model.width_scale = 1.0  # generator and D widths; 1.0 = the public checkpoints
-    c.model.encoder_width_scale = 1.0  # e4e and ArcFace (IR-SE50) widths; >= 0.25 (squeeze-excitation)
+    c.model.encoder_width_scale = (
+        1.0  # e4e and ArcFace (IR-SE50) widths; >= 0.25 (squeeze-excitation)
+    )
 
     c.data = ml_collections.ConfigDict()
     c.data.dir = ""  # prepared with `python -m dbaf_jax.prepare_data --images DIR --out DATA_DIR`
@@ -72,7 +74,9 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
-def apply_variants(config: ml_collections.ConfigDict, variants: str, table: dict) -> ml_collections.ConfigDict:
+def apply_variants(
+    config: ml_collections.ConfigDict, variants: str, table: dict
+) -> ml_collections.ConfigDict:
     """Applies comma-separated variant names (``'paper,tiny'``) from ``table`` in order."""
     for name in filter(None, (v.strip() for v in (variants or "").split(","))):
         if name not in table:

@@ -71,9 +71,13 @@ def dbaf_config() -> ml_collections.ConfigDict:
     c.loss.contrastive = 0.0  # stage 1 only
     c.loss.adv = 0.0
     c.loss.id_margin = 0.0  # clamp of the identity terms' cosines
-    c.loss.identity_reduction = "sum"  # stage 2 identity terms over outputs: "sum" (DBAF) or "mean" (HFORD)
+    c.loss.identity_reduction = (
+        "sum"  # stage 2 identity terms over outputs: "sum" (DBAF) or "mean" (HFORD)
+    )
     c.loss.parse_classes = (2, 4, 5, 10, 11, 12)  # ref ParseLoss.select_list (CelebAMask-HQ labels)
-    c.loss.adversarial_reduction = ""  # "" the form's; "sum"/"mean" of G's and D's terms over the outputs
+    c.loss.adversarial_reduction = (
+        ""  # "" the form's; "sum"/"mean" of G's and D's terms over the outputs
+    )
     # Stage 1's contrastive thresholds, for every variant: the reference's --same_thres and
     # --not_same_thres; DBAF's tau+/tau- and HFORD's are not given in their papers.
     c.loss.same_threshold = 0.0
@@ -140,7 +144,9 @@ HFORD_PARSE_CLASSES = (2, 3, 4, 5, 10, 11, 12, 13)
 
 def hford_losses(c: ml_collections.ConfigDict) -> None:
     """What both HFORD stages share and DBAF's paper form does not."""
-    c.loss.form = "paper"  # HFORD eq. 9: L1 reconstruction; eq. 15: sum_i ||Delta_i||_2, as DBAF's paper
+    c.loss.form = (
+        "paper"  # HFORD eq. 9: L1 reconstruction; eq. 15: sum_i ||Delta_i||_2, as DBAF's paper
+    )
     c.loss.parse_classes = HFORD_PARSE_CLASSES  # HFORD eq. 14: identity-related parts only
     c.loss.adversarial_reduction = "mean"  # HFORD eqs. 16-17: expectations over all generated faces
     c.loss.id_margin = 0.0  # HFORD eqs. 10-11: max(0, cos)

@@ -23,10 +23,12 @@ from configs import common
 from dbaf_jax.train.ifadit import PHASE1, PHASE2
 
 
-
 def phase1(c: ml_collections.ConfigDict) -> None:
     c.stage = PHASE1
-    c.trainable = ("e4e", "mapper")  # paper 3.2: E_Attr and M train; ArcFace and StyleGAN2 stay fixed
+    c.trainable = (
+        "e4e",
+        "mapper",
+    )  # paper 3.2: E_Attr and M train; ArcFace and StyleGAN2 stay fixed
     c.best_metric = "reconstruction_psnr"
 
 
@@ -69,7 +71,9 @@ def get_config(variants: str = "phase1") -> ml_collections.ConfigDict:
     c.model.icl = ml_collections.ConfigDict()
     c.model.icl.hidden = 512  # paper: "a four-layer MLP"; chosen: hidden width = identity width
     c.model.icl.layers = 4  # paper
-    c.model.parser = True  # BiSeNet in the model: the soft background mask at inference (paper eq. 11)
+    c.model.parser = (
+        True  # BiSeNet in the model: the soft background mask at inference (paper eq. 11)
+    )
 
     c.batch_size = 4  # paper 4.1
     # paper 4.1: ~150,000 iterations for both phases together; chosen: half each.

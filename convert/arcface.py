@@ -17,7 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from convert.common import ConversionError, Rule, load_torch_checkpoint, map_state_dict, run, to_numpy
+from convert.common import (
+    ConversionError,
+    Rule,
+    load_torch_checkpoint,
+    map_state_dict,
+    run,
+    to_numpy,
+)
 from convert.irse import IGNORED, batch_norm_rules, irse_body_rules
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
@@ -45,7 +52,9 @@ def arcface_rules(module: ArcFace) -> dict:
     rules.update(batch_norm_rules(("output_bn2d",), "output_layer.0"))
     channels = unit_specs(module.num_layers, module.width_scale)[-1][1]
     side = INPUT_SIZE // 16  # four stride-2 stages: 112 -> 7
-    rules[("params", "output_linear", "kernel")] = Rule("output_layer.3.weight", nchw_flatten_linear_kernel(channels, side))
+    rules[("params", "output_linear", "kernel")] = Rule(
+        "output_layer.3.weight", nchw_flatten_linear_kernel(channels, side)
+    )
     rules[("params", "output_linear", "bias")] = Rule("output_layer.3.bias")
     rules.update(batch_norm_rules(("output_bn1d",), "output_layer.4"))
     return rules
@@ -58,7 +67,9 @@ def arcface_variables(state_dict: dict, module: ArcFace, source: str) -> dict:
     return map_state_dict(state_dict, arcface_rules(module), expected, source, ignore=IGNORED)
 
 
-def convert_arcface(ckpt: str | Path, out_dir: str | Path, width_scale: float = 1.0, overwrite: bool = False) -> Path:
+def convert_arcface(
+    ckpt: str | Path, out_dir: str | Path, width_scale: float = 1.0, overwrite: bool = False
+) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/arcface``; returns that path."""
     target = Path(out_dir) / NETWORK_NAME
     if target.exists() and not overwrite:
@@ -70,10 +81,17 @@ def convert_arcface(ckpt: str | Path, out_dir: str | Path, width_scale: float = 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m convert.arcface", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.arcface", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--ckpt", required=True, help="model_ir_se50.pth")
     parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--width-scale", type=float, default=1.0, help="channel multiplier (1.0 for the public file)")
+    parser.add_argument(
+        "--width-scale",
+        type=float,
+        default=1.0,
+        help="channel multiplier (1.0 for the public file)",
+    )
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     print(f"wrote {convert_arcface(args.ckpt, args.out, args.width_scale, args.overwrite)}")

@@ -91,7 +91,9 @@ def load_torch_checkpoint(path: str | Path) -> Any:
                 raise ConversionError(
                     f"{path}: holds objects other than tensors (pickled {pickled.group(1)}) and is refused for safety"
                 ) from None
-            detail = re.search(r"WeightsUnpickler error:(.*?)(?:Check the documentation|$)", text, re.S)
+            detail = re.search(
+                r"WeightsUnpickler error:(.*?)(?:Check the documentation|$)", text, re.S
+            )
             reason = " ".join(detail.group(1).split()) if detail else ""
             reason = f"unpickling stopped: {reason}" if reason else "not a pickle of tensors"
         else:
@@ -106,14 +108,16 @@ def to_numpy(state_dict: Mapping[str, Any], source: str) -> dict[str, Array]:
     out = {}
     for key, value in state_dict.items():
         if not hasattr(value, "detach"):
-            raise ConversionError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor")
+            raise ConversionError(
+                f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor"
+            )
         out[key] = value.detach().cpu().numpy()
     return out
 
 
 def sub_dict(state_dict: Mapping[str, Array], prefix: str) -> dict[str, Array]:
     """The entries under ``prefix`` with the prefix removed (``'encoder.'`` etc.)."""
-    return {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
 
 
 def map_state_dict(
@@ -142,7 +146,9 @@ def map_state_dict(
     flat_expected = traverse_util.flatten_dict(dict(expected))
     unmapped = sorted(set(flat_expected) - set(rules))
     if unmapped:
-        raise ConversionError(f"{source}: converter has no rule for {['/'.join(p) for p in unmapped]}")
+        raise ConversionError(
+            f"{source}: converter has no rule for {['/'.join(p) for p in unmapped]}"
+        )
     missing, misshaped, used, flat = [], [], set(), {}
     for path, leaf in flat_expected.items():
         rule = rules[path]
@@ -162,11 +168,17 @@ def map_state_dict(
         flat[path] = value.astype(leaf.dtype)
     ignore = tuple(ignore)
     unexpected = sorted(
-        k for k in state_dict if k not in used and not any(fnmatch.fnmatchcase(k, p) for p in ignore)
+        k
+        for k in state_dict
+        if k not in used and not any(fnmatch.fnmatchcase(k, p) for p in ignore)
     )
     if missing or unexpected or misshaped:
         lines = [f"{source}: refusing to convert, the layout does not match"]
-        for label, keys in (("missing", sorted(set(missing))), ("unexpected", unexpected), ("mis-shaped", misshaped)):
+        for label, keys in (
+            ("missing", sorted(set(missing))),
+            ("unexpected", unexpected),
+            ("mis-shaped", misshaped),
+        ):
             if keys:
                 lines.append(f"  {label} ({len(keys)}): " + ", ".join(keys))
         raise ConversionError("\n".join(lines))

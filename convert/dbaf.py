@@ -67,7 +67,12 @@ from convert.common import (
     sub_dict,
     to_numpy,
 )
-from convert.stylegan2 import discriminator_variables, generator_variables, infer_discriminator, infer_generator
+from convert.stylegan2 import (
+    discriminator_variables,
+    generator_variables,
+    infer_discriminator,
+    infer_generator,
+)
 from dbaf_jax.model_directory import MODEL_FILE, save_model
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.dbaf import FAMILY, KEY_GENERATOR
@@ -101,7 +106,9 @@ def _layer_norm(rules: dict, flax_path: tuple[str, ...], torch_prefix: str) -> N
 def cid_variables(state_dict: Mapping[str, Array], module: CID, source: str) -> dict:
     """``DisentanglementId`` state_dict -> CID variables (the reference's three ViTs)."""
     if module.shared or len(module.groups) != 3:
-        raise ConversionError(f"{source}: the reference CID has three separate ViTs; build CID with shared=False")
+        raise ConversionError(
+            f"{source}: the reference CID has three separate ViTs; build CID with shared=False"
+        )
     codes = jnp.zeros((1, module.n_latent, module.style_dim), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), codes)
     rules: dict = {("params", "pos_embedding"): Rule("pos_embedding", _drop_singleton_middle)}
@@ -111,7 +118,12 @@ def cid_variables(state_dict: Mapping[str, Array], module: CID, source: str) -> 
             flax_block = ("params", f"vit_{g}", f"block_{i}")
             torch_block = f"layers.{g}.transformer.layers.{i}"
             _layer_norm(rules, (*flax_block, "attention_norm"), f"{torch_block}.0.norm")
-            _linear(rules, (*flax_block, "attention", "to_qkv"), f"{torch_block}.0.fn.to_qkv", bias=False)
+            _linear(
+                rules,
+                (*flax_block, "attention", "to_qkv"),
+                f"{torch_block}.0.fn.to_qkv",
+                bias=False,
+            )
             _linear(rules, (*flax_block, "attention", "to_out"), f"{torch_block}.0.fn.to_out.0")
             _layer_norm(rules, (*flax_block, "mlp_norm"), f"{torch_block}.1.norm")
             _linear(rules, (*flax_block, "mlp_in"), f"{torch_block}.1.fn.net.0")
@@ -154,7 +166,9 @@ def maar_variables(
 def kria_variables(state_dict: Mapping[str, Array], module: KRIA, source: str) -> dict:
     """``AnonymizationNet`` state_dict -> KRIA variables."""
     if len(module.groups) != 3:
-        raise ConversionError(f"{source}: the reference KRIA has three cMLPs; build KRIA with three groups")
+        raise ConversionError(
+            f"{source}: the reference KRIA has three cMLPs; build KRIA with three groups"
+        )
     n_latent = sum(module.groups)
     codes = jnp.zeros((1, n_latent, module.style_dim), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), codes, codes)
@@ -163,7 +177,9 @@ def kria_variables(state_dict: Mapping[str, Array], module: KRIA, source: str) -
     for g, group in enumerate(KRIA.GROUP_NAMES):
         for j in range(n_equal):
             # EqualLinear's stored (unscaled) weight and bias; the scaling stays at run time.
-            _linear(rules, ("params", f"cmlp_{group}", f"equal_linear_{j}"), f"mapper.{g}.model.{j}")
+            _linear(
+                rules, ("params", f"cmlp_{group}", f"equal_linear_{j}"), f"mapper.{g}.model.{j}"
+            )
         _linear(rules, ("params", f"cmlp_{group}", "linear"), f"mapper.{g}.model.{n_equal}")
     return map_state_dict(state_dict, rules, expected, source)
 
@@ -194,7 +210,9 @@ def default_groups(n_latent: int) -> tuple[int, int, int]:
     return (4, 4, n_latent - 8)
 
 
-def infer_cid(state_dict: Mapping[str, Array], source: str, groups: tuple[int, ...] | None, heads: int) -> CID:
+def infer_cid(
+    state_dict: Mapping[str, Array], source: str, groups: tuple[int, ...] | None, heads: int
+) -> CID:
     """The CID a ``DisentanglementId`` state_dict describes (attention across the batch).
 
     Shapes give everything but how the attention width splits into heads (``heads``).
@@ -208,9 +226,13 @@ def infer_cid(state_dict: Mapping[str, Array], source: str, groups: tuple[int, .
     depth = _count(state_dict, r"layers\.0\.transformer\.layers\.(\d+)\.0\.norm\.weight")
     groups = tuple(groups) if groups else default_groups(n_latent)
     if sum(groups) != n_latent:
-        raise ConversionError(f"{source}: latent groups {groups} do not add up to its {n_latent} latents")
+        raise ConversionError(
+            f"{source}: latent groups {groups} do not add up to its {n_latent} latents"
+        )
     if heads < 1 or inner % heads:
-        raise ConversionError(f"{source}: attention width {inner} is not a multiple of {heads} heads (--cid-heads)")
+        raise ConversionError(
+            f"{source}: attention width {inner} is not a multiple of {heads} heads (--cid-heads)"
+        )
     return CID(
         n_latent=n_latent,
         style_dim=style_dim,
@@ -226,7 +248,9 @@ def infer_cid(state_dict: Mapping[str, Array], source: str, groups: tuple[int, .
 def infer_maar(state_dict: Mapping[str, Array], source: str) -> tuple[MAAR, tuple[int, int, int]]:
     """The MAAR an ``AttrBlock`` state_dict describes, and its input channels (c3, c2, c1)."""
     what = "AttrBlock (MAAR)"
-    convs = [_require(state_dict, f"conv_{name}.weight", source, what) for name in ("c3", "c2", "c1")]
+    convs = [
+        _require(state_dict, f"conv_{name}.weight", source, what) for name in ("c3", "c2", "c1")
+    ]
     hidden = int(_require(state_dict, "cbam_c3.ChannelGate.mlp.1.weight", source, what).shape[0])
     channels = int(convs[0].shape[0])
     module = MAAR(channels=channels, reduction=max(1, channels // hidden))
@@ -237,17 +261,25 @@ def infer_kria(state_dict: Mapping[str, Array], source: str, groups: tuple[int, 
     """The KRIA an ``AnonymizationNet`` state_dict describes (its file does not hold the groups)."""
     first = _require(state_dict, "mapper.0.model.0.weight", source, "AnonymizationNet (KRIA)")
     layers = _count(state_dict, r"mapper\.0\.model\.(\d+)\.weight")
-    return KRIA(style_dim=int(first.shape[1]) // 2, groups=tuple(groups), extra_layers=max(0, layers - 4))
+    return KRIA(
+        style_dim=int(first.shape[1]) // 2, groups=tuple(groups), extra_layers=max(0, layers - 4)
+    )
 
 
-def infer_encoder(encoder_sd: Mapping[str, Array], opts: Mapping[str, Any], source: str) -> Encoder4Editing:
+def infer_encoder(
+    encoder_sd: Mapping[str, Array], opts: Mapping[str, Any], source: str
+) -> Encoder4Editing:
     """The e4e encoder of a pSp file's ``encoder.*`` entries (prefix removed, ``latent_avg``
     added) and its opts; the width is read from the stem."""
-    size = int(opts.get("stylegan_size") or e4e_convert.stylegan_size_from_styles(encoder_sd, source))
+    size = int(
+        opts.get("stylegan_size") or e4e_convert.stylegan_size_from_styles(encoder_sd, source)
+    )
     stem = _require(encoder_sd, "input_layer.0.weight", source, "e4e encoder")
     latent_avg = _require(encoder_sd, e4e_convert.LATENT_AVG_KEY, source, "e4e encoder")
     return Encoder4Editing(
-        stylegan_size=size, style_dim=int(latent_avg.shape[-1]), width_scale=int(stem.shape[0]) / STEM_CHANNELS
+        stylegan_size=size,
+        style_dim=int(latent_avg.shape[-1]),
+        width_scale=int(stem.shape[0]) / STEM_CHANNELS,
     )
 
 
@@ -263,15 +295,21 @@ def encoder_network(path: str | Path) -> tuple[Encoder4Editing, dict]:
     opts = e4e_convert.read_options(checkpoint)
     encoder_type = opts.get("encoder_type", "Encoder4Editing")
     if encoder_type != "Encoder4Editing":
-        raise ConversionError(f"{source}: DBAF runs an e4e encoder (Encoder4Editing); this file holds {encoder_type!r}")
+        raise ConversionError(
+            f"{source}: DBAF runs an e4e encoder (Encoder4Editing); this file holds {encoder_type!r}"
+        )
     if opts.get("start_from_latent_avg") is False:
-        raise ConversionError(f"{source}: opts.start_from_latent_avg is False; DBAF's e4e adds latent_avg")
+        raise ConversionError(
+            f"{source}: opts.start_from_latent_avg is False; DBAF's e4e adds latent_avg"
+        )
     if e4e_convert.LATENT_AVG_KEY not in checkpoint:
         raise ConversionError(f"{source}: no 'latent_avg' entry")
     state_dict = to_numpy(checkpoint["state_dict"], f"{source}:state_dict")
     stray = sorted(k for k in state_dict if not k.startswith(("encoder.", "decoder.")))
     if stray:
-        raise ConversionError(f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}")
+        raise ConversionError(
+            f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}"
+        )
     encoder_sd = sub_dict(state_dict, "encoder.")
     latent_avg = {e4e_convert.LATENT_AVG_KEY: checkpoint[e4e_convert.LATENT_AVG_KEY]}
     encoder_sd.update(to_numpy(latent_avg, source))
@@ -317,7 +355,9 @@ def encoder_map_channels(encoder) -> tuple[int, int, int]:
     return specs[c3_end][1], specs[c2_end][1], specs[c1_end][1]
 
 
-def compatibility_problems(modules: Mapping[str, Any], maar_in_channels: tuple[int, ...] | None) -> list[str]:
+def compatibility_problems(
+    modules: Mapping[str, Any], maar_in_channels: tuple[int, ...] | None
+) -> list[str]:
     """What keeps converted networks from working together (empty when they fit)."""
     problems = []
     style_dims = {n: m.style_dim for n, m in modules.items() if hasattr(m, "style_dim")}
@@ -331,15 +371,25 @@ def compatibility_problems(modules: Mapping[str, Any], maar_in_channels: tuple[i
     }
     if len(set(n_latents.values())) > 1:
         problems.append(f"number of latents differs: {n_latents}")
-    if "cid" in modules and "kria" in modules and tuple(modules["cid"].groups) != tuple(modules["kria"].groups):
-        problems.append(f"latent groups differ: cid {modules['cid'].groups}, kria {modules['kria'].groups}")
-    sizes = {n: m.size for n, m in modules.items() if n in (KEY_GENERATOR, "decoder", DISCRIMINATOR)}
+    if (
+        "cid" in modules
+        and "kria" in modules
+        and tuple(modules["cid"].groups) != tuple(modules["kria"].groups)
+    ):
+        problems.append(
+            f"latent groups differ: cid {modules['cid'].groups}, kria {modules['kria'].groups}"
+        )
+    sizes = {
+        n: m.size for n, m in modules.items() if n in (KEY_GENERATOR, "decoder", DISCRIMINATOR)
+    }
     if len(set(sizes.values())) > 1:
         problems.append(f"image size differs: {sizes}")
     maar = modules.get("maar")
     if maar is not None and e4e is not None:
         if tuple(maar_in_channels) != encoder_map_channels(e4e):
-            problems.append(f"maar reads {tuple(maar_in_channels)} channels, e4e's c3, c2, c1 have {encoder_map_channels(e4e)}")
+            problems.append(
+                f"maar reads {tuple(maar_in_channels)} channels, e4e's c3, c2, c1 have {encoder_map_channels(e4e)}"
+            )
         if decoder is not None:
             resolutions = [e4e.input_size // stride for stride in MAP_STRIDES]
             widths = {r: decoder.channels(r) for r in resolutions if 4 <= r <= decoder.size}
@@ -383,8 +433,12 @@ def convert_dbaf(
     files = {name: Path(f) for name, f in files.items() if f is not None}
     existing = [str(out_dir / n) for n in (*files, MODEL_FILE) if (out_dir / n).exists()]
     if existing and not overwrite:
-        raise ConversionError(f"{', '.join(existing)} exist(s) already; pass --overwrite to replace")
-    stale = [str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()]
+        raise ConversionError(
+            f"{', '.join(existing)} exist(s) already; pass --overwrite to replace"
+        )
+    stale = [
+        str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()
+    ]
     if stale:
         raise ConversionError(
             f"{', '.join(stale)} come(s) from another conversion and this one would not replace it; "
@@ -422,7 +476,11 @@ def convert_dbaf(
         elif "cid" in networks:
             groups = networks["cid"][0].groups
         else:
-            groups = default_groups(networks["decoder"][0].n_latent) if "decoder" in networks else (4, 4, 6)
+            groups = (
+                default_groups(networks["decoder"][0].n_latent)
+                if "decoder" in networks
+                else (4, 4, 6)
+            )
         module = infer_kria(state_dict, source, groups)
         return module, kria_variables(state_dict, module, source)
 
@@ -465,16 +523,40 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--e4e", required=True, help="e4e_ffhq_encode_256.pt (pSp layout)")
-    parser.add_argument("--stylegan", required=True, help="stylegan2-ffhq-256.pt (rosinality; its g_ema makes the keys)")
-    parser.add_argument("--cid", required=True, help="w_disentanglement*.pth (DisentanglementId state_dict)")
+    parser.add_argument(
+        "--stylegan",
+        required=True,
+        help="stylegan2-ffhq-256.pt (rosinality; its g_ema makes the keys)",
+    )
+    parser.add_argument(
+        "--cid", required=True, help="w_disentanglement*.pth (DisentanglementId state_dict)"
+    )
     parser.add_argument("--maar", required=True, help="attr_block*.pth (AttrBlock state_dict)")
-    parser.add_argument("--decoder", required=True, help="*decoder*.pth (fine-tuned Generator state_dict)")
-    parser.add_argument("--kria", help="*id_mlp*.pth (AnonymizationNet state_dict); omit for a stage-1 result")
-    parser.add_argument("--discriminator", help="Discriminator state_dict, or a rosinality checkpoint whose d is taken")
+    parser.add_argument(
+        "--decoder", required=True, help="*decoder*.pth (fine-tuned Generator state_dict)"
+    )
+    parser.add_argument(
+        "--kria", help="*id_mlp*.pth (AnonymizationNet state_dict); omit for a stage-1 result"
+    )
+    parser.add_argument(
+        "--discriminator",
+        help="Discriminator state_dict, or a rosinality checkpoint whose d is taken",
+    )
     parser.add_argument("--out", required=True, help="the DBAF model directory to write")
-    parser.add_argument("--latent-groups", type=parse_groups, help="coarse,medium,fine latent counts (default 4,4,rest)")
-    parser.add_argument("--cid-heads", type=int, default=REFERENCE_CID_HEADS, help="CID attention heads (reference: 14)")
-    parser.add_argument("--overwrite", action="store_true", help="replace networks already in --out")
+    parser.add_argument(
+        "--latent-groups",
+        type=parse_groups,
+        help="coarse,medium,fine latent counts (default 4,4,rest)",
+    )
+    parser.add_argument(
+        "--cid-heads",
+        type=int,
+        default=REFERENCE_CID_HEADS,
+        help="CID attention heads (reference: 14)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace networks already in --out"
+    )
     args = parser.parse_args(argv)
     written = convert_dbaf(
         args.out,
@@ -492,7 +574,9 @@ def main(argv: list[str] | None = None) -> None:
     for path in written:
         print(f"wrote {path}")
     if args.kria is None:
-        print(f"no --kria: {args.out} is a stage-1 result (stage 2's init_from), not yet usable by dbaf_jax.anonymize")
+        print(
+            f"no --kria: {args.out} is a stage-1 result (stage 2's init_from), not yet usable by dbaf_jax.anonymize"
+        )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,12 @@ def encoder_rules(module: GradualStyleEncoder) -> dict:
     rules = irse_body_rules(("body",), module.num_layers, module.width_scale)
     for i in range(module.n_styles):
         for k in range(int(math.log2(module.style_spatial(i)))):
-            rules.update(conv_rules((f"styles_{i}", f"conv_{k}"), f"styles.{i}.convs.{2 * k}", bias=True))
-        rules[("params", f"styles_{i}", "linear", "kernel")] = Rule(f"styles.{i}.linear.weight", linear_kernel)
+            rules.update(
+                conv_rules((f"styles_{i}", f"conv_{k}"), f"styles.{i}.convs.{2 * k}", bias=True)
+            )
+        rules[("params", f"styles_{i}", "linear", "kernel")] = Rule(
+            f"styles.{i}.linear.weight", linear_kernel
+        )
         rules[("params", f"styles_{i}", "linear", "bias")] = Rule(f"styles.{i}.linear.bias")
     rules.update(conv_rules(("lateral_middle",), "latlayer1", bias=True))
     rules.update(conv_rules(("lateral_fine",), "latlayer2", bias=True))
@@ -81,9 +85,15 @@ def encoder_rules(module: GradualStyleEncoder) -> dict:
     return rules
 
 
-def encoder_variables(state_dict: Mapping[str, np.ndarray], module: GradualStyleEncoder, source: str) -> dict:
+def encoder_variables(
+    state_dict: Mapping[str, np.ndarray], module: GradualStyleEncoder, source: str
+) -> dict:
     """The encoder's variables from its state_dict (``encoder.`` removed) plus ``latent_avg``."""
-    expected = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, module.input_size, module.input_size, 3), jnp.float32))
+    expected = jax.eval_shape(
+        module.init,
+        jax.random.key(0),
+        jnp.zeros((1, module.input_size, module.input_size, 3), jnp.float32),
+    )
     return map_state_dict(state_dict, encoder_rules(module), expected, source, ignore=IGNORED)
 
 
@@ -100,9 +110,13 @@ def read_options(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def stylegan_size_from_styles(encoder_sd: Mapping[str, np.ndarray], source: str) -> int:
-    count = len({m.group(1) for k in encoder_sd if (m := re.fullmatch(r"styles\.(\d+)\.linear\.weight", k))})
+    count = len(
+        {m.group(1) for k in encoder_sd if (m := re.fullmatch(r"styles\.(\d+)\.linear\.weight", k))}
+    )
     if count < 2 or count % 2:
-        raise ConversionError(f"{source}: cannot tell the generator size: {count} style blocks and no opts")
+        raise ConversionError(
+            f"{source}: cannot tell the generator size: {count} style blocks and no opts"
+        )
     return 2 ** ((count + 2) // 2)
 
 
@@ -126,52 +140,85 @@ def convert_e4e(
     opts = read_options(checkpoint)
     encoder_type = encoder_type or opts.get("encoder_type", "Encoder4Editing")
     if encoder_type not in ENCODER_TYPES:
-        raise ConversionError(f"{source}: encoder_type {encoder_type!r} is not supported (one of {sorted(ENCODER_TYPES)})")
+        raise ConversionError(
+            f"{source}: encoder_type {encoder_type!r} is not supported (one of {sorted(ENCODER_TYPES)})"
+        )
     if opts.get("start_from_latent_avg") is False:
-        raise ConversionError(f"{source}: opts.start_from_latent_avg is False; only encoders that add latent_avg are supported")
+        raise ConversionError(
+            f"{source}: opts.start_from_latent_avg is False; only encoders that add latent_avg are supported"
+        )
     if LATENT_AVG_KEY not in checkpoint:
         raise ConversionError(f"{source}: no 'latent_avg' entry")
 
     state_dict = to_numpy(checkpoint["state_dict"], f"{source}:state_dict")
     stray = sorted(k for k in state_dict if not k.startswith(("encoder.", "decoder.")))
     if stray:
-        raise ConversionError(f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}")
+        raise ConversionError(
+            f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}"
+        )
     encoder_sd = sub_dict(state_dict, "encoder.")
     decoder_sd = sub_dict(state_dict, "decoder.")
-    encoder_sd[LATENT_AVG_KEY] = to_numpy({LATENT_AVG_KEY: checkpoint[LATENT_AVG_KEY]}, source)[LATENT_AVG_KEY]
+    encoder_sd[LATENT_AVG_KEY] = to_numpy({LATENT_AVG_KEY: checkpoint[LATENT_AVG_KEY]}, source)[
+        LATENT_AVG_KEY
+    ]
     size = int(opts.get("stylegan_size") or stylegan_size_from_styles(encoder_sd, source))
 
     style_dim = int(encoder_sd[LATENT_AVG_KEY].shape[-1])
-    encoder = ENCODER_TYPES[encoder_type](stylegan_size=size, style_dim=style_dim, width_scale=width_scale)
+    encoder = ENCODER_TYPES[encoder_type](
+        stylegan_size=size, style_dim=style_dim, width_scale=width_scale
+    )
     # Both halves are checked before anything is written; their complaints are reported together.
     errors, networks = [], []
     try:
-        networks.append((targets[0], encoder, encoder_variables(encoder_sd, encoder, f"{source}:encoder")))
+        networks.append(
+            (targets[0], encoder, encoder_variables(encoder_sd, encoder, f"{source}:encoder"))
+        )
     except ConversionError as err:
         errors.append(str(err))
     try:
         decoder, decoder_vars = decoder_network(decoder_sd, size, f"{source}:decoder")
         networks.append((targets[1], decoder, decoder_vars))
         if decoder.style_dim != style_dim:
-            errors.append(f"{source}: latent_avg has width {style_dim}, the decoder's style_dim is {decoder.style_dim}")
+            errors.append(
+                f"{source}: latent_avg has width {style_dim}, the decoder's style_dim is {decoder.style_dim}"
+            )
     except ConversionError as err:
         errors.append(str(err))
     if errors:
         raise ConversionError("\n".join(errors))
     for target, module, variables in networks:
-        save_network(target, module, variables, source=f"{Path(ckpt).name} ({encoder_type})", overwrite=overwrite)
+        save_network(
+            target,
+            module,
+            variables,
+            source=f"{Path(ckpt).name} ({encoder_type})",
+            overwrite=overwrite,
+        )
     return targets
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m convert.e4e", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.e4e", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--ckpt", required=True, help="e4e_ffhq_encode_256.pt or a pSp checkpoint")
     parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--encoder-type", choices=sorted(ENCODER_TYPES), help="default: the file's opts.encoder_type")
-    parser.add_argument("--width-scale", type=float, default=1.0, help="encoder channel multiplier (1.0 for public files)")
+    parser.add_argument(
+        "--encoder-type",
+        choices=sorted(ENCODER_TYPES),
+        help="default: the file's opts.encoder_type",
+    )
+    parser.add_argument(
+        "--width-scale",
+        type=float,
+        default=1.0,
+        help="encoder channel multiplier (1.0 for public files)",
+    )
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
-    for path in convert_e4e(args.ckpt, args.out, args.encoder_type, args.width_scale, args.overwrite):
+    for path in convert_e4e(
+        args.ckpt, args.out, args.encoder_type, args.width_scale, args.overwrite
+    ):
         print(f"wrote {path}")
 
 

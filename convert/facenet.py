@@ -19,7 +19,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from convert.common import ConversionError, Rule, linear_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy
+from convert.common import (
+    ConversionError,
+    Rule,
+    linear_kernel,
+    load_torch_checkpoint,
+    map_state_dict,
+    run,
+    to_numpy,
+)
 from convert.inception import basic_conv_rules
 from convert.irse import batch_norm_rules, conv_rules
 from dbaf_jax import model_directory
@@ -34,7 +42,15 @@ STEM = ("conv2d_1a", "conv2d_2a", "conv2d_2b", "conv2d_3b", "conv2d_4a", "conv2d
 BLOCK35 = ("branch0", "branch1.0", "branch1.1", "branch2.0", "branch2.1", "branch2.2")
 BLOCK17_8 = ("branch0", "branch1.0", "branch1.1", "branch1.2")
 MIXED_6A = ("branch0", "branch1.0", "branch1.1", "branch1.2")
-MIXED_7A = ("branch0.0", "branch0.1", "branch1.0", "branch1.1", "branch2.0", "branch2.1", "branch2.2")
+MIXED_7A = (
+    "branch0.0",
+    "branch0.1",
+    "branch1.0",
+    "branch1.1",
+    "branch2.0",
+    "branch2.1",
+    "branch2.2",
+)
 BLOCKS = (
     [(f"repeat_1.{i}", BLOCK35, True) for i in range(5)]
     + [("mixed_6a", MIXED_6A, False)]
@@ -67,7 +83,9 @@ def variant_of(state_dict: dict, source: str) -> str:
     """'vggface2' or 'casia_webface' from the classifier size; refuses any other file."""
     logits = state_dict.get("logits.weight")
     if logits is None or "logits.bias" not in state_dict:
-        raise ConversionError(f"{source}: no logits.weight/logits.bias, so not one of facenet-pytorch's published files")
+        raise ConversionError(
+            f"{source}: no logits.weight/logits.bias, so not one of facenet-pytorch's published files"
+        )
     rows = logits.shape[0]
     if rows not in VARIANTS or state_dict["logits.bias"].shape != (rows,):
         known = ", ".join(f"{n} ({v})" for n, v in VARIANTS.items())
@@ -92,7 +110,9 @@ def convert_facenet(ckpt: str | Path, out_dir: str | Path, overwrite: bool = Fal
     if target.exists() and not overwrite:
         raise ConversionError(f"{target} exists; pass --overwrite to replace it")
     variables = facenet_variables(state_dict, str(ckpt))
-    return save_network(target, InceptionResnetV1(), variables, source=str(ckpt), overwrite=overwrite)
+    return save_network(
+        target, InceptionResnetV1(), variables, source=str(ckpt), overwrite=overwrite
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,7 +121,11 @@ def main(argv: list[str] | None = None) -> None:
         description="FaceNet InceptionResnetV1 -> DIR/facenet_vggface2 (20180402-114759-vggface2.pt) "
         "or DIR/facenet_casia_webface (20180408-102900-casia-webface.pt), told apart by the classifier size.",
     )
-    parser.add_argument("--ckpt", required=True, help="20180402-114759-vggface2.pt or 20180408-102900-casia-webface.pt")
+    parser.add_argument(
+        "--ckpt",
+        required=True,
+        help="20180402-114759-vggface2.pt or 20180408-102900-casia-webface.pt",
+    )
     parser.add_argument("--out", required=True, help="model directory")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)

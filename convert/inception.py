@@ -27,20 +27,59 @@ IGNORED = ("*num_batches_tracked", "fc.weight", "fc.bias")
 
 # The BasicConv2d units of each block type, in the checkpoint's names.
 STEM = ("Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3", "Conv2d_3b_1x1", "Conv2d_4a_3x3")
-INCEPTION_A = ("branch1x1", "branch5x5_1", "branch5x5_2", "branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3",
-               "branch_pool")
+INCEPTION_A = (
+    "branch1x1",
+    "branch5x5_1",
+    "branch5x5_2",
+    "branch3x3dbl_1",
+    "branch3x3dbl_2",
+    "branch3x3dbl_3",
+    "branch_pool",
+)
 INCEPTION_B = ("branch3x3", "branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3")
-INCEPTION_C = ("branch1x1", "branch7x7_1", "branch7x7_2", "branch7x7_3", "branch7x7dbl_1", "branch7x7dbl_2",
-               "branch7x7dbl_3", "branch7x7dbl_4", "branch7x7dbl_5", "branch_pool")
-INCEPTION_D = ("branch3x3_1", "branch3x3_2", "branch7x7x3_1", "branch7x7x3_2", "branch7x7x3_3", "branch7x7x3_4")
-INCEPTION_E = ("branch1x1", "branch3x3_1", "branch3x3_2a", "branch3x3_2b", "branch3x3dbl_1", "branch3x3dbl_2",
-               "branch3x3dbl_3a", "branch3x3dbl_3b", "branch_pool")
+INCEPTION_C = (
+    "branch1x1",
+    "branch7x7_1",
+    "branch7x7_2",
+    "branch7x7_3",
+    "branch7x7dbl_1",
+    "branch7x7dbl_2",
+    "branch7x7dbl_3",
+    "branch7x7dbl_4",
+    "branch7x7dbl_5",
+    "branch_pool",
+)
+INCEPTION_D = (
+    "branch3x3_1",
+    "branch3x3_2",
+    "branch7x7x3_1",
+    "branch7x7x3_2",
+    "branch7x7x3_3",
+    "branch7x7x3_4",
+)
+INCEPTION_E = (
+    "branch1x1",
+    "branch3x3_1",
+    "branch3x3_2a",
+    "branch3x3_2b",
+    "branch3x3dbl_1",
+    "branch3x3dbl_2",
+    "branch3x3dbl_3a",
+    "branch3x3dbl_3b",
+    "branch_pool",
+)
 BLOCKS = {
-    "Mixed_5b": INCEPTION_A, "Mixed_5c": INCEPTION_A, "Mixed_5d": INCEPTION_A,
+    "Mixed_5b": INCEPTION_A,
+    "Mixed_5c": INCEPTION_A,
+    "Mixed_5d": INCEPTION_A,
     "Mixed_6a": INCEPTION_B,
-    "Mixed_6b": INCEPTION_C, "Mixed_6c": INCEPTION_C, "Mixed_6d": INCEPTION_C, "Mixed_6e": INCEPTION_C,
+    "Mixed_6b": INCEPTION_C,
+    "Mixed_6c": INCEPTION_C,
+    "Mixed_6d": INCEPTION_C,
+    "Mixed_6e": INCEPTION_C,
     "Mixed_7a": INCEPTION_D,
-    "Mixed_7b": INCEPTION_E, "Mixed_7c": INCEPTION_E,
+    "Mixed_7b": INCEPTION_E,
+    "Mixed_7c": INCEPTION_E,
 }
 
 

@@ -40,7 +40,9 @@ def prelu_rules(flax_path: Path_, torch_prefix: str) -> dict[Path_, Rule]:
     return {("params", *flax_path, "slope"): Rule(f"{torch_prefix}.weight")}
 
 
-def irse_body_rules(flax_path: Path_, num_layers: int = 50, width_scale: float = 1.0) -> dict[Path_, Rule]:
+def irse_body_rules(
+    flax_path: Path_, num_layers: int = 50, width_scale: float = 1.0
+) -> dict[Path_, Rule]:
     """Rules for an `IRSEBody` at ``flax_path`` from the top-level `input_layer.*`/`body.*` keys."""
     rules = {}
     rules.update(conv_rules((*flax_path, "stem_conv"), "input_layer.0"))

@@ -73,8 +73,13 @@ def linear_rules(net: str) -> dict:
     }
 
 
-def convert_lpips(net: str, lin_path: str | Path, trunk_path: str | Path, out_dir: str | Path,
-                  overwrite: bool = False) -> Path:
+def convert_lpips(
+    net: str,
+    lin_path: str | Path,
+    trunk_path: str | Path,
+    out_dir: str | Path,
+    overwrite: bool = False,
+) -> Path:
     """Converts the two files and writes ``out_dir/lpips_{net}``; returns that path."""
     if net not in TRUNK_CONVS:
         raise ConversionError(f"--net must be one of {sorted(TRUNK_CONVS)}, got {net!r}")
@@ -90,24 +95,39 @@ def convert_lpips(net: str, lin_path: str | Path, trunk_path: str | Path, out_di
     trunk_sd = to_numpy(load_torch_checkpoint(trunk_path), str(trunk_path))
     lin_sd = to_numpy(load_torch_checkpoint(lin_path), str(lin_path))
     # torchvision's full ImageNet model: the classifier head plays no part in LPIPS.
-    trunk = map_state_dict(trunk_sd, trunk_rules(net), expected_trunk, str(trunk_path), ignore=("classifier.*",))
+    trunk = map_state_dict(
+        trunk_sd, trunk_rules(net), expected_trunk, str(trunk_path), ignore=("classifier.*",)
+    )
     linear = map_state_dict(lin_sd, linear_rules(net), expected_linear, str(lin_path))
     variables = {"params": {**trunk["params"], **linear["params"]}}
-    return save_network(target, module, variables, source=f"trunk: {trunk_path}; lin: {lin_path}",
-                        overwrite=overwrite)
+    return save_network(
+        target,
+        module,
+        variables,
+        source=f"trunk: {trunk_path}; lin: {lin_path}",
+        overwrite=overwrite,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m convert.lpips", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.lpips", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--net", choices=sorted(TRUNK_CONVS), default="alex")
-    parser.add_argument("--trunk", required=True, help="torchvision ImageNet state_dict (features.{j}.*)")
-    parser.add_argument("--lin", help="LPIPS v0.1 linear weights (default: the installed lpips package's file)")
+    parser.add_argument(
+        "--trunk", required=True, help="torchvision ImageNet state_dict (features.{j}.*)"
+    )
+    parser.add_argument(
+        "--lin", help="LPIPS v0.1 linear weights (default: the installed lpips package's file)"
+    )
     parser.add_argument("--out", required=True, help="model directory")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     lin = args.lin or default_lin_path(args.net)
     if lin is None:
-        raise ConversionError(f"the lpips package is not installed: pass --lin (its weights/v0.1/{args.net}.pth)")
+        raise ConversionError(
+            f"the lpips package is not installed: pass --lin (its weights/v0.1/{args.net}.pth)"
+        )
     path = convert_lpips(args.net, lin, args.trunk, args.out, overwrite=args.overwrite)
     print(f"wrote {path}")
 

@@ -26,7 +26,14 @@ import jax
 import jax.numpy as jnp
 
 from convert.common import (
-    ConversionError, Rule, conv_kernel, linear_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy,
+    ConversionError,
+    Rule,
+    conv_kernel,
+    linear_kernel,
+    load_torch_checkpoint,
+    map_state_dict,
+    run,
+    to_numpy,
 )
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
@@ -37,9 +44,33 @@ PACKAGE = "facenet_pytorch"
 
 # network name -> (module, input side used to build its variable tree, layers by kind)
 NETWORKS = {
-    "pnet": (PNet(), 12, {"conv": ("conv1", "conv2", "conv3", "conv4_1", "conv4_2"), "prelu": ("prelu1", "prelu2", "prelu3"), "dense": ()}),
-    "rnet": (RNet(), 24, {"conv": ("conv1", "conv2", "conv3"), "prelu": ("prelu1", "prelu2", "prelu3", "prelu4"), "dense": ("dense4", "dense5_1", "dense5_2")}),
-    "onet": (ONet(), 48, {"conv": ("conv1", "conv2", "conv3", "conv4"), "prelu": ("prelu1", "prelu2", "prelu3", "prelu4", "prelu5"), "dense": ("dense5", "dense6_1", "dense6_2", "dense6_3")}),
+    "pnet": (
+        PNet(),
+        12,
+        {
+            "conv": ("conv1", "conv2", "conv3", "conv4_1", "conv4_2"),
+            "prelu": ("prelu1", "prelu2", "prelu3"),
+            "dense": (),
+        },
+    ),
+    "rnet": (
+        RNet(),
+        24,
+        {
+            "conv": ("conv1", "conv2", "conv3"),
+            "prelu": ("prelu1", "prelu2", "prelu3", "prelu4"),
+            "dense": ("dense4", "dense5_1", "dense5_2"),
+        },
+    ),
+    "onet": (
+        ONet(),
+        48,
+        {
+            "conv": ("conv1", "conv2", "conv3", "conv4"),
+            "prelu": ("prelu1", "prelu2", "prelu3", "prelu4", "prelu5"),
+            "dense": ("dense5", "dense6_1", "dense6_2", "dense6_3"),
+        },
+    ),
 }
 
 
@@ -55,7 +86,9 @@ def network_rules(layers: dict[str, tuple[str, ...]]) -> dict:
     return rules
 
 
-def network_variables(state_dict: dict, module: nn.Module, side: int, layers: dict, source: str) -> dict:
+def network_variables(
+    state_dict: dict, module: nn.Module, side: int, layers: dict, source: str
+) -> dict:
     """The Flax variables of one MTCNN network from its state_dict (numpy arrays)."""
     dummy = jnp.zeros((1, side, side, 3), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), dummy)
@@ -72,11 +105,15 @@ def bundled_weights(name: str) -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.pt"
     if not path.is_file():
-        raise ConversionError(f"no --{name} file given and the installed {PACKAGE} has no {path}; pass --{name}")
+        raise ConversionError(
+            f"no --{name} file given and the installed {PACKAGE} has no {path}; pass --{name}"
+        )
     return path
 
 
-def convert_mtcnn(out_dir: str | Path, files: dict[str, str | Path | None] | None = None, overwrite: bool = False) -> Path:
+def convert_mtcnn(
+    out_dir: str | Path, files: dict[str, str | Path | None] | None = None, overwrite: bool = False
+) -> Path:
     """Converts the three networks and writes ``out_dir/mtcnn``; returns that path.
 
     ``files`` maps 'pnet'/'rnet'/'onet' to a checkpoint; a name left out or None uses
@@ -104,9 +141,13 @@ def convert_mtcnn(out_dir: str | Path, files: dict[str, str | Path | None] | Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m convert.mtcnn", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.mtcnn", description=__doc__.split("\n\n")[0]
+    )
     for name in NETWORKS:
-        parser.add_argument(f"--{name}", help=f"{name}.pt (default: the one bundled with facenet-pytorch)")
+        parser.add_argument(
+            f"--{name}", help=f"{name}.pt (default: the one bundled with facenet-pytorch)"
+        )
     parser.add_argument("--out", required=True, help="model directory")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)

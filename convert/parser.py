@@ -16,7 +16,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from convert.common import ConversionError, Rule, conv_kernel, load_torch_checkpoint, map_state_dict, run, to_numpy
+from convert.common import (
+    ConversionError,
+    Rule,
+    conv_kernel,
+    load_torch_checkpoint,
+    map_state_dict,
+    run,
+    to_numpy,
+)
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
@@ -56,7 +64,11 @@ def unet_rules() -> dict:
 
     def block(path: tuple, key: str) -> None:
         for i in (1, 2):  # torch: conv{i} = Sequential(Conv2d, BatchNorm2d, ReLU)
-            rules.update(conv_bn_relu_rules((*path, f"conv{i}"), f"{key}.conv{i}.0", f"{key}.conv{i}.1", bias=True))
+            rules.update(
+                conv_bn_relu_rules(
+                    (*path, f"conv{i}"), f"{key}.conv{i}.0", f"{key}.conv{i}.1", bias=True
+                )
+            )
 
     for name in ("conv1", "conv2", "conv3", "conv4", "center"):
         block((name,), name)
@@ -102,7 +114,9 @@ def network_name(kind: str) -> str:
     return model_directory.parser_dir(kind)
 
 
-def convert_parser(kind: str, ckpt: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+def convert_parser(
+    kind: str, ckpt: str | Path, out_dir: str | Path, overwrite: bool = False
+) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/parser_{kind}``; returns that path."""
     if kind not in KINDS:
         raise ConversionError(f"--kind must be one of {KINDS}, got {kind!r}")
@@ -123,9 +137,13 @@ def convert_parser(kind: str, ckpt: str | Path, out_dir: str | Path, overwrite: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m convert.parser", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convert.parser", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--kind", choices=KINDS, required=True)
-    parser.add_argument("--ckpt", required=True, help="parsenet.pth (unet) or 79999_iter.pth (bisenet)")
+    parser.add_argument(
+        "--ckpt", required=True, help="parsenet.pth (unet) or 79999_iter.pth (bisenet)"
+    )
     parser.add_argument("--out", required=True, help="model directory")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)

@@ -64,7 +64,9 @@ def _equal_linear(prefix: str, torch_prefix: str) -> dict[tuple[str, ...], Rule]
 
 def _modulated_conv(prefix: str, torch_prefix: str) -> dict[tuple[str, ...], Rule]:
     return {
-        ("params", *prefix.split("/"), "conv", "kernel"): Rule(f"{torch_prefix}.conv.weight", modulated_kernel),
+        ("params", *prefix.split("/"), "conv", "kernel"): Rule(
+            f"{torch_prefix}.conv.weight", modulated_kernel
+        ),
         **_equal_linear(f"{prefix}/conv/modulation", f"{torch_prefix}.conv.modulation"),
     }
 
@@ -78,7 +80,10 @@ def _styled_conv(prefix: str, torch_prefix: str) -> dict[tuple[str, ...], Rule]:
 
 
 def _to_rgb(prefix: str, torch_prefix: str) -> dict[tuple[str, ...], Rule]:
-    return {**_modulated_conv(prefix, torch_prefix), ("params", prefix, "bias"): Rule(f"{torch_prefix}.bias", flatten)}
+    return {
+        **_modulated_conv(prefix, torch_prefix),
+        ("params", prefix, "bias"): Rule(f"{torch_prefix}.bias", flatten),
+    }
 
 
 def generator_rules(module: Generator) -> tuple[dict[tuple[str, ...], Rule], dict[str, np.ndarray]]:
@@ -101,7 +106,9 @@ def generator_rules(module: Generator) -> tuple[dict[tuple[str, ...], Rule], dic
     return rules, constants
 
 
-def discriminator_rules(module: Discriminator) -> tuple[dict[tuple[str, ...], Rule], dict[str, np.ndarray]]:
+def discriminator_rules(
+    module: Discriminator,
+) -> tuple[dict[tuple[str, ...], Rule], dict[str, np.ndarray]]:
     """Flax leaf -> torch key rules for ``module``, and the fixed kernels the file must hold."""
     rules = {
         ("params", "from_rgb", "conv", "kernel"): Rule("convs.0.0.weight", conv_kernel),
@@ -114,11 +121,17 @@ def discriminator_rules(module: Discriminator) -> tuple[dict[tuple[str, ...], Ru
     constants = {}
     for i in range(int(np.log2(module.size)) - 2):
         block, torch_block = ("params", f"res_blocks_{i}"), f"convs.{i + 1}"
-        rules[(*block, "conv1", "conv", "kernel")] = Rule(f"{torch_block}.conv1.0.weight", conv_kernel)
+        rules[(*block, "conv1", "conv", "kernel")] = Rule(
+            f"{torch_block}.conv1.0.weight", conv_kernel
+        )
         rules[(*block, "conv1", "bias")] = Rule(f"{torch_block}.conv1.1.bias")
-        rules[(*block, "conv2", "conv", "kernel")] = Rule(f"{torch_block}.conv2.1.weight", conv_kernel)
+        rules[(*block, "conv2", "conv", "kernel")] = Rule(
+            f"{torch_block}.conv2.1.weight", conv_kernel
+        )
         rules[(*block, "conv2", "bias")] = Rule(f"{torch_block}.conv2.2.bias")
-        rules[(*block, "skip", "conv", "kernel")] = Rule(f"{torch_block}.skip.1.weight", conv_kernel)
+        rules[(*block, "skip", "conv", "kernel")] = Rule(
+            f"{torch_block}.skip.1.weight", conv_kernel
+        )
         constants[f"{torch_block}.conv2.0.kernel"] = make_kernel()
         constants[f"{torch_block}.skip.0.kernel"] = make_kernel()
     return rules, constants
@@ -140,36 +153,52 @@ def _convert(
         k
         for k, kernel in constants.items()
         if k in state_dict
-        and (np.shape(state_dict[k]) != kernel.shape or not np.allclose(state_dict[k], kernel, rtol=1e-6, atol=1e-7))
+        and (
+            np.shape(state_dict[k]) != kernel.shape
+            or not np.allclose(state_dict[k], kernel, rtol=1e-6, atol=1e-7)
+        )
     )
     if wrong:
-        problems.append(f"  fixed kernels that differ from the expected blur kernel ({len(wrong)}): " + ", ".join(wrong))
+        problems.append(
+            f"  fixed kernels that differ from the expected blur kernel ({len(wrong)}): "
+            + ", ".join(wrong)
+        )
     try:
         variables = map_state_dict(state_dict, rules, expected, source, ignore=tuple(constants))
     except ConversionError as err:
         raise ConversionError("\n".join([str(err), *problems])) from None
     if problems:
-        raise ConversionError("\n".join([f"{source}: refusing to convert, the layout does not match", *problems]))
+        raise ConversionError(
+            "\n".join([f"{source}: refusing to convert, the layout does not match", *problems])
+        )
     return variables
 
 
-def generator_variables(state_dict: Mapping[str, np.ndarray], module: Generator, source: str) -> dict[str, Any]:
+def generator_variables(
+    state_dict: Mapping[str, np.ndarray], module: Generator, source: str
+) -> dict[str, Any]:
     """The variables of ``module`` (collections 'params', 'buffers') from a rosinality generator state_dict.
 
     ``state_dict`` maps rosinality's keys (``style.1.weight``, ``convs.0.conv.weight``,
     ``noises.noise_0``...) to numpy arrays; every key must be used and every leaf found.
     """
     expected = jax.eval_shape(
-        module.init, jax.random.key(0), jax.ShapeDtypeStruct((1, module.n_latent, module.style_dim), jnp.float32)
+        module.init,
+        jax.random.key(0),
+        jax.ShapeDtypeStruct((1, module.n_latent, module.style_dim), jnp.float32),
     )
     rules, constants = generator_rules(module)
     return _convert(state_dict, rules, constants, expected, source)
 
 
-def discriminator_variables(state_dict: Mapping[str, np.ndarray], module: Discriminator, source: str) -> dict[str, Any]:
+def discriminator_variables(
+    state_dict: Mapping[str, np.ndarray], module: Discriminator, source: str
+) -> dict[str, Any]:
     """The variables of ``module`` (collection 'params') from a rosinality discriminator state_dict."""
     expected = jax.eval_shape(
-        module.init, jax.random.key(0), jax.ShapeDtypeStruct((1, module.size, module.size, 3), jnp.float32)
+        module.init,
+        jax.random.key(0),
+        jax.ShapeDtypeStruct((1, module.size, module.size, 3), jnp.float32),
     )
     rules, constants = discriminator_rules(module)
     return _convert(state_dict, rules, constants, expected, source)
@@ -181,7 +210,9 @@ def _indices(state_dict: Mapping[str, np.ndarray], pattern: str) -> list[int]:
 
 def _require(state_dict: Mapping[str, np.ndarray], key: str, source: str, what: str) -> np.ndarray:
     if key not in state_dict:
-        raise ConversionError(f"{source}: not a rosinality StyleGAN2 {what} state_dict (no {key!r})")
+        raise ConversionError(
+            f"{source}: not a rosinality StyleGAN2 {what} state_dict (no {key!r})"
+        )
     return state_dict[key]
 
 
@@ -201,7 +232,9 @@ def infer_generator(
 ) -> Generator:
     """The Generator a rosinality generator state_dict describes; ``size`` etc. override the file."""
     constant = _require(state_dict, "input.input", source, "generator")
-    style_dim = int(_require(state_dict, "conv1.conv.modulation.weight", source, "generator").shape[1])
+    style_dim = int(
+        _require(state_dict, "conv1.conv.modulation.weight", source, "generator").shape[1]
+    )
     n_mlp = len(_indices(state_dict, r"style\.(\d+)\.weight"))
     if size is None:
         size = 2 ** (len(_indices(state_dict, r"to_rgbs\.(\d+)\.conv\.weight")) + 2)
@@ -248,9 +281,16 @@ def convert_checkpoint(
     if not isinstance(checkpoint, Mapping):
         raise ConversionError(f"{source}: expected a dict, found {type(checkpoint).__name__}")
     if "g_ema" in checkpoint:
-        parts = {model_directory.GENERATOR_DIR: "g_ema", model_directory.GENERATOR_RAW_DIR: "g", model_directory.DISCRIMINATOR_DIR: "d"}
+        parts = {
+            model_directory.GENERATOR_DIR: "g_ema",
+            model_directory.GENERATOR_RAW_DIR: "g",
+            model_directory.DISCRIMINATOR_DIR: "d",
+        }
         parts = {name: key for name, key in parts.items() if key in checkpoint}
-        state_dicts = {name: (to_numpy(checkpoint[key], f"{source}:{key}"), f"{source}:{key}") for name, key in parts.items()}
+        state_dicts = {
+            name: (to_numpy(checkpoint[key], f"{source}:{key}"), f"{source}:{key}")
+            for name, key in parts.items()
+        }
     elif "input.input" in checkpoint:
         state_dicts = {model_directory.GENERATOR_DIR: (to_numpy(checkpoint, source), source)}
     elif "final_linear.0.weight" in checkpoint:
@@ -273,22 +313,40 @@ def convert_checkpoint(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", required=True, help="rosinality checkpoint (.pt) or a bare G/D state_dict")
+    parser.add_argument(
+        "--ckpt", required=True, help="rosinality checkpoint (.pt) or a bare G/D state_dict"
+    )
     parser.add_argument("--out", required=True, help="model directory to write the networks into")
-    parser.add_argument("--size", type=int, default=None, help="image size (default: read from the file)")
-    parser.add_argument("--channel-multiplier", type=int, default=None, help="default: read from the file, else 2")
-    parser.add_argument("--lr-mlp", type=float, default=0.01, help="mapping lr multiplier (default 0.01)")
-    parser.add_argument("--overwrite", action="store_true", help="replace networks already in --out")
+    parser.add_argument(
+        "--size", type=int, default=None, help="image size (default: read from the file)"
+    )
+    parser.add_argument(
+        "--channel-multiplier", type=int, default=None, help="default: read from the file, else 2"
+    )
+    parser.add_argument(
+        "--lr-mlp", type=float, default=0.01, help="mapping lr multiplier (default 0.01)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace networks already in --out"
+    )
     args = parser.parse_args(argv)
 
     checkpoint = load_torch_checkpoint(args.ckpt)
-    networks = convert_checkpoint(checkpoint, str(args.ckpt), args.size, args.channel_multiplier, args.lr_mlp)
+    networks = convert_checkpoint(
+        checkpoint, str(args.ckpt), args.size, args.channel_multiplier, args.lr_mlp
+    )
     out = Path(args.out)
     for name in networks:
         if (out / name).exists() and not args.overwrite:
             raise ConversionError(f"{out / name} exists; pass --overwrite to replace it")
     for name, (module, variables) in networks.items():
-        save_network(out / name, module, variables, source=f"{Path(args.ckpt).name}", overwrite=args.overwrite)
+        save_network(
+            out / name,
+            module,
+            variables,
+            source=f"{Path(args.ckpt).name}",
+            overwrite=args.overwrite,
+        )
         print(f"wrote {out / name} ({type(module).__name__}, size {module.size})")
 
 

@@ -32,8 +32,17 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     anonymizer = FaceAnonymizer(args.model, args.dtype)
     faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size, args.detectors)
     report = runner.anonymize_video(
-        anonymizer, faces, password, args.input, args.output, args.batch_size or default_batch_size(),
-        args.overwrite, record, commands.video_encoding(args), args.smooth, ledger.ledger_path(args.key_file) if args.key_file else None,
+        anonymizer,
+        faces,
+        password,
+        args.input,
+        args.output,
+        args.batch_size or default_batch_size(),
+        args.overwrite,
+        record,
+        commands.video_encoding(args),
+        args.smooth,
+        ledger.ledger_path(args.key_file) if args.key_file else None,
     )
     report.print()
     return report

@@ -56,8 +56,19 @@ def _console_script(module: str) -> Callable[[], None]:
 
 # The user commands, each a module of the package with ``main(argv)``; pyproject.toml
 # declares each as ``dbaf-<name with dashes>``.
-COMMANDS = ("anonymize", "recover", "anonymize_video", "recover_video", "evaluate", "sample", "new_key", "prepare_data", "make_splits",
-            "make_metric_networks", "web")
+COMMANDS = (
+    "anonymize",
+    "recover",
+    "anonymize_video",
+    "recover_video",
+    "evaluate",
+    "sample",
+    "new_key",
+    "prepare_data",
+    "make_splits",
+    "make_metric_networks",
+    "web",
+)
 anonymize = _console_script("dbaf_jax.anonymize")
 recover = _console_script("dbaf_jax.recover")
 anonymize_video = _console_script("dbaf_jax.anonymize_video")
@@ -71,8 +82,10 @@ make_metric_networks = _console_script("dbaf_jax.make_metric_networks")
 web = _console_script("dbaf_jax.web")
 
 
-DETECTORS_HELP = ("face detectors, separated by commas, from mtcnn, dlib-hog, dlib-cnn; default every installed one of mtcnn,dlib-hog "
-                  "with their low-confidence band pixelated (docs/photos.md)")
+DETECTORS_HELP = (
+    "face detectors, separated by commas, from mtcnn, dlib-hog, dlib-cnn; default every installed one of mtcnn,dlib-hog "
+    "with their low-confidence band pixelated (docs/photos.md)"
+)
 
 
 def positive_int(text: str) -> int:
@@ -89,57 +102,136 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
-    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="DBAF model directory (python -m convert.dbaf, or a training export)",
+    )
+    parser.add_argument(
+        "--password-file", required=True, help="file whose first line is the password"
+    )
     parser.add_argument("in_dir")
     parser.add_argument("out_dir")
-    parser.add_argument("--batch-size", type=positive_int, help="faces per model call; default 32 per GPU/TPU, 8 on a CPU")
-    parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32",
-                        help="compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help="faces per model call; default 32 per GPU/TPU, 8 on a CPU",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=precision.COMPUTE_DTYPES,
+        default="float32",
+        help="compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--allow-unchecked-model", action="store_true",
-                        help="run a model directory without model.json: its completeness (MAAR) and integrity go unchecked")
+    parser.add_argument(
+        "--allow-unchecked-model",
+        action="store_true",
+        help="run a model directory without model.json: its completeness (MAAR) and integrity go unchecked",
+    )
     photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
-    photos.add_argument("--aligned", action="store_true", help="inputs are aligned face crops (resized to the model's input)")
-    photos.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    photos.add_argument(
+        "--aligned",
+        action="store_true",
+        help="inputs are aligned face crops (resized to the model's input)",
+    )
+    photos.add_argument(
+        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
+    )
     photos.add_argument("--detectors", help=DETECTORS_HELP)
-    photos.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
-    photos.add_argument("--min-face-size", type=float, help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face")
-    photos.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key) instead of a fresh salt")
-    photos.add_argument("--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png")
+    photos.add_argument(
+        "--parser",
+        help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask",
+    )
+    photos.add_argument(
+        "--min-face-size",
+        type=float,
+        help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face",
+    )
+    photos.add_argument(
+        "--key-file", help="key file (python -m dbaf_jax.new_key) instead of a fresh salt"
+    )
+    photos.add_argument(
+        "--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png"
+    )
     return parser
 
 
 def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuses photo options together with --aligned (argparse's usage error)."""
     if args.aligned:
-        given = [name for name in ("detector", "detectors", "parser", "key_file") if getattr(args, name) is not None]
+        given = [
+            name
+            for name in ("detector", "detectors", "parser", "key_file")
+            if getattr(args, name) is not None
+        ]
         given += ["save_crops"] if args.save_crops else []
         if given:
-            parser.error(f"--aligned takes no {', '.join('--' + g.replace('_', '-') for g in given)}")
+            parser.error(
+                f"--aligned takes no {', '.join('--' + g.replace('_', '-') for g in given)}"
+            )
 
 
 def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The arguments both video commands take: model, password, input and output videos, tracking and encoding."""
-    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
-    parser.add_argument("--password-file", required=True, help="file whose first line is the password")
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="DBAF model directory (python -m convert.dbaf, or a training export)",
+    )
+    parser.add_argument(
+        "--password-file", required=True, help="file whose first line is the password"
+    )
     parser.add_argument("input", help="a video file (" + ", ".join(clip.FORMATS) + ")")
     parser.add_argument("output", help="the video to write; its suffix chooses the container")
-    parser.add_argument("--batch-size", type=positive_int, help="faces per model call, across frames; default 32 per GPU, 8 on a CPU")
-    parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32", help="compute dtype of every network")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help="faces per model call, across frames; default 32 per GPU, 8 on a CPU",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=precision.COMPUTE_DTYPES,
+        default="float32",
+        help="compute dtype of every network",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
+    parser.add_argument(
+        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
+    )
     parser.add_argument("--detectors", help=DETECTORS_HELP)
-    parser.add_argument("--min-face-size", type=float, default=0.0,
-                        help="smaller detected faces (crop side in pixels) are left alone; default 0: every detected face is processed")
+    parser.add_argument(
+        "--min-face-size",
+        type=float,
+        default=0.0,
+        help="smaller detected faces (crop side in pixels) are left alone; default 0: every detected face is processed",
+    )
     parser.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key)")
-    parser.add_argument("--smooth", type=float, default=tracks.DEFAULT_SIGMA,
-                        help=f"sigma in frames of the Gaussian smoothing landmarks along each track (0: none); default {tracks.DEFAULT_SIGMA}")
+    parser.add_argument(
+        "--smooth",
+        type=float,
+        default=tracks.DEFAULT_SIGMA,
+        help=f"sigma in frames of the Gaussian smoothing landmarks along each track (0: none); default {tracks.DEFAULT_SIGMA}",
+    )
     out = parser.add_argument_group("output encoding")
-    out.add_argument("--codec", help=f"FFmpeg video encoder; default {clip.DEFAULT_CODEC} ({clip.WEBM_CODEC} for .webm)")
-    out.add_argument("--crf", type=int, default=clip.DEFAULT_CRF, help=f"constant rate factor of x264/x265/VP9 (0: lossless x264); default {clip.DEFAULT_CRF}")
-    out.add_argument("--pix-fmt", default=clip.DEFAULT_PIX_FMT, help=f"pixel format; default {clip.DEFAULT_PIX_FMT}")
+    out.add_argument(
+        "--codec",
+        help=f"FFmpeg video encoder; default {clip.DEFAULT_CODEC} ({clip.WEBM_CODEC} for .webm)",
+    )
+    out.add_argument(
+        "--crf",
+        type=int,
+        default=clip.DEFAULT_CRF,
+        help=f"constant rate factor of x264/x265/VP9 (0: lossless x264); default {clip.DEFAULT_CRF}",
+    )
+    out.add_argument(
+        "--pix-fmt",
+        default=clip.DEFAULT_PIX_FMT,
+        help=f"pixel format; default {clip.DEFAULT_PIX_FMT}",
+    )
     return parser
 
 

@@ -90,9 +90,9 @@ def enable(directory: str | Path | None = None) -> Path | None:
 class CompileWatch:
     """Times a block that compiles and says whether it compiled or loaded from the cache.
 
-        with CompileWatch() as watch:
-            compiled = jitted.lower(*args).compile()
-        print(watch.message("the stage-2 step"))
+    with CompileWatch() as watch:
+        compiled = jitted.lower(*args).compile()
+    print(watch.message("the stage-2 step"))
     """
 
     def __enter__(self) -> "CompileWatch":

@@ -80,7 +80,9 @@ class PrepareSummary:
 
     def report(self) -> str:
         lines = [f"{self.written} images written to {self.out_dir} at {self.size}x{self.size}"]
-        lines.append(f"{len(self.skipped)} unreadable image files skipped" + (":" if self.skipped else ""))
+        lines.append(
+            f"{len(self.skipped)} unreadable image files skipped" + (":" if self.skipped else "")
+        )
         lines += [f"  {name}" for name in self.skipped]
         lines.append(f"{len(self.ignored)} files without an image suffix ignored")
         return "\n".join(lines)
@@ -118,8 +120,21 @@ def _builder_class():
         # tfds looks beside a builder's source file for download checksums; nothing is downloaded.
         code_path = None
 
-        def __init__(self, *, image_dir: Path, image_paths: list[Path], size: int, skipped: list[str], **kwargs):
-            self._image_dir, self._image_paths, self._size, self._skipped = image_dir, image_paths, size, skipped
+        def __init__(
+            self,
+            *,
+            image_dir: Path,
+            image_paths: list[Path],
+            size: int,
+            skipped: list[str],
+            **kwargs,
+        ):
+            self._image_dir, self._image_paths, self._size, self._skipped = (
+                image_dir,
+                image_paths,
+                size,
+                skipped,
+            )
             super().__init__(**kwargs)
 
         def _info(self):
@@ -128,7 +143,9 @@ def _builder_class():
                 description="Face images prepared by dbaf_jax.data.prepare",
                 features=tfds.features.FeaturesDict(
                     {
-                        "image": tfds.features.Image(shape=(self._size, self._size, 3), encoding_format="png"),
+                        "image": tfds.features.Image(
+                            shape=(self._size, self._size, 3), encoding_format="png"
+                        ),
                         "file_name": tfds.features.Text(),
                     }
                 ),
@@ -164,7 +181,9 @@ _FACE_BUILDER = None
 _PREPARE_CHUNK = 256
 
 
-def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwrite: bool = False) -> PrepareSummary:
+def prepare(
+    image_dir: str | Path, out_dir: str | Path, size: int = 256, overwrite: bool = False
+) -> PrepareSummary:
     """Converts a folder of face images into an ArrayRecord dataset at ``out_dir``.
 
     Files with an image suffix that PIL cannot decode are skipped and listed; other
@@ -179,12 +198,18 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     if size < 1:
         raise ConfigError(f"{out_dir}: image size (--size) must be at least 1, got {size}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise OutputExistsError(f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)")
+        raise OutputExistsError(
+            f"{out_dir} exists and is not empty; choose another output or replace it (--overwrite)"
+        )
     if not image_dir.is_dir():
         raise InputError(f"{image_dir}: no such image folder")
     image_paths = list_images(image_dir)
     image_set = set(image_paths)
-    ignored = sorted(p.relative_to(image_dir).as_posix() for p in image_dir.rglob("*") if p.is_file() and p not in image_set)
+    ignored = sorted(
+        p.relative_to(image_dir).as_posix()
+        for p in image_dir.rglob("*")
+        if p.is_file() and p not in image_set
+    )
     if not image_paths:
         raise InputError(f"{image_dir}: no image files ({len(ignored)} other files)")
 
@@ -192,8 +217,12 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
     shutil.rmtree(staging, ignore_errors=True)
     skipped: list[str] = []
     builder = _builder_class()(
-        image_dir=image_dir, image_paths=image_paths, size=size, skipped=skipped,
-        data_dir=str(staging), file_format="array_record",
+        image_dir=image_dir,
+        image_paths=image_paths,
+        size=size,
+        skipped=skipped,
+        data_dir=str(staging),
+        file_format="array_record",
     )
     try:
         builder.download_and_prepare(download_dir=str(staging / "downloads"))
@@ -202,7 +231,9 @@ def prepare(image_dir: str | Path, out_dir: str | Path, size: int = 256, overwri
         if len(skipped) < len(image_paths):
             raise
         # tfds refuses to finish a split without examples: every image was unreadable.
-        raise InputError(f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)") from None
+        raise InputError(
+            f"{image_dir}: no readable images ({len(skipped)} unreadable, {len(ignored)} other files)"
+        ) from None
     shutil.rmtree(staging / "downloads", ignore_errors=True)
     written = len(image_paths) - len(skipped)
     summary = PrepareSummary(str(out_dir), size, written, tuple(skipped), tuple(ignored))
@@ -231,7 +262,9 @@ class PreparedImages:
             raise DatasetError(f"{data_dir}: no such dataset directory")
         builder_dir = Path(data_dir) / DATASET_NAME / DATASET_VERSION
         if not (builder_dir / "dataset_info.json").is_file():
-            raise DatasetError(f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.prepare_data`")
+            raise DatasetError(
+                f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.prepare_data`"
+            )
         builder = tfds.builder_from_directory(str(builder_dir))
         self.data_dir = Path(data_dir)
         self._source = builder.as_data_source(split=SPLIT)
@@ -255,7 +288,9 @@ class Subset:
 
     def __init__(self, source: ImageSource, start: int, stop: int):
         if not 0 <= start <= stop <= len(source):
-            raise DatasetError(f"records [{start}, {stop}) do not lie within the dataset's {len(source)}")
+            raise DatasetError(
+                f"records [{start}, {stop}) do not lie within the dataset's {len(source)}"
+            )
         self.source, self.start, self.stop = source, start, stop
 
     def __len__(self) -> int:
@@ -277,7 +312,7 @@ class SyntheticFaces:
     def __init__(self, num_images: int, size: int, seed: int = 0):
         self.num_images, self.size, self.seed = num_images, size, seed
         yy, xx = np.mgrid[0:size, 0:size] / max(size - 1, 1) * 2 - 1
-        self._face = np.exp(-((xx / 0.55) ** 2 + (yy / 0.75) ** 2) ** 2)[..., None]
+        self._face = np.exp(-(((xx / 0.55) ** 2 + (yy / 0.75) ** 2) ** 2))[..., None]
 
     def __len__(self) -> int:
         return self.num_images
@@ -288,7 +323,9 @@ class SyntheticFaces:
         for cells, amplitude in ((4, 0.6), (8, 0.3), (16, 0.15)):
             coarse = rng.normal(0.0, amplitude, (cells, cells, 3)).astype(np.float32)
             channels = [
-                np.asarray(Image.fromarray(coarse[..., c]).resize((self.size, self.size), Image.BICUBIC))
+                np.asarray(
+                    Image.fromarray(coarse[..., c]).resize((self.size, self.size), Image.BICUBIC)
+                )
                 for c in range(3)
             ]
             field += np.stack(channels, axis=-1)
@@ -337,12 +374,18 @@ def batches(
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count
     if global_batch_size % process_count:
-        raise ConfigError(f"global batch {global_batch_size} does not split over {process_count} processes")
+        raise ConfigError(
+            f"global batch {global_batch_size} does not split over {process_count} processes"
+        )
     num_records = len(source)
     if num_records == 0:
         raise DatasetError("the dataset is empty")
     local = global_batch_size // process_count
-    total_steps = sys.maxsize // global_batch_size if num_epochs is None else num_epochs * num_records // global_batch_size
+    total_steps = (
+        sys.maxsize // global_batch_size
+        if num_epochs is None
+        else num_epochs * num_records // global_batch_size
+    )
     first = process_index * local
 
     def load(element: int) -> np.ndarray:
@@ -351,7 +394,10 @@ def batches(
         return source[record_index(position, num_records, seed)]
 
     steps_left = max(total_steps - start_step, 0)
-    read_options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=max(num_threads, 2 * local))
+    read_options = grain.ReadOptions(
+        num_threads=num_threads, prefetch_buffer_size=max(num_threads, 2 * local)
+    )
     images = grain.MapDataset.range(steps_left * local).map(load).to_iter_dataset(read_options)
-    return iter(images.batch(local, drop_remainder=True, batch_fn=lambda rows: to_float(np.stack(rows))))
-
+    return iter(
+        images.batch(local, drop_remainder=True, batch_fn=lambda rows: to_float(np.stack(rows)))
+    )

@@ -32,29 +32,61 @@ from dbaf_jax.evaluation.splits import read_split
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m dbaf_jax.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", required=True, help="DBAF model directory")
     parser.add_argument("--images", required=True, help="folder of aligned face images")
-    parser.add_argument("--list", help="split list of paths relative to --images (default: every image below it)")
-    parser.add_argument("--metrics-models", required=True, help="folder of the converted metric networks")
+    parser.add_argument(
+        "--list", help="split list of paths relative to --images (default: every image below it)"
+    )
+    parser.add_argument(
+        "--metrics-models", required=True, help="folder of the converted metric networks"
+    )
     parser.add_argument("--out", required=True, help="report folder")
     parser.add_argument("--batch-size", type=commands.positive_int, default=8)
-    parser.add_argument("--keys", type=commands.positive_int, default=5, help="keys of the diversity study")
-    parser.add_argument("--diversity-faces", type=commands.positive_int, default=5, help="faces of the diversity study")
-    parser.add_argument("--seed", type=int, default=0, help="the diversity study's passwords and t-SNE")
-    parser.add_argument("--guesses", type=commands.positive_int, default=8, help="wrong passwords the attack tries")
-    parser.add_argument("--inversion-steps", type=int, default=inversion.DEFAULT_STEPS,
-                        help="training steps of the learned-inversion attack (0: not run)")
-    parser.add_argument("--limit", type=commands.positive_int, help="evaluate only the first N images (a first try)")
+    parser.add_argument(
+        "--keys", type=commands.positive_int, default=5, help="keys of the diversity study"
+    )
+    parser.add_argument(
+        "--diversity-faces",
+        type=commands.positive_int,
+        default=5,
+        help="faces of the diversity study",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the diversity study's passwords and t-SNE"
+    )
+    parser.add_argument(
+        "--guesses", type=commands.positive_int, default=8, help="wrong passwords the attack tries"
+    )
+    parser.add_argument(
+        "--inversion-steps",
+        type=int,
+        default=inversion.DEFAULT_STEPS,
+        help="training steps of the learned-inversion attack (0: not run)",
+    )
+    parser.add_argument(
+        "--limit", type=commands.positive_int, help="evaluate only the first N images (a first try)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if (out / JSON_FILE).exists() and not args.overwrite:
         raise OutputExistsError(f"{out / JSON_FILE} exists; pass --overwrite to replace the report")
-    paths = read_split(args.list, args.images) if args.list else images.input_images(Path(args.images))
+    paths = (
+        read_split(args.list, args.images) if args.list else images.input_images(Path(args.images))
+    )
     paths = paths[: args.limit] if args.limit else paths
-    options = EvaluationOptions(args.batch_size, args.keys, args.diversity_faces, args.seed, args.guesses, args.inversion_steps)
+    options = EvaluationOptions(
+        args.batch_size,
+        args.keys,
+        args.diversity_faces,
+        args.seed,
+        args.guesses,
+        args.inversion_steps,
+    )
     results = evaluate(args.model, paths, args.metrics_models, out, options)
     json_path, md_path = write_report(out, results)
     print(f"wrote {json_path} and {md_path}")

@@ -103,7 +103,9 @@ def semantic_loss(reconstructed: Array, originals: Array, networks: LossNetworks
     return identity + landmarks
 
 
-def phase1_loss(reconstructed: Array, originals: Array, networks: LossNetworks) -> tuple[Array, dict[str, Array]]:
+def phase1_loss(
+    reconstructed: Array, originals: Array, networks: LossNetworks
+) -> tuple[Array, dict[str, Array]]:
     """Eq. (14): (L_P1 = lambda L_VQ + L_Sem with lambda 0.01, {'vq', 'sem'} unweighted)."""
     terms = {
         "vq": visual_quality_loss(reconstructed, originals),
@@ -153,7 +155,9 @@ def diversity_loss(anonymized: Array) -> Array:
         raise ConfigError(
             f"the diversity loss needs >= 2 keys and >= 2 faces per batch, got {keys} keys and {faces} faces"
         )
-    return _mean_over_distinct_pairs(anonymized) + _mean_over_distinct_pairs(jnp.swapaxes(anonymized, 0, 1))
+    return _mean_over_distinct_pairs(anonymized) + _mean_over_distinct_pairs(
+        jnp.swapaxes(anonymized, 0, 1)
+    )
 
 
 def deanonymization_loss(recovered: Array, wrongly_recovered: Array, originals: Array) -> Array:
@@ -162,14 +166,18 @@ def deanonymization_loss(recovered: Array, wrongly_recovered: Array, originals: 
     recovered: (R, B, D), wrongly_recovered: (W, B, D) embeddings; originals (B, D).
     The paper gives no margin: theta+ stops pushing at cos = 0.
     """
-    return jnp.mean(cosine_distance(recovered, originals)) + jnp.mean(positive_cosine(wrongly_recovered, originals))
+    return jnp.mean(cosine_distance(recovered, originals)) + jnp.mean(
+        positive_cosine(wrongly_recovered, originals)
+    )
 
 
 # --------------------------------------------------------------------------------------
 # Phase II: image terms
 
 
-def image_loss(originals: Array, generated: Array, weights: ImageLossWeights, networks: LossNetworks) -> Array:
+def image_loss(
+    originals: Array, generated: Array, weights: ImageLossWeights, networks: LossNetworks
+) -> Array:
     """Eq. (20) for one kind of generated image, a scalar.
 
     lambda_1 ||X - X_bar||_1 + lambda_2 LPIPS + lambda_3 ||E_LM(X) - E_LM(X_bar)||_1
@@ -183,13 +191,18 @@ def image_loss(originals: Array, generated: Array, weights: ImageLossWeights, ne
     return (
         weights.l1 * l1_loss(generated, originals_tiled)
         + weights.lpips * jnp.mean(networks.lpips(originals_tiled, generated))
-        + weights.landmarks * l1_loss(networks.landmarks(generated), _tile(networks.landmarks(originals), copies))
+        + weights.landmarks
+        * l1_loss(networks.landmarks(generated), _tile(networks.landmarks(originals), copies))
         + weights.parser * jnp.mean(jnp.square(parser_difference))
     )
 
 
 def phase2_loss(
-    originals: Array, anonymized: Array, recovered: Array, wrongly_recovered: Array, networks: LossNetworks
+    originals: Array,
+    anonymized: Array,
+    recovered: Array,
+    wrongly_recovered: Array,
+    networks: LossNetworks,
 ) -> tuple[Array, dict[str, Array]]:
     """Eq. (22): (L_P2 = L_Anon + L_Div + L_DeAnon + L_Img, the unweighted terms).
 

@@ -44,7 +44,9 @@ def list_images(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise NotADirectoryError(f"{folder}: not a directory")
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
 def read_image(path: str | Path, size: int) -> np.ndarray:
@@ -84,8 +86,12 @@ def read_photo_noted(path: str | Path) -> tuple[np.ndarray, str | None]:
             if not refusal:
                 rgb, note = as_rgb8(ImageOps.exif_transpose(img))
                 notes = [note] if note else []
-                if getattr(img, "n_frames", 1) > 1:  # a multi-picture JPEG (MPO): the others are views of the same scene
-                    notes.append(f"its {img.n_frames - 1} other picture(s) (the camera's previews or second view) are not in the output")
+                if (
+                    getattr(img, "n_frames", 1) > 1
+                ):  # a multi-picture JPEG (MPO): the others are views of the same scene
+                    notes.append(
+                        f"its {img.n_frames - 1} other picture(s) (the camera's previews or second view) are not in the output"
+                    )
                 return np.asarray(rgb), (f"{path}: {'; '.join(notes)}" if notes else None)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
         raise ValueError(f"{path}: cannot read image ({err})") from None
@@ -100,8 +106,10 @@ def _many_frames(img: Image.Image) -> str | None:
     frames = getattr(img, "n_frames", 1)
     if frames <= 1 or img.format == "MPO":
         return None
-    return (f"holds {frames} frames (an animation or a multi-page file) and only one would be anonymized, so it is not "
-            "processed; make it a video (anonymized frame by frame) or split it into single images")
+    return (
+        f"holds {frames} frames (an animation or a multi-page file) and only one would be anonymized, so it is not "
+        "processed; make it a video (anonymized frame by frame) or split it into single images"
+    )
 
 
 # Full scale of the integer and float modes PIL gives wider images (16-bit PNG and
@@ -143,7 +151,9 @@ def to_uint8(images: np.ndarray) -> np.ndarray:
     return np.clip(np.rint((np.asarray(images, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
-def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float = -1.0) -> np.ndarray:
+def make_grid(
+    images: np.ndarray, rows: int, padding: int = 2, pad_value: float = -1.0
+) -> np.ndarray:
     """Tiles (N, H, W, 3) images in [-1, 1] into a uint8 (rows*(H+p)+p, cols*(W+p)+p, 3) grid.
 
     Images fill the grid row by row, cols = ceil(N / rows); ``padding`` pixels of
@@ -152,14 +162,18 @@ def make_grid(images: np.ndarray, rows: int, padding: int = 2, pad_value: float 
     images = np.asarray(images, np.float32)
     n, h, w, c = images.shape
     cols = math.ceil(n / rows)
-    grid = np.full((rows * (h + padding) + padding, cols * (w + padding) + padding, c), pad_value, np.float32)
+    grid = np.full(
+        (rows * (h + padding) + padding, cols * (w + padding) + padding, c), pad_value, np.float32
+    )
     for i, image in enumerate(images):
         top, left = padding + (i // cols) * (h + padding), padding + (i % cols) * (w + padding)
         grid[top : top + h, left : left + w] = image
     return to_uint8(grid)
 
 
-def label_columns(grid: np.ndarray, labels: Sequence[str], cell_width: int, padding: int = 2) -> np.ndarray:
+def label_columns(
+    grid: np.ndarray, labels: Sequence[str], cell_width: int, padding: int = 2
+) -> np.ndarray:
     """A uint8 grid (`make_grid`) with a white strip above it naming each column
     (``cell_width`` pixels wide, ``padding`` between), in PIL's built-in font, wrapped to
     the column's width."""
@@ -216,7 +230,9 @@ def _unnamed_file(folder: Path) -> int | None:
 
 
 def _exists_error(path: Path) -> OutputExistsError:
-    return OutputExistsError(f"{path} exists already (made by another run?); pass --overwrite to replace it")
+    return OutputExistsError(
+        f"{path} exists already (made by another run?); pass --overwrite to replace it"
+    )
 
 
 def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
@@ -329,7 +345,11 @@ def remove_stale_partials(folder: str | Path, name: str | None = None) -> list[P
     if not folder.is_dir():
         return []
     removed = []
-    for path in folder.rglob(".*.partial") if name is None else folder.glob(f".{glob.escape(name)}.*.partial"):
+    for path in (
+        folder.rglob(".*.partial")
+        if name is None
+        else folder.glob(f".{glob.escape(name)}.*.partial")
+    ):
         match = PARTIAL_NAME.match(path.name)
         if match is None or not path.is_file():
             continue
@@ -341,13 +361,21 @@ def remove_stale_partials(folder: str | Path, name: str | None = None) -> list[P
     return sorted(removed)
 
 
-def write_png(path: str | Path, image: np.ndarray, metadata: dict[str, Any], overwrite: bool = True) -> Path:
+def write_png(
+    path: str | Path, image: np.ndarray, metadata: dict[str, Any], overwrite: bool = True
+) -> Path:
     """Writes ``image`` (H, W, 3), uint8 or float in [-1, 1], as a PNG carrying
     ``metadata`` (`write_file`: atomic; exclusive unless ``overwrite``)."""
     info = PngImagePlugin.PngInfo()
     info.add_text(METADATA_CHUNK, json.dumps(metadata, sort_keys=True))
     pixels = image if image.dtype == np.uint8 else to_uint8(image)
-    return write_file(path, lambda tmp: Image.fromarray(pixels).save(tmp, format="PNG", pnginfo=info, compress_level=PNG_COMPRESS_LEVEL), overwrite)
+    return write_file(
+        path,
+        lambda tmp: Image.fromarray(pixels).save(
+            tmp, format="PNG", pnginfo=info, compress_level=PNG_COMPRESS_LEVEL
+        ),
+        overwrite,
+    )
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -359,21 +387,32 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001
         raise ValueError(f"{path}: cannot read image ({err})") from None
     if text is None:
-        raise NoMetadataError(f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)")
+        raise NoMetadataError(
+            f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)"
+        )
     try:
         metadata = json.loads(text)
-    except (ValueError, RecursionError):  # nesting deeper than Python's stack, numbers over 4300 digits: not ours either
-        raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not JSON we wrote (malformed, or a number too long)") from None
+    except (
+        ValueError,
+        RecursionError,
+    ):  # nesting deeper than Python's stack, numbers over 4300 digits: not ours either
+        raise ValueError(
+            f"{path}: its {METADATA_CHUNK} metadata is not JSON we wrote (malformed, or a number too long)"
+        ) from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{path}: its {METADATA_CHUNK} metadata is not a JSON object")
     return metadata
 
 
-def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tuple[list[Path], np.ndarray, list[Skipped]]]:
+def iter_batches(
+    paths: list[Path], size: int, batch_size: int
+) -> Iterator[tuple[list[Path], np.ndarray, list[Skipped]]]:
     """Yields (paths, images (B, size, size, 3), skipped) batches; unreadable files are
     skipped. The next batches decode on worker threads while the caller works on this one."""
     batch_paths, batch_images, skipped = [], [], []
-    for path, image in pipeline.read_ahead(paths, lambda p: read_image(p, size), depth=2 * batch_size):
+    for path, image in pipeline.read_ahead(
+        paths, lambda p: read_image(p, size), depth=2 * batch_size
+    ):
         if isinstance(image, ValueError):
             skipped.append(Skipped(path, str(image)))
         else:
@@ -383,7 +422,11 @@ def iter_batches(paths: list[Path], size: int, batch_size: int) -> Iterator[tupl
             yield batch_paths, np.stack(batch_images), skipped
             batch_paths, batch_images, skipped = [], [], []
     if batch_paths or skipped:
-        yield batch_paths, (np.stack(batch_images) if batch_images else np.zeros((0, size, size, 3), np.float32)), skipped
+        yield (
+            batch_paths,
+            (np.stack(batch_images) if batch_images else np.zeros((0, size, size, 3), np.float32)),
+            skipped,
+        )
 
 
 def input_images(in_dir: Path) -> list[Path]:
@@ -394,4 +437,3 @@ def input_images(in_dir: Path) -> list[Path]:
     if not in_dir.is_dir():
         raise InputError(f"{in_dir}: the input is a file, not a folder of images")
     return list_images(in_dir)
-

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from dbaf_jax.images import Skipped
 from dbaf_jax.errors import InputError
+from dbaf_jax.images import Skipped
 
 # The clips a folder run hands to the video path; video/clip.py's FORMATS has a muxer
 # for each (a test holds the two together).
@@ -31,7 +31,9 @@ SIDECAR_SUFFIX = ".dbaf.json"  # beside an anonymized clip: its sidecar (video/s
 def image_suffixes() -> frozenset[str]:
     """The suffixes of every format PIL can open (lower case, with the dot)."""
     Image.init()
-    return frozenset(suffix for suffix, name in Image.registered_extensions().items() if name in Image.OPEN)
+    return frozenset(
+        suffix for suffix, name in Image.registered_extensions().items() if name in Image.OPEN
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +73,9 @@ def _sniffed(path: Path) -> str | None:
         with Image.open(path):
             return None
     except OSError as err:
-        if err.errno is not None:  # the system's reason (permission denied, I/O error), not the decoder's
+        if (
+            err.errno is not None
+        ):  # the system's reason (permission denied, I/O error), not the decoder's
             return f"cannot be read ({err.strerror or err})"
     except Exception:  # noqa: BLE001 - any other decoder failure means "not an image PIL knows"
         pass
@@ -83,7 +87,9 @@ def _companion(path: Path, names: set[str], suffixes: frozenset[str]) -> str | N
     name = path.name
     if name.endswith(LATENTS_SUFFIX):
         stem = name[: -len(LATENTS_SUFFIX)]
-        if any(Path(other).stem == stem and Path(other).suffix.lower() in suffixes for other in names):
+        if any(
+            Path(other).stem == stem and Path(other).suffix.lower() in suffixes for other in names
+        ):
             return f"the latents of {stem}'s output: read with it (recover --aligned --mode latent)"
     if name.endswith(SIDECAR_SUFFIX):
         clip = name[: -len(SIDECAR_SUFFIX)]
@@ -105,16 +111,27 @@ def list_inputs(in_dir: str | Path) -> Listing:
     found_images, videos, companions, refused = [], [], [], []
 
     def unlisted(err: OSError) -> None:
-        refused.append(Skipped(Path(err.filename), f"{err.filename}: a folder that cannot be listed ({err.strerror or err}): its files are not processed"))
+        refused.append(
+            Skipped(
+                Path(err.filename),
+                f"{err.filename}: a folder that cannot be listed ({err.strerror or err}): its files are not processed",
+            )
+        )
 
-    for folder, dirs, files in os.walk(in_dir, onerror=unlisted):  # links to folders are not walked into
+    for folder, dirs, files in os.walk(
+        in_dir, onerror=unlisted
+    ):  # links to folders are not walked into
         here = Path(folder)
         for name in [d for d in dirs if (here / d).is_symlink()] + files:
             path = here / name
             if path.is_symlink():
                 why = _link_refusal(path, root)
             else:
-                why = None if path.is_file() else "not a regular file (a FIFO, socket or device): not read"
+                why = (
+                    None
+                    if path.is_file()
+                    else "not a regular file (a FIFO, socket or device): not read"
+                )
             if why is None:
                 suffix = path.suffix.lower()
                 if suffix in VIDEO_SUFFIXES:
@@ -133,4 +150,9 @@ def list_inputs(in_dir: str | Path) -> Listing:
                     continue
             refused.append(Skipped(path, f"{path}: {why}"))
     by_path = lambda item: item.path  # noqa: E731
-    return Listing(sorted(found_images), sorted(videos), sorted(companions, key=by_path), sorted(refused, key=by_path))
+    return Listing(
+        sorted(found_images),
+        sorted(videos),
+        sorted(companions, key=by_path),
+        sorted(refused, key=by_path),
+    )

@@ -72,9 +72,13 @@ class KeyRecord:
 
     def __post_init__(self):
         if type(self.version) is not int or self.version != DERIVATION_VERSION:
-            raise ValueError(f"key derivation version {self.version!r} is not supported (this dbaf_jax reads the integer {DERIVATION_VERSION})")
+            raise ValueError(
+                f"key derivation version {self.version!r} is not supported (this dbaf_jax reads the integer {DERIVATION_VERSION})"
+            )
         if self.kdf != KDF_NAME:
-            raise ValueError(f"key derivation function {self.kdf!r} is not supported (only {KDF_NAME!r})")
+            raise ValueError(
+                f"key derivation function {self.kdf!r} is not supported (only {KDF_NAME!r})"
+            )
         try:
             salt = bytes.fromhex(self.salt)
         except (TypeError, ValueError):
@@ -84,7 +88,9 @@ class KeyRecord:
         for name, (low, high) in SCRYPT_LIMITS.items():
             value = getattr(self, name)
             if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"scrypt parameter {name}={value!r} is outside the accepted range [{low}, {high}]")
+                raise ValueError(
+                    f"scrypt parameter {name}={value!r} is outside the accepted range [{low}, {high}]"
+                )
         if self.n & (self.n - 1):
             raise ValueError(f"scrypt parameter n={self.n} is not a power of two")
 
@@ -108,9 +114,20 @@ class KeyRecord:
         params = data["kdf_params"]
         if not isinstance(params, Mapping) or set(params) != set(SCRYPT_LIMITS):
             raise ValueError(f"kdf_params must be an object with exactly {sorted(SCRYPT_LIMITS)}")
-        if type(data["version"]) is not int or not isinstance(data["kdf"], str) or not isinstance(data["salt"], str):
+        if (
+            type(data["version"]) is not int
+            or not isinstance(data["kdf"], str)
+            or not isinstance(data["salt"], str)
+        ):
             raise ValueError("a key record's version must be an integer, its kdf and salt strings")
-        return cls(salt=data["salt"], n=params["n"], r=params["r"], p=params["p"], kdf=data["kdf"], version=data["version"])
+        return cls(
+            salt=data["salt"],
+            n=params["n"],
+            r=params["r"],
+            p=params["p"],
+            kdf=data["kdf"],
+            version=data["version"],
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "KeyRecord":
@@ -135,7 +152,13 @@ def derive_seed(password: str, record: KeyRecord) -> bytes:
     # OpenSSL refuses scrypt above 32 MiB unless told how much memory it may use.
     maxmem = 128 * record.r * (record.n + record.p + 2) + (1 << 20)
     return hashlib.scrypt(
-        secret, salt=bytes.fromhex(record.salt), n=record.n, r=record.r, p=record.p, maxmem=maxmem, dklen=SEED_BYTES
+        secret,
+        salt=bytes.fromhex(record.salt),
+        n=record.n,
+        r=record.r,
+        p=record.p,
+        maxmem=maxmem,
+        dklen=SEED_BYTES,
     )
 
 
@@ -149,7 +172,9 @@ def key_latents(seed: bytes, n_groups: int = 3, style_dim: int = 512) -> np.ndar
     count = n_groups * style_dim
     pairs = (count + 1) // 2
     stream = hashlib.shake_256(DOMAIN + seed).digest(16 * pairs)
-    words = (np.frombuffer(stream, dtype=">u8") >> np.uint64(11)).astype(np.float64).reshape(pairs, 2)
+    words = (
+        (np.frombuffer(stream, dtype=">u8") >> np.uint64(11)).astype(np.float64).reshape(pairs, 2)
+    )
     u1 = (words[:, 0] + 1.0) / 2.0**53
     u2 = words[:, 1] / 2.0**53
     radius = np.sqrt(-2.0 * np.log(u1))
@@ -166,7 +191,9 @@ def face_seed(seed: bytes, index: int) -> bytes:
         raise ValueError(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
     if not 0 <= index < 2 ** (8 * FACE_INDEX_BYTES):
         raise ValueError(f"face index must lie in [0, 2**{8 * FACE_INDEX_BYTES}), got {index}")
-    return hashlib.shake_256(FACE_DOMAIN + seed + index.to_bytes(FACE_INDEX_BYTES, "big")).digest(SEED_BYTES)
+    return hashlib.shake_256(FACE_DOMAIN + seed + index.to_bytes(FACE_INDEX_BYTES, "big")).digest(
+        SEED_BYTES
+    )
 
 
 def write_key_file(path: str | Path, record: KeyRecord, overwrite: bool = False) -> Path:
@@ -187,8 +214,14 @@ def read_key_file(path: str | Path) -> KeyRecord:
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"cannot read the key file {path}: {err.strerror}") from None
-    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: also a number of over 4300 digits
-        raise InputError(f"{path} is not a key file (not JSON, or a number too long to be one)") from None
+    except (
+        UnicodeDecodeError,
+        ValueError,
+        RecursionError,
+    ):  # ValueError: also a number of over 4300 digits
+        raise InputError(
+            f"{path} is not a key file (not JSON, or a number too long to be one)"
+        ) from None
     if not isinstance(content, dict) or content.get("format") != KEY_FILE_FORMAT:
         raise InputError(f"{path} is not a key file (no format {KEY_FILE_FORMAT!r})")
     if type(content.get("version")) is not int or content.get("version") != KEY_FILE_VERSION:
@@ -218,4 +251,3 @@ def read_password(path: str | Path) -> str:
     if not password:
         raise PasswordFileError(f"the password file {path} has an empty first line")
     return password
-

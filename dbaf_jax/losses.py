@@ -66,7 +66,10 @@ def contrastive_distance(emb_a: Array, emb_b: Array, margin: float = 0.0) -> Arr
 
 
 def contrastive_loss(
-    distances: Array, same: bool | Array, same_threshold: float = 0.0, different_threshold: float = 0.5
+    distances: Array,
+    same: bool | Array,
+    same_threshold: float = 0.0,
+    different_threshold: float = 0.5,
 ) -> Array:
     """Stage 1's contrastive loss on `contrastive_distance` (X_attr, X_mix).
 
@@ -79,7 +82,14 @@ def contrastive_loss(
 
 
 def stage2_identity_reference(
-    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.1, reduction: str = "sum"
+    ori: Array,
+    ano1: Array,
+    ano2: Array,
+    rec: Array,
+    err1: Array,
+    err2: Array,
+    margin: float = 0.1,
+    reduction: str = "sum",
 ) -> Array:
     """Stage 2's identity loss as the reference computes it (unweighted; embeddings (B, 512)).
 
@@ -89,15 +99,26 @@ def stage2_identity_reference(
     are fixed: ``reduction`` must be "sum" (the configs check it).
     """
     if reduction != "sum":
-        raise ValueError(f"the reference's identity loss has fixed averages; reduction {reduction!r} is the paper form's")
+        raise ValueError(
+            f"the reference's identity loss has fixed averages; reduction {reduction!r} is the paper form's"
+        )
     rev = lambda a, b: reverse_identity_similarity(a, b, margin)  # noqa: E731
     anonymized = (rev(ori, ano1) + rev(ori, ano2) + rev(ano1, ano2)) / 3
-    wrong_key = (rev(rec, err1) + rev(rec, err2) + rev(err1, err2) + rev(ori, err1) + rev(ori, err2)) / 5
+    wrong_key = (
+        rev(rec, err1) + rev(rec, err2) + rev(err1, err2) + rev(ori, err1) + rev(ori, err2)
+    ) / 5
     return anonymized + wrong_key + identity_loss(ori, rec, margin)
 
 
 def stage2_identity_paper(
-    ori: Array, ano1: Array, ano2: Array, rec: Array, err1: Array, err2: Array, margin: float = 0.0, reduction: str = "sum"
+    ori: Array,
+    ano1: Array,
+    ano2: Array,
+    rec: Array,
+    err1: Array,
+    err2: Array,
+    margin: float = 0.0,
+    reduction: str = "sum",
 ) -> Array:
     """The papers' identity loss on S1 = {ano1, ano2, err1, err2} (n = 4) and the
     recovery rec (m = 1), each term batch-averaged (embeddings (B, 512)).
@@ -185,7 +206,9 @@ def discriminator_logistic_loss(real_logits: Array, fake_logits: Array) -> Array
     return jnp.mean(jax.nn.softplus(-real_logits)) + jnp.mean(jax.nn.softplus(fake_logits))
 
 
-def r1_penalty(d_apply: Callable[[Array], Array], images: Array, gamma: float = 10.0) -> tuple[Array, Array]:
+def r1_penalty(
+    d_apply: Callable[[Array], Array], images: Array, gamma: float = 10.0
+) -> tuple[Array, Array]:
     """(gamma / 2 * E_batch ||dD(x)/dx||^2, D(x)) for real images (B, H, W, C).
 
     As the reference: the gradient of sum D(x) with respect to the images, squared
@@ -204,7 +227,9 @@ def r1_penalty(d_apply: Callable[[Array], Array], images: Array, gamma: float = 
 # Stage 1 pairing
 
 
-def pair_attribute_images(images: Array, index_in_epoch: int | Array, cycle: int = 3) -> tuple[Array, Array]:
+def pair_attribute_images(
+    images: Array, index_in_epoch: int | Array, cycle: int = 3
+) -> tuple[Array, Array]:
     """(attribute images, same) for stage 1, as the reference pairs them.
 
     Every ``cycle``-th step of an epoch (index 0, 3, 6, ...) each image is its own
@@ -252,14 +277,20 @@ class LossForm:
             return self
         if reduction not in ("sum", "mean"):
             raise ValueError(f"adversarial reduction {reduction!r}: expected 'sum', 'mean' or ''")
-        return dataclasses.replace(self, output_reductions={**self.output_reductions, "adv": reduction, "d_logistic": reduction})
+        return dataclasses.replace(
+            self,
+            output_reductions={**self.output_reductions, "adv": reduction, "d_logistic": reduction},
+        )
 
     def reduce_terms(self, per_output: Mapping[str, Array]) -> dict[str, Array]:
         """Each term's values (K,) over the outputs reduced as this form prescribes."""
         unknown = sorted(set(per_output) - set(self.output_reductions))
         if unknown:
             raise KeyError(f"no output reduction for {unknown}")
-        return {name: reduce_outputs(values, self.output_reductions[name]) for name, values in per_output.items()}
+        return {
+            name: reduce_outputs(values, self.output_reductions[name])
+            for name, values in per_output.items()
+        }
 
 
 FORMS = {
@@ -267,13 +298,27 @@ FORMS = {
         reconstruction=smooth_l1_loss,
         regulariser=lambda w, latent_avg: latent_square_mean(w),
         stage2_identity=stage2_identity_reference,
-        output_reductions={"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "mean", "d_logistic": "mean"},
+        output_reductions={
+            "rec": "sum",
+            "lpips": "sum",
+            "parse": "sum",
+            "reg": "mean",
+            "adv": "mean",
+            "d_logistic": "mean",
+        },
     ),
     "paper": LossForm(
         reconstruction=l1_loss,
         regulariser=latent_distance_to_average,  # w_avg: e4e's latent_avg
         stage2_identity=stage2_identity_paper,
-        output_reductions={"rec": "sum", "lpips": "sum", "parse": "sum", "reg": "mean", "adv": "sum", "d_logistic": "sum"},
+        output_reductions={
+            "rec": "sum",
+            "lpips": "sum",
+            "parse": "sum",
+            "reg": "mean",
+            "adv": "sum",
+            "d_logistic": "sum",
+        },
     ),
 }
 
@@ -293,12 +338,16 @@ def weighted_total(
     unweighted = sorted(set(terms) - set(weights))
     missing = sorted(name for name, weight in weights.items() if weight and name not in terms)
     if unweighted or missing:
-        raise KeyError(f"terms without a weight {unweighted}, weighted terms not computed {missing}")
+        raise KeyError(
+            f"terms without a weight {unweighted}, weighted terms not computed {missing}"
+        )
     weighted = {name: weights[name] * value for name, value in terms.items()}
     return sum(weighted.values()), weighted
 
 
-def discriminator_loss(logistic_terms: Array, r1: Array, reduction: str = "mean") -> tuple[Array, dict[str, Array]]:
+def discriminator_loss(
+    logistic_terms: Array, r1: Array, reduction: str = "mean"
+) -> tuple[Array, dict[str, Array]]:
     """(total, terms) of a discriminator step: the logistic losses (K,) combined by ``reduction`` + R1.
 
     Stage 1 has one logistic term; stage 2 one per output, averaged in the

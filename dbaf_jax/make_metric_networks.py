@@ -22,14 +22,22 @@ from dbaf_jax.evaluation.random_networks import write_random_metric_networks
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.make_metric_networks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m dbaf_jax.make_metric_networks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", required=True, help="the folder to write (must not exist)")
-    parser.add_argument("--mtcnn", help="a converted MTCNN detector directory to copy (default: random weights)")
+    parser.add_argument(
+        "--mtcnn", help="a converted MTCNN detector directory to copy (default: random weights)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the random weights' seed")
     args = parser.parse_args(argv)
     folder = write_random_metric_networks(args.out, args.mtcnn, args.seed)
-    print(f"wrote {folder} (random weights: evaluation figures made with it are a smoke test)", file=sys.stderr)
+    print(
+        f"wrote {folder} (random weights: evaluation figures made with it are a smoke test)",
+        file=sys.stderr,
+    )
     return folder
 
 

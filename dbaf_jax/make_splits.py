@@ -1,6 +1,6 @@
 """Write the evaluation's seeded split lists of a folder of face images (`evaluation.splits`).
 
-    python -m dbaf_jax.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
+python -m dbaf_jax.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
 """
 
 from __future__ import annotations
@@ -12,13 +12,19 @@ from dbaf_jax.evaluation import splits
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.make_splits", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", required=True, help="folder of face images (searched recursively)")
+    parser = argparse.ArgumentParser(
+        prog="python -m dbaf_jax.make_splits", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--images", required=True, help="folder of face images (searched recursively)"
+    )
     parser.add_argument("--out", required=True, help="folder for the list files")
     parser.add_argument("--protocol", required=True, choices=sorted(splits.PROTOCOLS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--allow-fewer", action="store_true", help="scale the counts down to a smaller folder (not the paper's protocol)"
+        "--allow-fewer",
+        action="store_true",
+        help="scale the counts down to a smaller folder (not the paper's protocol)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace existing list files")
     args = parser.parse_args(argv)

@@ -79,7 +79,12 @@ class Anonymization:
 
 def anonymization(record: keys.KeyRecord, fingerprint: str) -> dict[str, Any]:
     """The metadata anonymize writes beside every output (photos add `photo_fields`)."""
-    return {"dbaf_jax": __version__, "operation": ANONYMIZE, "key": record.to_dict(), "model": {"fingerprint": fingerprint}}
+    return {
+        "dbaf_jax": __version__,
+        "operation": ANONYMIZE,
+        "key": record.to_dict(),
+        "model": {"fingerprint": fingerprint},
+    }
 
 
 def recovery(made: Anonymization, mode: str) -> dict[str, Any]:
@@ -162,7 +167,11 @@ def _face_from_dict(entry: Any, size: int) -> AlignedFace:
         raise ValueError(f"face index must be an integer in [0, {MAX_FACES}), got {index!r}")
     if type(face_size) is not int or face_size != size:
         raise ValueError(f"face crop size {face_size!r} is not this model's input size {size}")
-    if not isinstance(values, list) or len(values) != 6 or not all(type(v) in (int, float) and math.isfinite(v) for v in values):
+    if (
+        not isinstance(values, list)
+        or len(values) != 6
+        or not all(type(v) in (int, float) and math.isfinite(v) for v in values)
+    ):
         raise ValueError("a face transform must be a list of 6 finite numbers")
     if max(abs(v) for v in values) > MAX_TRANSFORM_VALUE:
         raise ValueError(f"a face transform's numbers must lie within +-{MAX_TRANSFORM_VALUE:g}")
@@ -172,17 +181,25 @@ def _face_from_dict(entry: Any, size: int) -> AlignedFace:
     return AlignedFace(index, transform, face_size)
 
 
-def recorded_faces(meta: dict[str, Any], photo_shape: Sequence[int], size: int) -> list[AlignedFace]:
+def recorded_faces(
+    meta: dict[str, Any], photo_shape: Sequence[int], size: int
+) -> list[AlignedFace]:
     """The faces recorded in an output's metadata, checked against the photo they came
     with and the model's crop size; InputError saying what is wrong otherwise."""
     try:
         photo = meta["photo"]
-        if not isinstance(photo, dict) or [photo.get("height"), photo.get("width")] != list(photo_shape[:2]):
-            raise ValueError(f"recorded photo size {photo!r} is not the image's {tuple(photo_shape[:2])}")
+        if not isinstance(photo, dict) or [photo.get("height"), photo.get("width")] != list(
+            photo_shape[:2]
+        ):
+            raise ValueError(
+                f"recorded photo size {photo!r} is not the image's {tuple(photo_shape[:2])}"
+            )
         entries = meta["faces"]
         most = max_recorded_faces(photo_shape)
         if not isinstance(entries, list) or len(entries) > most:
-            raise ValueError(f"faces must be a list of at most {most} for a {photo_shape[1]}x{photo_shape[0]} photo")
+            raise ValueError(
+                f"faces must be a list of at most {most} for a {photo_shape[1]}x{photo_shape[0]} photo"
+            )
         faces = [_face_from_dict(entry, size) for entry in entries]
         if len({face.index for face in faces}) != len(faces):
             raise ValueError("face indices repeat")
@@ -203,19 +220,32 @@ def face_places(transforms: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     return sides, centres
 
 
-def check_places(sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int], name: Callable[[int], str]) -> None:
+def check_places(
+    sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int], name: Callable[[int], str]
+) -> None:
     """ValueError when a face (`face_places`, named by ``name(position)``) is smaller than
     anonymize records or centred outside a photo or frame of ``photo_shape`` (H, W, ...)."""
     small = np.flatnonzero(sides < MIN_RECORDED_SIDE)
     if small.size:
-        raise ValueError(f"{name(small[0])} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records")
+        raise ValueError(
+            f"{name(small[0])} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records"
+        )
     height, width = int(photo_shape[0]), int(photo_shape[1])
-    outside = np.flatnonzero((centres[:, 0] < 0) | (centres[:, 0] > width) | (centres[:, 1] < 0) | (centres[:, 1] > height))
+    outside = np.flatnonzero(
+        (centres[:, 0] < 0)
+        | (centres[:, 0] > width)
+        | (centres[:, 1] < 0)
+        | (centres[:, 1] > height)
+    )
     if outside.size:
-        raise ValueError(f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'}")
+        raise ValueError(
+            f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'}"
+        )
 
 
-def overlapping(sides: np.ndarray, centres: np.ndarray, together: int = 1) -> tuple[int, int, int, int] | None:
+def overlapping(
+    sides: np.ndarray, centres: np.ndarray, together: int = 1
+) -> tuple[int, int, int, int] | None:
     """The first (group, i, j, count) where face i of a group, sides (G, N) and centres
     (G, N, 2), has ``count`` >= ``together`` other faces of its group centred within half
     the smaller one's side (j the first of them; one face recorded twice), or None.
@@ -240,9 +270,14 @@ def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -
     check_places(sides, centres, photo_shape, lambda k: f"face {faces[k].index}")
     found = overlapping(sides[None], centres[None])
     if found is not None:
-        raise ValueError(f"faces {faces[found[1]].index} and {faces[found[2]].index} overlap (one face recorded twice?)")
+        raise ValueError(
+            f"faces {faces[found[1]].index} and {faces[found[2]].index} overlap (one face recorded twice?)"
+        )
 
 
 def photo_fields(photo_shape: Sequence[int], faces: Sequence[AlignedFace]) -> dict[str, Any]:
     """The metadata fields of a photo output (beside the key record and the model)."""
-    return {"photo": {"height": int(photo_shape[0]), "width": int(photo_shape[1])}, "faces": [f.to_dict() for f in faces]}
+    return {
+        "photo": {"height": int(photo_shape[0]), "width": int(photo_shape[1])},
+        "faces": [f.to_dict() for f in faces],
+    }

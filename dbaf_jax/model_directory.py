@@ -161,12 +161,16 @@ def module_kind(module: nn.Module) -> str:
     try:
         return _KIND_NAMES[type(module)]
     except KeyError:
-        raise TypeError(f"{type(module).__name__} is not a kind a model directory holds (see KINDS)") from None
+        raise TypeError(
+            f"{type(module).__name__} is not a kind a model directory holds (see KINDS)"
+        ) from None
 
 
 def module_config(module: nn.Module) -> dict[str, Any]:
     """The module's constructor fields (parent and name excluded), JSON-ready."""
-    fields = {f.name for f in dataclasses.fields(module) if f.init and f.name not in ("parent", "name")}
+    fields = {
+        f.name for f in dataclasses.fields(module) if f.init and f.name not in ("parent", "name")
+    }
     return {name: getattr(module, name) for name in sorted(fields)}
 
 
@@ -178,7 +182,9 @@ def build_module(info: Mapping[str, Any], source: Path) -> nn.Module:
     """
     name = info.get("kind")
     if name not in KINDS:
-        raise ModelDirectoryError(f"{source}: unknown network kind {name!r} (this dbaf_jax holds {sorted(KINDS)})")
+        raise ModelDirectoryError(
+            f"{source}: unknown network kind {name!r} (this dbaf_jax holds {sorted(KINDS)})"
+        )
     kind = KINDS[name]
     version = info.get("kind_version", UNVERSIONED_KIND)
     if version != kind.version:
@@ -261,7 +267,9 @@ def load_network(path: str | Path) -> Network:
     for what it refuses (always with a ModelDirectoryError naming the file)."""
     path = Path(path).absolute()
     if path.name.endswith(PARTIAL_SUFFIX):
-        raise ModelDirectoryError(f"{path}: left by an interrupted save, not a network; remove it and write the network again")
+        raise ModelDirectoryError(
+            f"{path}: left by an interrupted save, not a network; remove it and write the network again"
+        )
     info = read_info(path)
     module = build_module(info, path / NETWORK_FILE)
     verify_files(path, info)
@@ -270,7 +278,9 @@ def load_network(path: str | Path) -> Network:
             variables = checkpointer.restore(path / VARIABLES_DIR)
     except Exception as err:  # noqa: BLE001 - whatever Orbax raises, the variables are unusable
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelDirectoryError(f"{path / VARIABLES_DIR}: cannot read the variables ({reason})") from None
+        raise ModelDirectoryError(
+            f"{path / VARIABLES_DIR}: cannot read the variables ({reason})"
+        ) from None
     verify_content(path, info, module, variables)
     return Network(module, variables, info)
 
@@ -290,11 +300,15 @@ def verify_files(path: Path, info: Mapping[str, Any]) -> None:
     if recorded is None:
         return
     if not isinstance(recorded, Mapping) or not all(isinstance(d, str) for d in recorded.values()):
-        raise ModelDirectoryError(f"{path / NETWORK_FILE}: damaged, {FILES_FIELD} is not an object of file -> sha256")
+        raise ModelDirectoryError(
+            f"{path / NETWORK_FILE}: damaged, {FILES_FIELD} is not an object of file -> sha256"
+        )
     for name, digest in sorted(recorded.items()):
         file = path / VARIABLES_DIR / name
         if not file.is_file():
-            raise ModelDirectoryError(f"{file}: missing, the variables are incomplete; re-run the converter or the training export")
+            raise ModelDirectoryError(
+                f"{file}: missing, the variables are incomplete; re-run the converter or the training export"
+            )
         if file_sha256(file) != digest:
             raise ModelDirectoryError(
                 f"{file}: damaged, not the file that was written (its sha256 differs from {NETWORK_FILE}'s); "
@@ -302,7 +316,9 @@ def verify_files(path: Path, info: Mapping[str, Any]) -> None:
             )
 
 
-def verify_content(path: Path, info: Mapping[str, Any], module: nn.Module, variables: Mapping[str, Any]) -> None:
+def verify_content(
+    path: Path, info: Mapping[str, Any], module: nn.Module, variables: Mapping[str, Any]
+) -> None:
     """Refuses variables that differ from what `save_network` hashed, or hold NaN or inf."""
     stored = info.get(HASH_FIELD)
     if stored is not None and stored != content_hash(module, variables):
@@ -313,7 +329,9 @@ def verify_content(path: Path, info: Mapping[str, Any], module: nn.Module, varia
     for leaf_path, leaf in sorted(traverse_util.flatten_dict(variables).items()):
         leaf = np.asarray(leaf)
         if jax.dtypes.issubdtype(leaf.dtype, np.inexact) and not np.isfinite(leaf).all():
-            raise ModelDirectoryError(f"{path}: weight {'/'.join(leaf_path)} holds NaN or infinite values")
+            raise ModelDirectoryError(
+                f"{path}: weight {'/'.join(leaf_path)} holds NaN or infinite values"
+            )
 
 
 def save_model(
@@ -339,7 +357,9 @@ def save_model(
     if existing and not overwrite:
         raise OutputExistsError(f"{', '.join(existing)} exist(s); pass overwrite=True to replace")
     directory.mkdir(parents=True, exist_ok=True)
-    hashes = {name: content_hash(module, variables) for name, (module, variables) in networks.items()}
+    hashes = {
+        name: content_hash(module, variables) for name, (module, variables) in networks.items()
+    }
     manifest = {"format_version": FORMAT_VERSION, "family": family, "networks": hashes}
     if recovery is not None:
         if recovery not in RECOVERY:
@@ -349,7 +369,9 @@ def save_model(
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     os.replace(tmp, directory / MODEL_FILE)
     for name, (module, variables) in networks.items():
-        save_network(directory / name, module, variables, source=sources.get(name), overwrite=overwrite)
+        save_network(
+            directory / name, module, variables, source=sources.get(name), overwrite=overwrite
+        )
     return directory
 
 
@@ -362,16 +384,22 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelDirectoryError(f"{manifest_file}: damaged, not readable JSON ({reason})") from None
+        raise ModelDirectoryError(
+            f"{manifest_file}: damaged, not readable JSON ({reason})"
+        ) from None
     networks = manifest.get("networks") if isinstance(manifest, dict) else None
     if not isinstance(networks, dict) or not all(isinstance(h, str) for h in networks.values()):
-        raise ModelDirectoryError(f"{manifest_file}: damaged, no networks object of name -> content hash")
+        raise ModelDirectoryError(
+            f"{manifest_file}: damaged, no networks object of name -> content hash"
+        )
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ModelDirectoryError(
             f"{manifest_file}: format_version {manifest.get('format_version')!r}, this dbaf_jax reads {FORMAT_VERSION}"
         )
     if manifest.get("recovery", RECOVERY[0]) not in RECOVERY:
-        raise ModelDirectoryError(f"{manifest_file}: damaged, recovery {str(manifest.get('recovery'))[:40]!r} is none of {RECOVERY}")
+        raise ModelDirectoryError(
+            f"{manifest_file}: damaged, recovery {str(manifest.get('recovery'))[:40]!r} is none of {RECOVERY}"
+        )
     return manifest
 
 
@@ -383,7 +411,11 @@ def trained_recovery(directory: str | Path) -> str | None:
 
 
 def load_model(
-    directory: str | Path, family: str, required: tuple[str, ...], optional: tuple[str, ...] = (), without_manifest: bool = False
+    directory: str | Path,
+    family: str,
+    required: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    without_manifest: bool = False,
 ) -> dict[str, Network]:
     """Loads the networks of a model directory of ``family``: ``required`` ones and those of
     ``optional`` the model holds (see the module docstring). Raises ModelDirectoryError
@@ -395,19 +427,31 @@ def load_model(
         raise NetworkNotFoundError(f"{directory}: no such model directory")
     manifest = read_manifest(directory)
     if manifest is None:  # written before model.json: the networks present
-        listed = {name: None for name in required + tuple(n for n in optional if (directory / n).exists())}
+        listed = {
+            name: None for name in required + tuple(n for n in optional if (directory / n).exists())
+        }
     else:
         if manifest.get("family") != family:
-            raise ModelDirectoryError(f"{directory / MODEL_FILE}: a {manifest.get('family')!r} model, not a {family!r} one")
+            raise ModelDirectoryError(
+                f"{directory / MODEL_FILE}: a {manifest.get('family')!r} model, not a {family!r} one"
+            )
         listed = manifest["networks"]
         unlisted = [name for name in required if name not in listed]
         if unlisted:
-            raise NetworkNotFoundError(f"{directory / MODEL_FILE}: not a complete {family} model, it lists no {unlisted}")
+            raise NetworkNotFoundError(
+                f"{directory / MODEL_FILE}: not a complete {family} model, it lists no {unlisted}"
+            )
     missing = [name for name in listed if not (directory / name).exists()]
     if missing:
         interrupted = [name for name in missing if (directory / (name + PARTIAL_SUFFIX)).exists()]
-        hint = f" (an interrupted save left {[n + PARTIAL_SUFFIX for n in interrupted]})" if interrupted else ""
-        raise NetworkNotFoundError(f"{directory}: not a complete {family} model directory, missing {missing}{hint}")
+        hint = (
+            f" (an interrupted save left {[n + PARTIAL_SUFFIX for n in interrupted]})"
+            if interrupted
+            else ""
+        )
+        raise NetworkNotFoundError(
+            f"{directory}: not a complete {family} model directory, missing {missing}{hint}"
+        )
     if manifest is None and not without_manifest:
         raise ModelDirectoryError(
             f"{directory}: no {MODEL_FILE}, so whether the model has MAAR and whether its networks belong together "

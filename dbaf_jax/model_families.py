@@ -35,7 +35,9 @@ def family_of(directory: str | Path) -> str | None:
     return dbaf.FAMILY if manifest is None else manifest.get("family")
 
 
-def load_family(family: str | None, directory: str | Path, without_manifest: bool = False) -> tuple[Any, dict[str, Any]]:
+def load_family(
+    family: str | None, directory: str | Path, without_manifest: bool = False
+) -> tuple[Any, dict[str, Any]]:
     """(composition, {network: variables}) of a model directory of ``family``; its
     optional networks are None when the directory has none (DBAF: no-MAAR only when
     ``model.json`` lists no ``maar``, or, without one, the directory holds none). Raises

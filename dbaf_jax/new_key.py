@@ -18,9 +18,14 @@ from dbaf_jax.commands import run_main
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.new_key", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="the key file to write (keep it with the password)")
+    parser = argparse.ArgumentParser(
+        prog="python -m dbaf_jax.new_key",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out", required=True, help="the key file to write (keep it with the password)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     args = parser.parse_args(argv)
     path = keys.write_key_file(args.out, keys.new_key_record(), args.overwrite)

@@ -21,7 +21,9 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets: Iterable[Path]) -> None:
+def check_location(
+    in_dir: Path, out_dir: Path, sources: Iterable[Path], targets: Iterable[Path]
+) -> None:
     """InputError naming the folder when ``out_dir`` is ``in_dir`` or inside it, an
     output would be one of the inputs, or ``out_dir`` cannot be made or written to
     (the system's reason: permission denied, read-only file system, ...), probed with
@@ -29,11 +31,15 @@ def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets
     inside = _inside(out_dir.resolve(), in_dir.resolve())
     if inside:
         where = "is" if out_dir.resolve() == in_dir.resolve() else "is inside"
-        raise InputError(f"{out_dir}: the output folder {where} the input folder {in_dir}; choose a folder outside it")
+        raise InputError(
+            f"{out_dir}: the output folder {where} the input folder {in_dir}; choose a folder outside it"
+        )
     inputs = {source.resolve() for source in sources}
     for target in targets:
         if target.resolve() in inputs:
-            raise InputError(f"{target}: an output would replace this input; choose another output folder")
+            raise InputError(
+                f"{target}: an output would replace this input; choose another output folder"
+            )
     existing = next(parent for parent in (out_dir, *out_dir.parents) if parent.exists())
     if not existing.is_dir():
         raise InputError(f"{out_dir}: cannot be the output folder, {existing} is a file")
@@ -43,7 +49,9 @@ def check_location(in_dir: Path, out_dir: Path, sources: Iterable[Path], targets
             probe.write(b"\0")
             probe.flush()
     except OSError as err:
-        raise InputError(f"{out_dir}: cannot write to the output folder ({err.strerror or err})") from None
+        raise InputError(
+            f"{out_dir}: cannot write to the output folder ({err.strerror or err})"
+        ) from None
 
 
 def clear_stale_temporaries(out_dir: Path, name: str | None = None) -> list[str]:

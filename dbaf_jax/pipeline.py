@@ -27,7 +27,10 @@ DEFAULT_WORKERS = min(8, os.cpu_count() or 1)
 
 
 def read_ahead(
-    items: Iterable[Item], read: Callable[[Item], Result], depth: int, workers: int = DEFAULT_WORKERS
+    items: Iterable[Item],
+    read: Callable[[Item], Result],
+    depth: int,
+    workers: int = DEFAULT_WORKERS,
 ) -> Iterator[tuple[Item, Result | ValueError]]:
     """Yields ``(item, read(item))`` in the order of ``items``, with up to ``depth`` reads
     running ahead on ``workers`` threads. A read that raises ValueError (an unreadable
@@ -138,7 +141,9 @@ def in_background(items: Iterable[Item], depth: int) -> Iterator[Item]:
         except BaseException as err:  # handed to the consumer's thread
             put((_DONE, err))
         finally:
-            getattr(iterator, "close", lambda: None)()  # a generator's files are closed on this thread
+            getattr(
+                iterator, "close", lambda: None
+            )()  # a generator's files are closed on this thread
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()

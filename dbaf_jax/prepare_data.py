@@ -17,11 +17,21 @@ from dbaf_jax import commands, data
 
 def main(argv: list[str] | None = None) -> data.PrepareSummary:
     """Parses ``argv`` and runs `data.prepare`."""
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.prepare_data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", required=True, help="folder of face images (searched recursively)")
-    parser.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
-    parser.add_argument("--size", type=int, default=256, help="side of the square images (default 256)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
+    parser = argparse.ArgumentParser(
+        prog="python -m dbaf_jax.prepare_data", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--images", required=True, help="folder of face images (searched recursively)"
+    )
+    parser.add_argument(
+        "--out", required=True, help="output dataset directory (must not exist or be empty)"
+    )
+    parser.add_argument(
+        "--size", type=int, default=256, help="side of the square images (default 256)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing dataset at --out"
+    )
     args = parser.parse_args(argv)
     return data.prepare(args.images, args.out, args.size, overwrite=args.overwrite)
 

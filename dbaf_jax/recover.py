@@ -23,17 +23,19 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands, keys
+from dbaf_jax.errors import ConfigError
+from dbaf_jax.faces import ledger
+from dbaf_jax.faces.photos import MIN_FACE_SIZE
 from dbaf_jax.inference.aligned_folders import RECOVERY_MODES, recover_folder
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.inference.photo_folders import recover_photo_folder
 from dbaf_jax.inference.report import Report
-from dbaf_jax.errors import ConfigError
-from dbaf_jax.faces import ledger
-from dbaf_jax.faces.photos import MIN_FACE_SIZE
 from dbaf_jax.video.folders import FolderClips
 
 
-def recovery_mode(anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, untrained: bool) -> tuple[str, str, str | None]:
+def recovery_mode(
+    anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, untrained: bool
+) -> tuple[str, str, str | None]:
     """(mode, a note saying which and why, a warning or None): the mode asked for, else
     the one the model was trained for (``model.json``; photos: image). A mode the model
     was not trained for runs only with ``untrained`` (and the warning), else ConfigError."""
@@ -44,20 +46,37 @@ def recovery_mode(anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, 
         what = "no recovery" if trained == "none" else f"{trained} recovery"
         message = f"{anonymizer.model_dir} was trained for {what}, not {mode} recovery"
         if not untrained:
-            raise ConfigError(f"{message}; its {mode} recoveries would not be the original faces (pass --untrained-mode to run it anyway)")
+            raise ConfigError(
+                f"{message}; its {mode} recoveries would not be the original faces (pass --untrained-mode to run it anyway)"
+            )
         warning = f"{message}: --untrained-mode runs it anyway, and its results will not be the original faces"
-    source = "as asked" if asked else "the mode the model was trained for" if mode == trained else "photos recover from the image"
+    source = (
+        "as asked"
+        if asked
+        else "the mode the model was trained for"
+        if mode == trained
+        else "photos recover from the image"
+    )
     return mode, f"recovery mode: {mode} ({source})", warning
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.recover", __doc__)
-    parser.add_argument("--mode", choices=RECOVERY_MODES,
-                        help="image or latent recovery (latent: --aligned only); default the mode the model was trained for")
-    parser.add_argument("--untrained-mode", action="store_true",
-                        help="recover in a mode the model was not trained for (its results are not the original faces)")
-    parser.add_argument("--ignore-model-mismatch", action="store_true",
-                        help="recover images another model anonymized (the result will not be the original faces)")
+    parser.add_argument(
+        "--mode",
+        choices=RECOVERY_MODES,
+        help="image or latent recovery (latent: --aligned only); default the mode the model was trained for",
+    )
+    parser.add_argument(
+        "--untrained-mode",
+        action="store_true",
+        help="recover in a mode the model was not trained for (its results are not the original faces)",
+    )
+    parser.add_argument(
+        "--ignore-model-mismatch",
+        action="store_true",
+        help="recover images another model anonymized (the result will not be the original faces)",
+    )
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.mode == "latent" and not args.aligned:
@@ -65,21 +84,55 @@ def main(argv: Sequence[str] | None = None) -> Report:
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
-    mode, mode_note, warning = recovery_mode(anonymizer, args.mode, args.aligned, args.untrained_mode)
+    mode, mode_note, warning = recovery_mode(
+        anonymizer, args.mode, args.aligned, args.untrained_mode
+    )
     ledger_notes: list[str] = []  # a torn last line, said once
     if args.aligned:
         report = recover_folder(
-            anonymizer, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, mode, args.ignore_model_mismatch
+            anonymizer,
+            password,
+            args.in_dir,
+            args.out_dir,
+            args.batch_size,
+            args.overwrite,
+            mode,
+            args.ignore_model_mismatch,
         )
     else:
-        faces = load_photo_faces(anonymizer, args.detector, args.parser, MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
-                                 args.detectors, recovering=True)
+        faces = load_photo_faces(
+            anonymizer,
+            args.detector,
+            args.parser,
+            MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
+            args.detectors,
+            recovering=True,
+        )
         face_ledger = ledger.read_for_key_file(args.key_file, ledger_notes)
-        clips = FolderClips(anonymizer, faces, password, args.batch_size or default_batch_size(), "recover", args.overwrite,
-                            key_record=record, face_ledger=face_ledger, ignore_model_mismatch=args.ignore_model_mismatch)
+        clips = FolderClips(
+            anonymizer,
+            faces,
+            password,
+            args.batch_size or default_batch_size(),
+            "recover",
+            args.overwrite,
+            key_record=record,
+            face_ledger=face_ledger,
+            ignore_model_mismatch=args.ignore_model_mismatch,
+        )
         report = recover_photo_folder(
-            anonymizer, faces, password, args.in_dir, args.out_dir, args.batch_size, args.overwrite, record, args.save_crops,
-            args.ignore_model_mismatch, face_ledger, clips,
+            anonymizer,
+            faces,
+            password,
+            args.in_dir,
+            args.out_dir,
+            args.batch_size,
+            args.overwrite,
+            record,
+            args.save_crops,
+            args.ignore_model_mismatch,
+            face_ledger,
+            clips,
         )
     report.notes[:0] = [mode_note, *ledger_notes]
     report.warnings += [warning] if warning else []

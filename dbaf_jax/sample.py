@@ -25,7 +25,9 @@ def mean_latent(generator: Generator, variables, rng: jax.Array, n: int = 4096) 
     return generator.apply(variables, z, method=Generator.map).mean(axis=0)
 
 
-def sample(generator: Generator, variables, rng: jax.Array, count: int, psi: float = 1.0) -> jax.Array:
+def sample(
+    generator: Generator, variables, rng: jax.Array, count: int, psi: float = 1.0
+) -> jax.Array:
     """``count`` images (count, size, size, 3) from z ~ N(0, I), truncated by ``psi`` in W."""
     z_rng, avg_rng = jax.random.split(rng)
     z = jax.random.normal(z_rng, (count, generator.style_dim))
@@ -37,7 +39,9 @@ def sample(generator: Generator, variables, rng: jax.Array, count: int, psi: flo
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", help="a converted generator directory (e.g. DIR/generator)")
     parser.add_argument("--out", required=True, help="the PNG to write")
     parser.add_argument("--rows", type=int, default=4)
@@ -59,7 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     count = args.rows * args.cols
     batch = jax.jit(lambda v, r: sample(generator, v, r, count, args.psi))(variables, rng)
     out = Path(args.out)
-    images.write_png(out, images.make_grid(np.asarray(batch), args.rows, padding=0), {"source": args.model or "random init"})
+    images.write_png(
+        out,
+        images.make_grid(np.asarray(batch), args.rows, padding=0),
+        {"source": args.model or "random init"},
+    )
     print(f"wrote {out} ({args.rows}x{args.cols} faces at {generator.size}px)")
 
 

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 DATA = "data"
 FSDP = "fsdp"
@@ -78,7 +79,9 @@ def param_spec(shape: tuple[int, ...], fsdp: int, min_size: int = DEFAULT_MIN_SH
 def param_sharding(mesh: Mesh, tree: Any, min_size: int = DEFAULT_MIN_SHARD_SIZE) -> Any:
     """A NamedSharding per leaf of ``tree`` (arrays or ShapeDtypeStructs): the fsdp rule."""
     fsdp = mesh.shape[FSDP]
-    return jax.tree.map(lambda leaf: NamedSharding(mesh, param_spec(tuple(leaf.shape), fsdp, min_size)), tree)
+    return jax.tree.map(
+        lambda leaf: NamedSharding(mesh, param_spec(tuple(leaf.shape), fsdp, min_size)), tree
+    )
 
 
 def put_batch(mesh: Mesh, local_batch: Any) -> Any:
@@ -89,7 +92,9 @@ def put_batch(mesh: Mesh, local_batch: Any) -> Any:
     `batch_sharding`.
     """
     sharding = batch_sharding(mesh)
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch
+    )
 
 
 def within(mesh: Mesh, fn: Callable) -> Callable:

@@ -24,13 +24,17 @@ def read_latents(path: Path, spec: Spec) -> dict[str, np.ndarray]:
     the file and the fault (not an .npz archive, missing or unexpected arrays, a wrong
     shape or dtype, NaN or infinite values)."""
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path}: not a NumPy .npz archive of latents (damaged, or another kind of file)")
+        raise ValueError(
+            f"{path}: not a NumPy .npz archive of latents (damaged, or another kind of file)"
+        )
     try:
         with np.load(path, allow_pickle=False) as archive:
             names = set(archive.files)
             missing, unexpected = sorted(set(spec) - names), sorted(names - set(spec))
             if missing or unexpected:
-                parts = ([f"missing {missing}"] if missing else []) + ([f"unexpected {unexpected}"] if unexpected else [])
+                parts = ([f"missing {missing}"] if missing else []) + (
+                    [f"unexpected {unexpected}"] if unexpected else []
+                )
                 raise ValueError(f"{path}: not this model's latents: {', '.join(parts)}")
             arrays = {name: archive[name] for name in sorted(spec)}
     except ValueError:

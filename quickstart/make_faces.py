@@ -26,20 +26,30 @@ from dbaf_jax.faces.photos import PhotoFaces
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("photos", nargs="+", type=Path)
-    parser.add_argument("--mtcnn", required=True, help="converted MTCNN directory (python -m convert.mtcnn)")
+    parser.add_argument(
+        "--mtcnn", required=True, help="converted MTCNN directory (python -m convert.mtcnn)"
+    )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--min-face-size", type=float, default=32.0)
     args = parser.parse_args(argv)
     # Aligned at 4x the size, then area-reduced: bilinear sampling straight to 64 px would alias.
-    faces = PhotoFaces(registry.build(args.mtcnn, ["mtcnn"], low_band=False)[0], 4 * args.size, min_face_size=args.min_face_size)
+    faces = PhotoFaces(
+        registry.build(args.mtcnn, ["mtcnn"], low_band=False)[0],
+        4 * args.size,
+        min_face_size=args.min_face_size,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     for path in args.photos:
         photo = np.asarray(Image.open(path).convert("RGB"))
         found = faces.find(photo)
         for face in found.faces:
-            crop = np.clip(np.rint(align.crop(photo, face.transform, 4 * args.size)), 0, 255).astype(np.uint8)
-            Image.fromarray(crop).reduce(4).save(args.out / f"{path.stem}_{face.index:02d}.png", optimize=True)
+            crop = np.clip(
+                np.rint(align.crop(photo, face.transform, 4 * args.size)), 0, 255
+            ).astype(np.uint8)
+            Image.fromarray(crop).reduce(4).save(
+                args.out / f"{path.stem}_{face.index:02d}.png", optimize=True
+            )
         print(f"{path.name}: {len(found.faces)} faces, {len(found.too_small)} too small")
     return 0
 

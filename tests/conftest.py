@@ -10,10 +10,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests compile afresh unless they set a cache themselves (test_train shares one
 # between its workers): a cache in the user's home would make runs depend on each other.
 os.environ.setdefault("DBAF_JAX_CACHE_DIR", "off")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 # The only torchvision wheel for torch 2.13 is a CUDA build: its pure-Python model
 # definitions (needed by lpips) import once this module of compiled ops is stubbed.
-sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+sys.modules.setdefault(
+    "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
+)
 
 import gc  # noqa: E402
 import subprocess  # noqa: E402
@@ -59,7 +63,9 @@ def real_detector(tmp_path_factory):
         "runpy.run_module('convert.mtcnn', run_name='__main__'); "
         "assert 'facenet_pytorch' not in sys.modules, 'the converter imported facenet_pytorch'"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return registry.build(out / "mtcnn", ["mtcnn"], low_band=False)[0]
 

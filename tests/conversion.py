@@ -33,10 +33,14 @@ def save(checkpoint: Any, path: Path) -> Path:
     return path
 
 
-def edited(state_dict: Mapping[str, Any], drop: Iterable[str] = (), add: Mapping[str, Any] | None = None) -> dict:
+def edited(
+    state_dict: Mapping[str, Any], drop: Iterable[str] = (), add: Mapping[str, Any] | None = None
+) -> dict:
     """A copy of ``state_dict`` without the keys ``drop``, with ``add``'s entries added or replaced."""
     drop = set(drop)
-    assert drop <= set(state_dict), sorted(drop - set(state_dict))  # an edit that removes nothing tests nothing
+    assert drop <= set(state_dict), sorted(
+        drop - set(state_dict)
+    )  # an edit that removes nothing tests nothing
     return {**{k: v for k, v in state_dict.items() if k not in drop}, **(add or {})}
 
 
@@ -49,7 +53,12 @@ def convert(main: Main, argv: list[str], out: Path, network: str) -> Network:
 def convert_parser(kind: str, module: torch.nn.Module, tmp_path):
     """A face parser ``module`` saved as a state_dict and converted by convert.parser ``--kind kind``."""
     ckpt = save(module.state_dict(), tmp_path / f"{kind}.pth")
-    return convert(parser_converter.main, ["--kind", kind, "--ckpt", str(ckpt)], tmp_path / "models", f"parser_{kind}")
+    return convert(
+        parser_converter.main,
+        ["--kind", kind, "--ckpt", str(ckpt)],
+        tmp_path / "models",
+        f"parser_{kind}",
+    )
 
 
 def read_state_dict(path: Path) -> dict:

@@ -17,7 +17,11 @@ from dbaf_jax.evaluation.random_networks import write_random_metric_networks
 from dbaf_jax.faces.detectors.base import Detector
 from tests.cli_helpers import temper_
 from tests.paths import DATA, REPO
-from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+from tests.torch_reference.dbaf_pipeline import (
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 
 PHOTOS = ("jf.jpg", "office3.jpg", "office5.jpg")
 FACE_SIZE = 256
@@ -30,9 +34,16 @@ def build_metrics_models(folder: Path) -> Path:
     facenet_casia_webface, which a report must then name as not measured."""
     # In a fresh interpreter, as tests/conftest.py's real_detector does: the converter reads the
     # facenet-pytorch wheel's files and must not depend on this process's imports.
-    done = subprocess.run([sys.executable, "-m", "convert.mtcnn", "--out", str(folder)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "convert.mtcnn", "--out", str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
-    return write_random_metric_networks(folder / "networks", mtcnn=folder / "mtcnn", arcface_width_scale=1 / 4)
+    return write_random_metric_networks(
+        folder / "networks", mtcnn=folder / "mtcnn", arcface_width_scale=1 / 4
+    )
 
 
 def face_crops(detector: Detector, count: int) -> list[np.ndarray]:
@@ -63,5 +74,7 @@ def write_faces(folder: Path, detector: Detector, count: int) -> Path:
     folder.mkdir(parents=True)
     for i in range(count):
         crop = crops[i % len(crops)]
-        Image.fromarray(crop[:, ::-1] if (i // len(crops)) % 2 else crop).save(folder / f"face{i:04d}.png")
+        Image.fromarray(crop[:, ::-1] if (i // len(crops)) % 2 else crop).save(
+            folder / f"face{i:04d}.png"
+        )
     return folder

@@ -9,7 +9,9 @@ import numpy as np
 from PIL import Image, ImageEnhance, ImageFilter
 
 # A frontal face's five MTCNN landmarks (eyes, nose, mouth corners), in pixels.
-CANONICAL = np.array([[100.0, 120.0], [160.0, 120.0], [130.0, 150.0], [108.0, 180.0], [152.0, 180.0]])
+CANONICAL = np.array(
+    [[100.0, 120.0], [160.0, 120.0], [130.0, 150.0], [108.0, 180.0], [152.0, 180.0]]
+)
 
 
 def similarity(angle: float, scale: float, shift: tuple[float, float]) -> np.ndarray:
@@ -20,7 +22,9 @@ def similarity(angle: float, scale: float, shift: tuple[float, float]) -> np.nda
 
 def mildly_changed(pixels: np.ndarray) -> np.ndarray:
     """Blur sigma 0.8, brightness +8%, JPEG quality 85: what sharing a photo does to it."""
-    image = ImageEnhance.Brightness(Image.fromarray(pixels).filter(ImageFilter.GaussianBlur(0.8))).enhance(1.08)
+    image = ImageEnhance.Brightness(
+        Image.fromarray(pixels).filter(ImageFilter.GaussianBlur(0.8))
+    ).enhance(1.08)
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=85)
     return np.asarray(Image.open(buffer).convert("RGB"))

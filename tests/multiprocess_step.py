@@ -40,16 +40,24 @@ def main() -> None:
     network = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     mesh = sharding.make_mesh(8, 1)
-    run = loop.setup(config, network, loop.initial_variables(config, network, init_rng), state_rng, mesh)
+    run = loop.setup(
+        config, network, loop.initial_variables(config, network, init_rng), state_rng, mesh
+    )
     state, frozen = run.state, run.frozen
     step = loop.make_step(run.stage, mesh, state, frozen)
     images = next(data.batches(loop.data_source(config), config.batch_size, config.seed))
     state, metrics = step(state, frozen, sharding.put_batch(mesh, images), jax.numpy.asarray(1))
     # Replicated outputs: every process holds them whole.
-    trained = {"metrics": metrics, "generator": state.generator_params.fast, "discriminator": state.discriminator_params.fast}
+    trained = {
+        "metrics": metrics,
+        "generator": state.generator_params.fast,
+        "discriminator": state.discriminator_params.fast,
+    }
     leaves = jax.tree_util.tree_leaves_with_path(trained)
     if jax.process_index() == 0:
-        np.savez(args.out, **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves})
+        np.savez(
+            args.out, **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+        )
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ def random_reference(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     randomize_(module, seed)
     with torch.no_grad():
         for layer in module.modules():
-            if isinstance(layer, torch.nn.ConvTranspose2d):  # each output pixel sees one tap per input channel
+            if isinstance(
+                layer, torch.nn.ConvTranspose2d
+            ):  # each output pixel sees one tap per input channel
                 layer.weight.mul_(math.sqrt(2.0 / layer.in_channels))
             elif isinstance(layer, torch.nn.Conv2d):
                 layer.weight.mul_(math.sqrt(2.0 / layer.weight[0].numel()))

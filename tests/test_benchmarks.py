@@ -14,12 +14,22 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks import anonymize, device_info, models, reference_anonymize, reference_pytorch, timing, train_step
+from benchmarks import (
+    anonymize,
+    device_info,
+    models,
+    reference_anonymize,
+    reference_pytorch,
+    timing,
+    train_step,
+)
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from tests.paths import REPO
 
 PEAK_TFLOPS = 0.002  # a made-up peak: the CPU is not in the table
-CELL = 3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells
+CELL = (
+    3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells
+)
 TINY = ["--size", "64", "--width-scale", "0.0625", "--encoder-width-scale", "0.25", "--steps", "2"]
 
 
@@ -27,7 +37,10 @@ def table_rows(text: str) -> list[dict[str, str]]:
     """The rows of the markdown table printed in ``text``, as header -> cell."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+    return [
+        dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+        for line in lines[2:]
+    ]
 
 
 def percent(cell: str) -> float:
@@ -59,26 +72,35 @@ def fits_below(limit: int, tried: list[int]):
     def fits(batch):
         tried.append(batch)
         if batch > limit:
-            raise jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: Out of memory allocating {batch} images")
+            raise jax.errors.JaxRuntimeError(
+                f"RESOURCE_EXHAUSTED: Out of memory allocating {batch} images"
+            )
 
     return fits
 
 
-@pytest.mark.parametrize("start, limit, multiple, expected", [(1, 13, 1, 13), (2, 13, 2, 12), (4, 1000, 4, 64), (8, 7, 1, None)])
+@pytest.mark.parametrize(
+    "start, limit, multiple, expected",
+    [(1, 13, 1, 13), (2, 13, 2, 12), (4, 1000, 4, 64), (8, 7, 1, None)],
+)
 def test_largest_batch_doubles_then_bisects(start, limit, multiple, expected):
     tried = []
     found = device_info.largest_batch(fits_below(limit, tried), start, 64, multiple)
     assert found == expected
     if found is not None:
         assert found in tried and all(b % multiple == 0 for b in tried)
-        assert found + multiple > 64 or found + multiple in tried  # the next batch up was tried and failed
+        assert (
+            found + multiple > 64 or found + multiple in tried
+        )  # the next batch up was tried and failed
 
 
 def lowered_training_computation():
     """A lowered program with convolutions, a matmul and their gradients: what the step counts."""
 
     def loss(kernel, dense, images):
-        maps = jax.lax.conv_general_dilated(images, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        maps = jax.lax.conv_general_dilated(
+            images, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
         return jnp.mean(jnp.tanh(maps.reshape(len(images), -1) @ dense) ** 2)
 
     args = (jnp.ones((3, 3, 3, 8)), jnp.ones((16 * 16 * 8, 4)), jnp.ones((2, 16, 16, 3)))
@@ -107,7 +129,9 @@ def test_flops_of_a_backend_without_a_count_are_the_cpus_count_of_the_same_progr
     assert timing.model_flops(lowered) == backend
     for answer in (None, {}, [], [{"bytes accessed": 1.0}]):
         assert timing.model_flops(WithoutCostAnalysis(lowered, answer)) == backend
-    assert timing.model_flops(WithoutCostAnalysis(lowered, [{"flops": 7.0}])) == 7.0  # the backend's own count wins
+    assert (
+        timing.model_flops(WithoutCostAnalysis(lowered, [{"flops": 7.0}])) == 7.0
+    )  # the backend's own count wins
 
 
 def test_largest_batch_passes_other_errors_on():
@@ -119,13 +143,21 @@ def test_largest_batch_passes_other_errors_on():
 
 
 def test_out_of_memory_errors_of_both_frameworks_are_recognised():
-    assert device_info.is_out_of_memory(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 bytes"))
-    assert device_info.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert not device_info.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert device_info.is_out_of_memory(
+        jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 bytes")
+    )
+    assert device_info.is_out_of_memory(
+        RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    )
+    assert not device_info.is_out_of_memory(
+        RuntimeError("CUDA error: an illegal memory access was encountered")
+    )
 
 
 @pytest.mark.parametrize("baseline", [reference_pytorch, reference_anonymize])
-def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(baseline, tmp_path, capsys):
+def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(
+    baseline, tmp_path, capsys
+):
     assert baseline.main(["--reference-repo", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "mrzhu-cool/DBAF" in err
@@ -145,7 +177,9 @@ def test_anonymize_figures_are_consistent(capsys):
         assert tflops == pytest.approx(gflop_per_image * batch / seconds / 1e3, rel=CELL)
         ceiling = float(row[f"ceiling images/s {label}"])
         assert ceiling == pytest.approx(PEAK_TFLOPS * 1e3 / gflop_per_image, rel=CELL)
-        assert percent(row[f"MFU {label}"]) == pytest.approx(float(row["images/s"]) / ceiling, rel=CELL, abs=1e-3)
+        assert percent(row[f"MFU {label}"]) == pytest.approx(
+            float(row["images/s"]) / ceiling, rel=CELL, abs=1e-3
+        )
         assert row["peak GiB"] == "n/a"  # the CPU keeps no memory statistics
     # The FLOPs scale with the batch: XLA counted the program actually compiled.
     assert float(rows[1]["GFLOP/image"]) == pytest.approx(float(rows[0]["GFLOP/image"]), rel=0.05)
@@ -165,13 +199,28 @@ def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
 
 @pytest.mark.long  # compiles a whole stage-1 train step twice: about 5 min on 2 cores
 def test_train_step_figures_are_consistent(capsys):
-    train_step.main(["--stages", "1", "--batch", "2", "--devices", "1", "--peak-tflops", str(PEAK_TFLOPS), *TINY[:-1], "1"])
+    train_step.main(
+        [
+            "--stages",
+            "1",
+            "--batch",
+            "2",
+            "--devices",
+            "1",
+            "--peak-tflops",
+            str(PEAK_TFLOPS),
+            *TINY[:-1],
+            "1",
+        ]
+    )
     (row,) = table_rows(capsys.readouterr().out)
     seconds, gflop, tflops = float(row["step s"]), float(row["GFLOP/step"]), float(row["TFLOP/s"])
     assert gflop > 0 and float(row["compile s"]) > 0
     assert float(row["images/s"]) == pytest.approx(2 / seconds, rel=CELL)
     assert tflops == pytest.approx(gflop / seconds / 1e3, rel=CELL)
-    assert percent(row[f"MFU {PEAK_TFLOPS:g} TFLOP/s"]) == pytest.approx(tflops / PEAK_TFLOPS, rel=CELL, abs=1e-3)
+    assert percent(row[f"MFU {PEAK_TFLOPS:g} TFLOP/s"]) == pytest.approx(
+        tflops / PEAK_TFLOPS, rel=CELL, abs=1e-3
+    )
 
 
 def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path):
@@ -187,12 +236,17 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     script = REPO / "benchmarks" / "gpu_figures.sh"
     parts = ["train2-f32", "reference-train", "bogus", "anonymize-bf16"]
     env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(["bash", str(script), "--out", str(out), *parts], env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(script), "--out", str(out), *parts], env=env, capture_output=True, text=True
+    )
     assert result.returncode == 1
     assert (out / "anonymize-bf16.md").read_text() == (
         "-m benchmarks.anonymize --batches 1 8 32 --dtype bfloat16\n"
     )
-    assert "train2-f32 failed" in result.stderr and "reference-train needs --reference-repo" in result.stderr
+    assert (
+        "train2-f32 failed" in result.stderr
+        and "reference-train needs --reference-repo" in result.stderr
+    )
     assert "unknown part bogus" in result.stderr
     assert not (out / "reference-train.md").exists()
 
@@ -226,31 +280,67 @@ def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
     stand_in.write_text(STAND_IN)
     stand_in.chmod(0o755)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": str(stand_in), "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--detector", "D"],
-                            env=env, capture_output=True, text=True, cwd=REPO)
+    env = {
+        **os.environ,
+        "PYTHON": str(stand_in),
+        "REAL_PYTHON": sys.executable,
+        "TMPDIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--detector", "D"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 1, result.stderr
     rows = {row["part"]: row for row in table_rows((out / "summary.md").read_text())}
     assert list(rows) == ["anonymize", "train2-cold", "train2-warm", "train1", "folder"]
-    assert rows["anonymize"]["command"] == "`python -m benchmarks.anonymize --batches 32 --dtype bfloat16 --steps 20`"
-    assert rows["anonymize"]["images/s"] == "1324" and rows["anonymize"]["MFU"] == "28.0% (H200 bf16)"
+    assert (
+        rows["anonymize"]["command"]
+        == "`python -m benchmarks.anonymize --batches 32 --dtype bfloat16 --steps 20`"
+    )
+    assert (
+        rows["anonymize"]["images/s"] == "1324" and rows["anonymize"]["MFU"] == "28.0% (H200 bf16)"
+    )
     cold, warm = rows["train2-cold"]["compile s"], rows["train2-warm"]["compile s"]
     assert cold == warm and str(tmp_path) in cold  # one cache of their own, on local disk
     assert rows["train2-cold"]["before compiling s"] == "12"
-    assert rows["train1"]["compile s"].startswith("no figures: see") and "train1 failed (exit 3)" in result.stderr
-    assert "--width full" in rows["folder"]["command"] and "--detector D" in rows["folder"]["command"]
-    assert rows["folder"]["step / batch s"] == "0.42 per photo" and rows["folder"]["images/s"] == "2.4 photos/s"
+    assert (
+        rows["train1"]["compile s"].startswith("no figures: see")
+        and "train1 failed (exit 3)" in result.stderr
+    )
+    assert (
+        "--width full" in rows["folder"]["command"] and "--detector D" in rows["folder"]["command"]
+    )
+    assert (
+        rows["folder"]["step / batch s"] == "0.42 per photo"
+        and rows["folder"]["images/s"] == "2.4 photos/s"
+    )
     assert not any(tmp_path.glob("dbaf-gpu-quick-*"))  # the caches are removed
 
 
 def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
     stand_in = tmp_path / "python"
-    stand_in.write_text('#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n')
+    stand_in.write_text(
+        '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
+    )
     stand_in.chmod(0o755)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": str(stand_in), "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--budget", "31"],
-                            env=env, capture_output=True, text=True, cwd=REPO, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHON": str(stand_in),
+        "REAL_PYTHON": sys.executable,
+        "TMPDIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--budget", "31"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "cut off at its limit" in (out / "train2-cold.log").read_text()
     assert "budget spent" in (out / "train2-warm.log").read_text()
@@ -260,7 +350,9 @@ def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
 def runtime_benchmarks() -> list[str]:
     import benchmarks
 
-    names = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem != "__init__")
+    names = sorted(
+        path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem != "__init__"
+    )
     return [name for name in names if name not in benchmarks.TORCH_COMPARISONS]
 
 
@@ -270,8 +362,17 @@ def test_runtime_benchmarks_import_neither_torch_nor_tests():
     names = runtime_benchmarks()
     for name in names:
         tree = ast.parse((REPO / "benchmarks" / f"{name}.py").read_text())
-        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        imported |= {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
         assert not {m for m in imported if m.split(".")[0] in ("torch", "tests")}, name
     blocked = "import sys; sys.modules.update(torch=None, tests=None, torchvision=None); "
     code = blocked + "; ".join(f"import benchmarks.{name}" for name in names)

@@ -9,8 +9,8 @@ import tomllib
 import pytest
 
 from dbaf_jax import commands, data
-from dbaf_jax.inference import anonymizer
 from dbaf_jax.errors import DatasetError
+from dbaf_jax.inference import anonymizer
 from tests.paths import REPO
 
 
@@ -43,19 +43,37 @@ def test_run_main_returns_on_success_and_keeps_bugs_visible(capsys):
 def test_folder_parser_refuses_a_batch_size_below_1(capsys):
     parser = commands.folder_parser("prog", "description")
     args = parser.parse_args(["--model", "m", "--password-file", "p", "in", "out"])
-    assert (args.batch_size, args.overwrite, args.dtype) == (None, False, "float32")  # None: per backend
+    assert (args.batch_size, args.overwrite, args.dtype) == (
+        None,
+        False,
+        "float32",
+    )  # None: per backend
     assert anonymizer.default_batch_size() == anonymizer.CPU_BATCH == 8
     with pytest.raises(SystemExit) as exit_info:
-        parser.parse_args(["--model", "m", "--password-file", "p", "in", "out", "--batch-size", "0"])
+        parser.parse_args(
+            ["--model", "m", "--password-file", "p", "in", "out", "--batch-size", "0"]
+        )
     assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
 
 
 def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
     missing = tmp_path / "no_dataset"
     result = subprocess.run(
-        [sys.executable, "launch.py", "--config", "configs/stage1.py:tiny", "--workdir", str(tmp_path / "w"),
-         "--config.data.synthetic=False", "--config.data.dir", str(missing)],
-        cwd=REPO, capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        [
+            sys.executable,
+            "launch.py",
+            "--config",
+            "configs/stage1.py:tiny",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--config.data.synthetic=False",
+            "--config.data.dir",
+            str(missing),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -72,7 +90,9 @@ def test_every_command_is_a_console_script():
     """pyproject.toml declares each command of `commands.COMMANDS` as dbaf-<name>, run
     by the entry of that name in `commands`; each command module has ``main(argv)``."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands:{name}" for name in commands.COMMANDS}
+    assert scripts == {
+        f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands:{name}" for name in commands.COMMANDS
+    }
     for name in commands.COMMANDS:
         assert callable(getattr(commands, name))
         assert callable(importlib.import_module(f"dbaf_jax.{name}").main)

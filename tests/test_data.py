@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import commands, prepare_data
-from dbaf_jax import data
+from dbaf_jax import commands, data, prepare_data
 from dbaf_jax.errors import DatasetError
 
 
@@ -20,7 +19,9 @@ def make_loader(data_dir, *args, **kwargs):
 
 def make_synthetic_loader(num_images: int, size: int, global_batch_size: int, seed: int, **kwargs):
     """`data.batches` of `data.SyntheticFaces` drawn from ``seed``, the stream's seed too."""
-    return data.batches(data.SyntheticFaces(num_images, size, seed), global_batch_size, seed, **kwargs)
+    return data.batches(
+        data.SyntheticFaces(num_images, size, seed), global_batch_size, seed, **kwargs
+    )
 
 
 SIZE = 16
@@ -33,12 +34,24 @@ def image_folder(tmp_path_factory):
     (root / "a" / "b").mkdir(parents=True)
     rng = np.random.default_rng(0)
     pixels = {}
-    names = ["a/b/p0.png", "a/b/p1.png", "a/p2.png", "a/j3.jpg", "p4.png", "j5.jpeg", "p6.PNG", "a/b/w7.webp", "p8.png"]
+    names = [
+        "a/b/p0.png",
+        "a/b/p1.png",
+        "a/p2.png",
+        "a/j3.jpg",
+        "p4.png",
+        "j5.jpeg",
+        "p6.PNG",
+        "a/b/w7.webp",
+        "p8.png",
+    ]
     for name in names:
         img = rng.integers(0, 256, (20 + len(name), 24, 3), dtype=np.uint8)
         pixels[name] = img
         fmt = {"jpg": "JPEG", "jpeg": "JPEG", "webp": "WEBP"}.get(name.rsplit(".", 1)[1], "PNG")
-        Image.fromarray(img).save(root / name, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+        Image.fromarray(img).save(
+            root / name, format=fmt, **({"lossless": True} if fmt == "WEBP" else {})
+        )
     (root / "a" / "corrupt.jpg").write_bytes(b"not a jpeg" * 20)
     full = (root / "p4.png").read_bytes()
     (root / "a" / "b" / "truncated.png").write_bytes(full[: len(full) // 2])
@@ -72,10 +85,14 @@ def test_prepared_images_read_back_with_tfds(image_folder, prepared):
     assert len(source) == 9
     for record in (source[i] for i in range(len(source))):
         name = record["file_name"].decode()
-        expected = np.asarray(Image.open(root / name).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR))
+        expected = np.asarray(
+            Image.open(root / name).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+        )
         np.testing.assert_array_equal(record["image"], expected)  # PNG storage is lossless
         if not name.endswith(("jpg", "jpeg")):  # lossless sources: the pixels we generated
-            expected = np.asarray(Image.fromarray(pixels[name]).resize((SIZE, SIZE), Image.BILINEAR))
+            expected = np.asarray(
+                Image.fromarray(pixels[name]).resize((SIZE, SIZE), Image.BILINEAR)
+            )
             np.testing.assert_array_equal(record["image"], expected)
 
 
@@ -84,12 +101,22 @@ def test_prepare_refuses_existing_output(image_folder, prepared):
     out, _ = prepared
     with pytest.raises(FileExistsError, match="not empty"):
         data.prepare(root, out, size=SIZE)
-    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(out), "--size", str(SIZE)]) == 1
+    assert (
+        commands.exit_status(
+            prepare_data.main, ["--images", str(root), "--out", str(out), "--size", str(SIZE)]
+        )
+        == 1
+    )
 
 
 def test_cli_writes_dataset(image_folder, tmp_path, capsys):
     root, _ = image_folder
-    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(tmp_path / "d"), "--size", "8"]) == 0
+    assert (
+        commands.exit_status(
+            prepare_data.main, ["--images", str(root), "--out", str(tmp_path / "d"), "--size", "8"]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "9 images written" in printed and "2 unreadable image files skipped" in printed
     assert data.PreparedImages(tmp_path / "d").size == 8
@@ -102,7 +129,13 @@ def test_prepare_with_only_unreadable_files_writes_nothing(tmp_path, capsys):
     (images / "a.png").write_bytes(b"not a png" * 10)
     (images / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     (images / "notes.txt").write_text("not an image")
-    assert commands.exit_status(prepare_data.main, ["--images", str(images), "--out", str(tmp_path / "out"), "--size", "8"]) == 1
+    assert (
+        commands.exit_status(
+            prepare_data.main,
+            ["--images", str(images), "--out", str(tmp_path / "out"), "--size", "8"],
+        )
+        == 1
+    )
     err = capsys.readouterr().err  # after tfds's progress bars
     assert err.endswith(f"error: {images}: no readable images (2 unreadable, 1 other files)\n"), err
     assert err.count("error") == 1 and "Traceback" not in err
@@ -112,8 +145,15 @@ def test_prepare_with_only_unreadable_files_writes_nothing(tmp_path, capsys):
 def test_prepare_without_image_files(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("not an image")
-    assert commands.exit_status(prepare_data.main, ["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 1
-    assert capsys.readouterr().err == f"error: {tmp_path / 'empty'}: no image files (1 other files)\n"
+    assert (
+        commands.exit_status(
+            prepare_data.main, ["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]
+        )
+        == 1
+    )
+    assert (
+        capsys.readouterr().err == f"error: {tmp_path / 'empty'}: no image files (1 other files)\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
 
@@ -121,8 +161,16 @@ def test_prepare_without_image_files(tmp_path, capsys):
 def test_prepare_refuses_a_size_below_1(image_folder, tmp_path, capsys, size):
     root, _ = image_folder
     out = tmp_path / "out"
-    assert commands.exit_status(prepare_data.main, ["--images", str(root), "--out", str(out), "--size", size]) == 1
-    assert capsys.readouterr().err == f"error: {out}: image size (--size) must be at least 1, got {size}\n"
+    assert (
+        commands.exit_status(
+            prepare_data.main, ["--images", str(root), "--out", str(out), "--size", size]
+        )
+        == 1
+    )
+    assert (
+        capsys.readouterr().err
+        == f"error: {out}: image size (--size) must be at least 1, got {size}\n"
+    )
     assert not any(tmp_path.iterdir())
 
 
@@ -157,7 +205,9 @@ def test_loader_resumes_exactly(prepared):
     out, _ = prepared
     uninterrupted = take(make_loader(out, 4, seed=5, process_index=0, process_count=1), 8)
     for k in (1, 3, 5):  # 9 images, batch 4: batches straddle epochs
-        resumed = take(make_loader(out, 4, seed=5, start_step=k, process_index=0, process_count=1), 8 - k)
+        resumed = take(
+            make_loader(out, 4, seed=5, start_step=k, process_index=0, process_count=1), 8 - k
+        )
         np.testing.assert_array_equal(resumed, uninterrupted[k:])
 
 
@@ -174,7 +224,9 @@ def test_loader_splits_global_batch_over_hosts(prepared):
 
 def test_loader_num_epochs_ends_the_stream(prepared):
     out, _ = prepared
-    assert len(list(make_loader(out, 4, seed=0, num_epochs=2, process_index=0, process_count=1))) == 4  # 18 // 4
+    assert (
+        len(list(make_loader(out, 4, seed=0, num_epochs=2, process_index=0, process_count=1))) == 4
+    )  # 18 // 4
 
 
 def test_synthetic_loader():
@@ -185,7 +237,9 @@ def test_synthetic_loader():
     loader = make_synthetic_loader(6, 24, 4, seed=1, process_index=0, process_count=1)
     batches = take(loader, 3)
     assert batches.shape == (3, 4, 24, 24, 3) and -1.0 <= batches.min() and batches.max() <= 1.0
-    resumed = take(make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2)
+    resumed = take(
+        make_synthetic_loader(6, 24, 4, seed=1, start_step=1, process_index=0, process_count=1), 2
+    )
     np.testing.assert_array_equal(resumed, batches[1:])
 
 
@@ -208,6 +262,8 @@ def test_a_damaged_record_is_one_error_naming_dataset_and_record(prepared, tmp_p
             source[index]
         except DatasetError as err:
             failures.append(str(err))
-    assert failures and all(f.startswith(f"{damaged}: record ") and "is damaged" in f for f in failures), failures
+    assert failures and all(
+        f.startswith(f"{damaged}: record ") and "is damaged" in f for f in failures
+    ), failures
     with pytest.raises(DatasetError, match=f"{damaged}: record \\d+ is damaged"):
         take(data.batches(source, 3, seed=0, process_index=0, process_count=1, num_epochs=1), 3)

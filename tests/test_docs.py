@@ -18,10 +18,15 @@ def test_every_doc_is_listed_in_the_index():
     assert not missing, f"docs/README.md does not list {missing}"
 
 
-@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda page: str(page.relative_to(REPO)))
+@pytest.mark.parametrize(
+    "page", [REPO / "README.md", *DOCS], ids=lambda page: str(page.relative_to(REPO))
+)
 def test_relative_links_lead_somewhere(page):
-    broken = [target for target in LINK.findall(page.read_text())
-              if "://" not in target and not (page.parent / target).exists()]
+    broken = [
+        target
+        for target in LINK.findall(page.read_text())
+        if "://" not in target and not (page.parent / target).exists()
+    ]
     assert not broken, f"{page.relative_to(REPO)} links to missing {broken}"
 
 

@@ -9,7 +9,9 @@ from dbaf_jax.errors import printable
 def test_control_and_format_characters_are_escaped_and_the_rest_kept():
     name = "ph\x1b[2Ko\nerror: forged\r\t\x7f\u202egpj.exe \u2028 Grüne Wiese 字.jpg"
     shown = printable(name)
-    assert shown == "ph\\x1b[2Ko\\nerror: forged\\r\\t\\x7f\\u202egpj.exe \\u2028 Grüne Wiese 字.jpg"
+    assert (
+        shown == "ph\\x1b[2Ko\\nerror: forged\\r\\t\\x7f\\u202egpj.exe \\u2028 Grüne Wiese 字.jpg"
+    )
     assert shown.isprintable()
 
 

@@ -33,14 +33,19 @@ def weights():
 
 def stand_in_networks(xp, weights) -> ifadit_losses.LossNetworks:
     """Identity (unit embeddings), landmarks (B, 10), parser (B, H, W, 4) and LPIPS (B,) on array module xp."""
-    w = {name: xp.asarray(value, xp.float32 if xp is jnp else xp.float64) for name, value in weights.items()}
+    w = {
+        name: xp.asarray(value, xp.float32 if xp is jnp else xp.float64)
+        for name, value in weights.items()
+    }
 
     def identity(images):
         e = images.reshape(images.shape[0], -1) @ w["identity"]
         return e / xp.linalg.norm(e, axis=-1, keepdims=True)
 
     def lpips(images0, images1):
-        return xp.mean(xp.sum(xp.square(xp.tanh(2 * images0) - xp.tanh(2 * images1)), axis=-1), axis=(1, 2))
+        return xp.mean(
+            xp.sum(xp.square(xp.tanh(2 * images0) - xp.tanh(2 * images1)), axis=-1), axis=(1, 2)
+        )
 
     return ifadit_losses.LossNetworks(
         identity=identity,
@@ -61,8 +66,13 @@ def _cos(a, b):
 def _ssim(x, y):
     # [-1, 1] images shifted to [0, 2]: SSIM with data range 2 (same as [0, 1] with range 1).
     return structural_similarity(
-        x.astype(np.float64) + 1, y.astype(np.float64) + 1,
-        gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=2, channel_axis=-1,
+        x.astype(np.float64) + 1,
+        y.astype(np.float64) + 1,
+        gaussian_weights=True,
+        sigma=1.5,
+        use_sample_covariance=False,
+        data_range=2,
+        channel_axis=-1,
     )
 
 
@@ -87,25 +97,49 @@ def _numpy_image_loss(originals, generated, lam, net):
 def _numpy_identity_terms(original_emb, anonymized_emb, recovered_emb, wrong_emb):
     """Eqs. (15), (17), (18) pair by pair."""
     keys, faces = anonymized_emb.shape[:2]
-    anon = np.mean([max(0.0, _cos(anonymized_emb[k, b], original_emb[b])) for k in range(keys) for b in range(faces)])
+    anon = np.mean(
+        [
+            max(0.0, _cos(anonymized_emb[k, b], original_emb[b]))
+            for k in range(keys)
+            for b in range(faces)
+        ]
+    )
     face_pairs = list(itertools.combinations(range(faces), 2))
     key_pairs = list(itertools.combinations(range(keys), 2))
     inter_identity = np.mean(
-        [max(0.0, _cos(anonymized_emb[k, i], anonymized_emb[k, j])) for k in range(keys) for i, j in face_pairs]
+        [
+            max(0.0, _cos(anonymized_emb[k, i], anonymized_emb[k, j]))
+            for k in range(keys)
+            for i, j in face_pairs
+        ]
     )
     inter_key = np.mean(
-        [max(0.0, _cos(anonymized_emb[k1, b], anonymized_emb[k2, b])) for b in range(faces) for k1, k2 in key_pairs]
+        [
+            max(0.0, _cos(anonymized_emb[k1, b], anonymized_emb[k2, b]))
+            for b in range(faces)
+            for k1, k2 in key_pairs
+        ]
     )
-    matching = np.mean([1.0 - _cos(r[b], original_emb[b]) for r in recovered_emb for b in range(faces)])
-    non_matching = np.mean([max(0.0, _cos(w[b], original_emb[b])) for w in wrong_emb for b in range(faces)])
+    matching = np.mean(
+        [1.0 - _cos(r[b], original_emb[b]) for r in recovered_emb for b in range(faces)]
+    )
+    non_matching = np.mean(
+        [max(0.0, _cos(w[b], original_emb[b])) for w in wrong_emb for b in range(faces)]
+    )
     return anon, inter_identity + inter_key, matching + non_matching
 
 
 def test_visual_quality_loss_is_alpha_one_minus_ssim_plus_beta_l1(np_rng):
     originals, reconstructed = _images(np_rng, 3), _images(np_rng, 3)
-    reconstructed[0] = np.clip(originals[0] + np_rng.normal(0, 0.1, originals[0].shape), -1, 1)  # one SSIM near 1
-    expected = np.mean([0.84 * (1 - _ssim(y, x)) + 0.16 * _l1(y, x) for x, y in zip(originals, reconstructed)])
-    assert_parity(jax.jit(ifadit_losses.visual_quality_loss)(reconstructed, originals), expected, TOL, "L_VQ")
+    reconstructed[0] = np.clip(
+        originals[0] + np_rng.normal(0, 0.1, originals[0].shape), -1, 1
+    )  # one SSIM near 1
+    expected = np.mean(
+        [0.84 * (1 - _ssim(y, x)) + 0.16 * _l1(y, x) for x, y in zip(originals, reconstructed)]
+    )
+    assert_parity(
+        jax.jit(ifadit_losses.visual_quality_loss)(reconstructed, originals), expected, TOL, "L_VQ"
+    )
 
 
 def test_semantic_and_phase1_losses(np_rng, weights):
@@ -113,8 +147,12 @@ def test_semantic_and_phase1_losses(np_rng, weights):
     net, ref = stand_in_networks(jnp, weights), stand_in_networks(np, weights)
     x, y = originals.astype(np.float64), reconstructed.astype(np.float64)
     sem = _l1(ref.identity(y), ref.identity(x)) + _l1(ref.landmarks(y), ref.landmarks(x))
-    vq = np.mean([0.84 * (1 - _ssim(b, a)) + 0.16 * _l1(b, a) for a, b in zip(originals, reconstructed)])
-    total, terms = jax.jit(lambda r, o: ifadit_losses.phase1_loss(r, o, net))(reconstructed, originals)
+    vq = np.mean(
+        [0.84 * (1 - _ssim(b, a)) + 0.16 * _l1(b, a) for a, b in zip(originals, reconstructed)]
+    )
+    total, terms = jax.jit(lambda r, o: ifadit_losses.phase1_loss(r, o, net))(
+        reconstructed, originals
+    )
     assert_parity(terms["sem"], sem, TOL, "L_Sem")
     assert_parity(terms["vq"], vq, TOL, "L_VQ")
     assert_parity(total, 0.01 * vq + sem, TOL, "L_P1")
@@ -123,24 +161,38 @@ def test_semantic_and_phase1_losses(np_rng, weights):
 def test_identity_terms_clamp_negative_cosines(np_rng):
     keys, faces = 3, 4
     shapes = ((faces,), (keys, faces), (2, faces), (2, faces))
-    original, anonymized, recovered, wrong = (np_rng.normal(size=s + (EMBED,)).astype(np.float32) for s in shapes)
+    original, anonymized, recovered, wrong = (
+        np_rng.normal(size=s + (EMBED,)).astype(np.float32) for s in shapes
+    )
     anonymized[0, 0] = original[0] + 0.1  # one face barely anonymized
     all_cosines = [_cos(a, b) for a, b in itertools.combinations(anonymized.reshape(-1, EMBED), 2)]
     assert min(all_cosines) < -0.2 and max(all_cosines) > 0.2, "the clamp at 0 must be exercised"
     anon, div, deanon = _numpy_identity_terms(original, anonymized, recovered, wrong)
     assert_parity(jax.jit(ifadit_losses.anonymity_loss)(anonymized, original), anon, TOL, "L_Anon")
     assert_parity(jax.jit(ifadit_losses.diversity_loss)(anonymized), div, TOL, "L_Div")
-    assert_parity(jax.jit(ifadit_losses.deanonymization_loss)(recovered, wrong, original), deanon, TOL, "L_DeAnon")
+    assert_parity(
+        jax.jit(ifadit_losses.deanonymization_loss)(recovered, wrong, original),
+        deanon,
+        TOL,
+        "L_DeAnon",
+    )
 
 
 @pytest.mark.parametrize("kind", ["recovered", "other"])
 def test_image_loss(np_rng, weights, kind):
-    lam = {"recovered": ifadit_losses.RECOVERED_IMAGE_WEIGHTS, "other": ifadit_losses.OTHER_IMAGE_WEIGHTS}[kind]
-    paper_lambda = {"recovered": (10, 1, 0.1, 0.01), "other": (0.01, 0.1, 0.1, 0.01)}[kind]  # eq. (21)
+    lam = {
+        "recovered": ifadit_losses.RECOVERED_IMAGE_WEIGHTS,
+        "other": ifadit_losses.OTHER_IMAGE_WEIGHTS,
+    }[kind]
+    paper_lambda = {"recovered": (10, 1, 0.1, 0.01), "other": (0.01, 0.1, 0.1, 0.01)}[
+        kind
+    ]  # eq. (21)
     originals, generated = _images(np_rng, 2), _images(np_rng, 3, 2)
     net, ref = stand_in_networks(jnp, weights), stand_in_networks(np, weights)
     ours = jax.jit(lambda o, g: ifadit_losses.image_loss(o, g, lam, net))(originals, generated)
-    assert_parity(ours, _numpy_image_loss(originals, generated, paper_lambda, ref), TOL, f"L_Img ({kind})")
+    assert_parity(
+        ours, _numpy_image_loss(originals, generated, paper_lambda, ref), TOL, f"L_Img ({kind})"
+    )
 
 
 def test_phase2_loss_is_the_unweighted_sum(np_rng, weights):
@@ -154,13 +206,17 @@ def test_phase2_loss_is_the_unweighted_sum(np_rng, weights):
         flat = images.reshape((-1,) + images.shape[-3:]).astype(np.float64)
         return ref.identity(flat).reshape(images.shape[:-3] + (EMBED,))
 
-    anon, div, deanon = _numpy_identity_terms(embed(originals), embed(anonymized), embed(recovered), embed(wrong))
+    anon, div, deanon = _numpy_identity_terms(
+        embed(originals), embed(anonymized), embed(recovered), embed(wrong)
+    )
     img = (
         _numpy_image_loss(originals, recovered, (10, 1, 0.1, 0.01), ref)
         + _numpy_image_loss(originals, anonymized, (0.01, 0.1, 0.1, 0.01), ref)
         + _numpy_image_loss(originals, wrong, (0.01, 0.1, 0.1, 0.01), ref)
     )
-    total, terms = jax.jit(lambda *a: ifadit_losses.phase2_loss(*a, net))(originals, anonymized, recovered, wrong)
+    total, terms = jax.jit(lambda *a: ifadit_losses.phase2_loss(*a, net))(
+        originals, anonymized, recovered, wrong
+    )
     for name, value in (("anon", anon), ("div", div), ("deanon", deanon), ("img", img)):
         assert_parity(terms[name], value, TOL, name)
     assert_parity(total, anon + div + deanon + img, TOL, "L_P2")

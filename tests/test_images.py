@@ -92,7 +92,11 @@ def _modes_of_a_photo(tmp_path):
     alpha = Image.fromarray(np.linspace(0, 255, 96 * 72).reshape(72, 96).astype(np.uint8))
     cases = {
         "L": (grey, "png", grey),
-        "P": (rgb.convert("P", palette=Image.ADAPTIVE), "png", rgb.convert("P", palette=Image.ADAPTIVE).convert("RGB")),
+        "P": (
+            rgb.convert("P", palette=Image.ADAPTIVE),
+            "png",
+            rgb.convert("P", palette=Image.ADAPTIVE).convert("RGB"),
+        ),
         "RGBA": (Image.merge("RGBA", (*rgb.split(), alpha)), "png", rgb),
         "LA": (Image.merge("LA", (grey, alpha)), "png", grey),
         "CMYK": (rgb.convert("CMYK"), "tiff", rgb),
@@ -118,14 +122,19 @@ def test_every_mode_reads_as_8_bit_rgb_with_its_range(tmp_path):
         assert photo.dtype == np.uint8 and photo.shape == expected.shape, mode
         assert np.abs(photo.astype(np.int16) - expected).max() <= 1, mode
         has_alpha = mode in ("RGBA", "LA")
-        assert (note is not None and "alpha" in note and str(path) in note) == has_alpha, (mode, note)
+        assert (note is not None and "alpha" in note and str(path) in note) == has_alpha, (
+            mode,
+            note,
+        )
         assert np.abs(images.read_image(path, 32).astype(np.float32)).max() <= 1.0
     assert {"I;16", "I", "F", "RGBA", "LA", "CMYK", "P", "1", "L"} <= seen
 
 
 def test_label_columns_names_each_column_above_an_unchanged_grid():
     grid = images.make_grid(np.zeros((6, 16, 16, 3), np.float32), rows=2)
-    labelled = images.label_columns(grid, ("original", "anonymized", "right password"), cell_width=16)
+    labelled = images.label_columns(
+        grid, ("original", "anonymized", "right password"), cell_width=16
+    )
     strip = labelled[: labelled.shape[0] - grid.shape[0]]
     np.testing.assert_array_equal(labelled[strip.shape[0] :], grid)
     # Each column's part of the strip holds dark text pixels; long labels wrap to more lines.
@@ -148,10 +157,14 @@ def test_tiff_and_gif_are_read_and_animations_refused(tmp_path):
     frames[0].save(tmp_path / "moving.gif", save_all=True, append_images=frames[1:])
     frames[0].save(tmp_path / "pages.tif", save_all=True, append_images=frames[1:])
     for name in ("moving.gif", "pages.tif"):
-        with pytest.raises(ValueError, match=f"{name}: holds 3 frames .* only one would be anonymized"):
+        with pytest.raises(
+            ValueError, match=f"{name}: holds 3 frames .* only one would be anonymized"
+        ):
             images.read_photo_noted(tmp_path / name)
         with pytest.raises(ValueError, match="holds 3 frames"):
             images.read_image(tmp_path / name, 16)
-    Image.fromarray(face).save(tmp_path / "camera.mpo", format="MPO", save_all=True, append_images=[frames[1]])
+    Image.fromarray(face).save(
+        tmp_path / "camera.mpo", format="MPO", save_all=True, append_images=[frames[1]]
+    )
     photo, note = images.read_photo_noted(tmp_path / "camera.mpo")
     assert photo.shape == (24, 32, 3) and "1 other picture(s)" in note

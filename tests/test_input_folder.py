@@ -47,14 +47,42 @@ def test_every_entry_is_an_input_a_companion_or_refused_with_why(tmp_path):
 
     listing = input_folder.list_inputs(folder)
 
-    assert [p.relative_to(folder).as_posix() for p in listing.images] == ["a.jpg", "b.TIF", "c.gif", "e.webp", "in.png", "no_suffix", "sub/d.png"]
+    assert [p.relative_to(folder).as_posix() for p in listing.images] == [
+        "a.jpg",
+        "b.TIF",
+        "c.gif",
+        "e.webp",
+        "in.png",
+        "no_suffix",
+        "sub/d.png",
+    ]
     assert listing.videos == [folder / "clip.mp4"]
-    assert [item.path.relative_to(folder).as_posix() for item in listing.companions] == ["clip.mp4.dbaf.json", "sub/d.latents.npz"]
+    assert [item.path.relative_to(folder).as_posix() for item in listing.companions] == [
+        "clip.mp4.dbaf.json",
+        "sub/d.latents.npz",
+    ]
     why = reasons(listing)
-    assert sorted(why) == ["d.latents.npz", "dangling.jpg", "loop1.jpg", "loop2.jpg", "notes.txt", "orphan.dbaf.json", "out.png", "pipe.jpg",
-                           "to_folder"]
-    assert all(reason.startswith(f"{folder / name}: ") for name, reason in why.items() if name != "to_folder")
-    assert "dangling link" in why["dangling.jpg"] and "link loop" in why["loop1.jpg"] and "link loop" in why["loop2.jpg"]
+    assert sorted(why) == [
+        "d.latents.npz",
+        "dangling.jpg",
+        "loop1.jpg",
+        "loop2.jpg",
+        "notes.txt",
+        "orphan.dbaf.json",
+        "out.png",
+        "pipe.jpg",
+        "to_folder",
+    ]
+    assert all(
+        reason.startswith(f"{folder / name}: ")
+        for name, reason in why.items()
+        if name != "to_folder"
+    )
+    assert (
+        "dangling link" in why["dangling.jpg"]
+        and "link loop" in why["loop1.jpg"]
+        and "link loop" in why["loop2.jpg"]
+    )
     assert "link to a folder" in why["to_folder"] and "outside the input folder" in why["out.png"]
     assert "not a regular file" in why["pipe.jpg"] and "unknown type" in why["notes.txt"]
 
@@ -85,7 +113,11 @@ def _listed_without_rights(folder: Path) -> dict:
             read = "read"
         except ValueError as err:
             read = str(err)
-        return {"images": [p.name for p in listing.images], "refused": {i.path.name: i.reason for i in listing.refused}, "read": read}
+        return {
+            "images": [p.name for p in listing.images],
+            "refused": {i.path.name: i.reason for i in listing.refused},
+            "read": read,
+        }
 
     if os.geteuid() != 0:
         return look()
@@ -109,7 +141,9 @@ def _listed_without_rights(folder: Path) -> dict:
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see _listed_without_rights
 def test_unreadable_files_and_folders_are_named(tmp_path):
-    folder = Path(tempfile.mkdtemp(prefix="dbaf-unreadable-"))  # reachable by nobody, unlike tmp_path
+    folder = Path(
+        tempfile.mkdtemp(prefix="dbaf-unreadable-")
+    )  # reachable by nobody, unlike tmp_path
     try:
         os.chmod(folder, 0o755)
         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "locked.jpg")

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dbaf_jax import keys as keys_module
 from dbaf_jax import new_key
+from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.keys import (
     DEFAULT_SCRYPT,
     KeyRecord,
@@ -20,8 +22,6 @@ from dbaf_jax.keys import (
     key_latents,
     new_key_record,
 )
-from dbaf_jax import keys as keys_module
-from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.models.composition import latents_to_key
 from dbaf_jax.models.stylegan2 import Generator
 
@@ -32,8 +32,14 @@ VECTORS = [
         "000102030405060708090a0b0c0d0e0f",
         "7a8e34241db898d59175c696538c417467a975ffe569068425f16188d3159c58",
         [0, 1, 2, 3, 4, 5],
-        [-0.8059826986092248, -0.8136771205407357, 1.48184924018823, 1.7899985664858755, -0.5999947525369619,
-         -0.9789830731258853],
+        [
+            -0.8059826986092248,
+            -0.8136771205407357,
+            1.48184924018823,
+            1.7899985664858755,
+            -0.5999947525369619,
+            -0.9789830731258853,
+        ],
     ),
     (
         "pässwörd ✓",
@@ -45,13 +51,22 @@ VECTORS = [
 ]
 
 
-def straightforward_derivation(password: str, salt_hex: str, count: int) -> tuple[bytes, list[float]]:
+def straightforward_derivation(
+    password: str, salt_hex: str, count: int
+) -> tuple[bytes, list[float]]:
     """The documented steps written out plainly with the standard library, value by value."""
     seed = hashlib.scrypt(
         unicodedata.normalize("NFC", password).encode("utf-8"),
-        salt=bytes.fromhex(salt_hex), n=2**15, r=8, p=1, dklen=32, maxmem=64 * 2**20,
+        salt=bytes.fromhex(salt_hex),
+        n=2**15,
+        r=8,
+        p=1,
+        dklen=32,
+        maxmem=64 * 2**20,
     )
-    stream = hashlib.shake_256(b"dbaf-jax key latents v1\x00" + seed).digest(8 * (count + count % 2))
+    stream = hashlib.shake_256(b"dbaf-jax key latents v1\x00" + seed).digest(
+        8 * (count + count % 2)
+    )
     words = [w >> 11 for (w,) in struct.iter_unpack(">Q", stream)]
     z = []
     for k1, k2 in zip(words[0::2], words[1::2]):
@@ -83,7 +98,11 @@ def test_deterministic_and_normalised():
     composed = "pässwörd"
     decomposed = unicodedata.normalize("NFD", composed)
     assert composed != decomposed
-    assert derive_seed(composed, record) == derive_seed(decomposed, record) == derive_seed(composed, record)
+    assert (
+        derive_seed(composed, record)
+        == derive_seed(decomposed, record)
+        == derive_seed(composed, record)
+    )
     z = key_latents(derive_seed(composed, record))
     np.testing.assert_array_equal(z, key_latents(derive_seed(composed, record)))
     with pytest.raises(ValueError):
@@ -123,7 +142,12 @@ def test_record_is_json_and_never_holds_the_password():
     text = record.to_json()
     assert password not in text and password not in repr(record)
     data = json.loads(text)
-    assert data == {"version": 1, "kdf": "scrypt", "kdf_params": dict(DEFAULT_SCRYPT), "salt": record.salt}
+    assert data == {
+        "version": 1,
+        "kdf": "scrypt",
+        "kdf_params": dict(DEFAULT_SCRYPT),
+        "salt": record.salt,
+    }
     assert len(bytes.fromhex(data["salt"])) == 16
     assert KeyRecord.from_json(text) == record
     for bad in ({"version": 2}, {"kdf": "argon2id"}, {"salt": "abcd"}):
@@ -149,7 +173,9 @@ def test_derive_key_through_the_mapping_network():
     z = key_latents(derive_seed("tiny password", record), n_groups=3, style_dim=32)
     w = generator.apply(variables, jnp.asarray(z), method=Generator.map)
     np.testing.assert_array_equal(key, np.repeat(np.asarray(w), groups, axis=0))
-    np.testing.assert_array_equal(key, derive_key("tiny password", record, generator, variables, groups=groups))
+    np.testing.assert_array_equal(
+        key, derive_key("tiny password", record, generator, variables, groups=groups)
+    )
     other = derive_key("other password", record, generator, variables, groups=groups)
     assert np.abs(np.asarray(other - key)).max() > 1e-3
     # Batched z (the training's random keys) go through the same function.
@@ -161,7 +187,9 @@ def test_derive_key_through_the_mapping_network():
 def test_full_size_key_shape():
     generator = Generator()
     z = jax.ShapeDtypeStruct((3, 512), jnp.float32)
-    variables = jax.eval_shape(generator.init, jax.random.key(0), jax.ShapeDtypeStruct((1, 14, 512), jnp.float32))
+    variables = jax.eval_shape(
+        generator.init, jax.random.key(0), jax.ShapeDtypeStruct((1, 14, 512), jnp.float32)
+    )
     key = jax.eval_shape(lambda v, z: latents_to_key(generator, v, z), variables, z)
     assert key.shape == (14, 512)
 
@@ -178,7 +206,9 @@ FACE_SEED_VECTORS = [
 def test_face_seed_fixed_vectors(index, expected):
     seed = bytes(range(32))
     assert keys_module.face_seed(seed, index).hex() == expected
-    written_out = hashlib.shake_256(b"dbaf-jax face seed v1\x00" + seed + index.to_bytes(4, "big")).digest(32)
+    written_out = hashlib.shake_256(
+        b"dbaf-jax face seed v1\x00" + seed + index.to_bytes(4, "big")
+    ).digest(32)
     assert written_out.hex() == expected
 
 
@@ -192,18 +222,30 @@ def test_face_seed_refusals():
 def test_key_file_round_trip_and_refusals(tmp_path, capsys):
     path = new_key.main(["--out", str(tmp_path / "me.key")])
     record = keys_module.read_key_file(path)
-    assert len(bytes.fromhex(record.salt)) == keys_module.SALT_BYTES and record.n == DEFAULT_SCRYPT["n"]
+    assert (
+        len(bytes.fromhex(record.salt)) == keys_module.SALT_BYTES
+        and record.n == DEFAULT_SCRYPT["n"]
+    )
     assert "salt" in path.read_text() and "password" not in path.read_text()
     with pytest.raises(OutputExistsError):
         new_key.main(["--out", str(path)])
     assert keys_module.read_key_file(new_key.main(["--out", str(path), "--overwrite"])) != record
     (tmp_path / "text.key").write_text("not json")
     (tmp_path / "other.key").write_text(json.dumps({"format": "something else"}))
-    (tmp_path / "bad.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": 1, "key": {"salt": "00"}}))
-    (tmp_path / "v_string.key").write_text(json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": "1", "key": {}}))
+    (tmp_path / "bad.key").write_text(
+        json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": 1, "key": {"salt": "00"}})
+    )
+    (tmp_path / "v_string.key").write_text(
+        json.dumps({"format": keys_module.KEY_FILE_FORMAT, "version": "1", "key": {}})
+    )
     (tmp_path / "huge.key").write_text('{"format": "x", "version": ' + "9" * 5000 + "}")
-    for name, reason in (("missing.key", "cannot read"), ("text.key", "not JSON"), ("other.key", "not a key file"), ("bad.key", "invalid key record"),
-                         ("v_string.key", "version '1' is not supported \\(this dbaf_jax reads the integer 1\\)"),
-                         ("huge.key", "huge.key is not a key file \\(not JSON, or a number too long")):
+    for name, reason in (
+        ("missing.key", "cannot read"),
+        ("text.key", "not JSON"),
+        ("other.key", "not a key file"),
+        ("bad.key", "invalid key record"),
+        ("v_string.key", "version '1' is not supported \\(this dbaf_jax reads the integer 1\\)"),
+        ("huge.key", "huge.key is not a key file \\(not JSON, or a number too long"),
+    ):
         with pytest.raises(InputError, match=reason):
             keys_module.read_key_file(tmp_path / name)

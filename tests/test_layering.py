@@ -13,18 +13,60 @@ PACKAGE = REPO / "dbaf_jax"
 
 # Lowest first; a module's layer is that of the longest name that is it or contains it.
 LAYERS = [
-    ("foundations", ["dbaf_jax", "dbaf_jax.errors", "dbaf_jax.precision", "dbaf_jax.sharding", "dbaf_jax.pipeline",
-                     "dbaf_jax.compilation_cache", "dbaf_jax.sidecars", "dbaf_jax.nn"]),
+    (
+        "foundations",
+        [
+            "dbaf_jax",
+            "dbaf_jax.errors",
+            "dbaf_jax.precision",
+            "dbaf_jax.sharding",
+            "dbaf_jax.pipeline",
+            "dbaf_jax.compilation_cache",
+            "dbaf_jax.sidecars",
+            "dbaf_jax.nn",
+        ],
+    ),
     ("networks", ["dbaf_jax.models"]),
-    ("storage", ["dbaf_jax.images", "dbaf_jax.keys", "dbaf_jax.input_folder", "dbaf_jax.output_folder", "dbaf_jax.model_directory",
-                 "dbaf_jax.model_families"]),
-    ("faces and losses", ["dbaf_jax.faces", "dbaf_jax.metadata", "dbaf_jax.losses", "dbaf_jax.ifadit_losses",
-                          "dbaf_jax.evaluation.image_metrics"]),
+    (
+        "storage",
+        [
+            "dbaf_jax.images",
+            "dbaf_jax.keys",
+            "dbaf_jax.input_folder",
+            "dbaf_jax.output_folder",
+            "dbaf_jax.model_directory",
+            "dbaf_jax.model_families",
+        ],
+    ),
+    (
+        "faces and losses",
+        [
+            "dbaf_jax.faces",
+            "dbaf_jax.metadata",
+            "dbaf_jax.losses",
+            "dbaf_jax.ifadit_losses",
+            "dbaf_jax.evaluation.image_metrics",
+        ],
+    ),
     ("data and inference", ["dbaf_jax.data", "dbaf_jax.inference"]),
     ("applications", ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]),
-    ("commands", ["dbaf_jax.commands", "dbaf_jax.anonymize", "dbaf_jax.recover", "dbaf_jax.anonymize_video",
-                  "dbaf_jax.recover_video", "dbaf_jax.evaluate", "dbaf_jax.sample", "dbaf_jax.new_key",
-                  "dbaf_jax.prepare_data", "dbaf_jax.make_splits", "dbaf_jax.make_metric_networks", "dbaf_jax.web"]),
+    (
+        "commands",
+        [
+            "dbaf_jax.commands",
+            "dbaf_jax.anonymize",
+            "dbaf_jax.recover",
+            "dbaf_jax.anonymize_video",
+            "dbaf_jax.recover_video",
+            "dbaf_jax.evaluate",
+            "dbaf_jax.sample",
+            "dbaf_jax.new_key",
+            "dbaf_jax.prepare_data",
+            "dbaf_jax.make_splits",
+            "dbaf_jax.make_metric_networks",
+            "dbaf_jax.web",
+        ],
+    ),
 ]
 APPLICATIONS = ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]
 
@@ -34,14 +76,23 @@ def _contains(prefix: str, module: str) -> bool:
 
 
 def layer_of(module: str) -> int:
-    matches = [(len(prefix), index) for index, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes if _contains(prefix, module)]
+    matches = [
+        (len(prefix), index)
+        for index, (_, prefixes) in enumerate(LAYERS)
+        for prefix in prefixes
+        if _contains(prefix, module)
+    ]
     if not matches:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS and to docs/development.md")
+        raise AssertionError(
+            f"{module} is in no layer: add it to LAYERS and to docs/development.md"
+        )
     return max(matches)[1]
 
 
 def application_of(module: str) -> str | None:
-    if layer_of(module) != LAYERS.index(next(layer for layer in LAYERS if layer[0] == "applications")):
+    if layer_of(module) != LAYERS.index(
+        next(layer for layer in LAYERS if layer[0] == "applications")
+    ):
         return None
     return next(prefix for prefix in APPLICATIONS if _contains(prefix, module))
 
@@ -58,11 +109,15 @@ def imported_modules(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if _contains("dbaf_jax", alias.name))
-        elif isinstance(node, ast.ImportFrom) and node.module and _contains("dbaf_jax", node.module):
+        elif (
+            isinstance(node, ast.ImportFrom) and node.module and _contains("dbaf_jax", node.module)
+        ):
             for alias in node.names:
                 candidate = f"{node.module}.{alias.name}"
                 relative = Path(*candidate.split("."))
-                is_module = (PACKAGE.parent / relative).with_suffix(".py").exists() or (PACKAGE.parent / relative).is_dir()
+                is_module = (PACKAGE.parent / relative).with_suffix(".py").exists() or (
+                    PACKAGE.parent / relative
+                ).is_dir()
                 found.add(candidate if is_module else node.module)
     return found
 
@@ -83,7 +138,9 @@ def test_imports_run_down_the_layers(path):
             f"{importer} ({LAYERS[layer_of(importer)][0]}) imports {imported} ({LAYERS[layer_of(imported)][0]}), a higher layer"
         )
         mine, theirs = application_of(importer), application_of(imported)
-        assert mine is None or theirs is None or mine == theirs, f"{importer} imports {imported}: applications stay apart"
+        assert mine is None or theirs is None or mine == theirs, (
+            f"{importer} imports {imported}: applications stay apart"
+        )
 
 
 def test_the_layering_check_sees_an_upward_import(tmp_path):

@@ -53,9 +53,15 @@ def test_cosine_similarity(embeddings, np_rng):
 def test_identity_terms(embeddings, margin):
     a, b = embeddings[0], embeddings[1]
     cos = torch.cosine_similarity(t(a), t(b))
-    assert_parity(losses.identity_loss(a, b, margin), (1 - cos.clamp(min=margin)).mean().numpy(), TOL)
-    assert_parity(losses.reverse_identity_similarity(a, b, margin), cos.clamp(min=margin).mean().numpy(), TOL)
-    assert_parity(losses.contrastive_distance(a, b, margin), (1 - cos).clamp(min=margin).numpy(), TOL)
+    assert_parity(
+        losses.identity_loss(a, b, margin), (1 - cos.clamp(min=margin)).mean().numpy(), TOL
+    )
+    assert_parity(
+        losses.reverse_identity_similarity(a, b, margin), cos.clamp(min=margin).mean().numpy(), TOL
+    )
+    assert_parity(
+        losses.contrastive_distance(a, b, margin), (1 - cos).clamp(min=margin).numpy(), TOL
+    )
 
 
 @pytest.mark.parametrize("same", [True, False])
@@ -65,7 +71,9 @@ def test_contrastive_loss(embeddings, same):
         expected = torch.clamp(dists - 0.0, min=0.0).mean()
     else:
         expected = torch.clamp(0.5 - dists, min=0.0).mean()
-    actual = losses.contrastive_loss(losses.contrastive_distance(embeddings[2], embeddings[3]), same, 0.0, 0.5)
+    actual = losses.contrastive_loss(
+        losses.contrastive_distance(embeddings[2], embeddings[3]), same, 0.0, 0.5
+    )
     assert_parity(actual, expected.numpy(), TOL)
     traced = jax.jit(losses.contrastive_loss)(dists.numpy(), jnp.asarray(same))
     assert_parity(traced, expected.numpy(), TOL)
@@ -81,8 +89,12 @@ def test_arcface_perceptual_loss(np_rng):
 
 def test_image_terms(np_rng):
     a = np_rng.uniform(-1, 1, size=(2, 16, 16, 3)).astype(np.float32)
-    b = (a + np_rng.normal(scale=0.8, size=a.shape)).astype(np.float32)  # |d| on both sides of beta=1
-    assert_parity(losses.smooth_l1_loss(a, b), torch.nn.SmoothL1Loss()(nchw(a), nchw(b)).numpy(), TOL)
+    b = (a + np_rng.normal(scale=0.8, size=a.shape)).astype(
+        np.float32
+    )  # |d| on both sides of beta=1
+    assert_parity(
+        losses.smooth_l1_loss(a, b), torch.nn.SmoothL1Loss()(nchw(a), nchw(b)).numpy(), TOL
+    )
     assert_parity(losses.l1_loss(a, b), F.l1_loss(nchw(a), nchw(b)).numpy(), TOL)
     distances = np_rng.uniform(0, 0.5, size=(5,)).astype(np.float32)
     expected = torch.sum(t(distances).reshape(5, 1, 1, 1)) / 5  # sum(cat(per-layer maps)) / B
@@ -108,13 +120,19 @@ def test_latent_regularisers(np_rng):
     w_avg = np_rng.normal(size=(14, 512)).astype(np.float32)
     expected = torch.linalg.norm(t(w)[:, 1:] - t(w_avg)[1:], dim=-1).sum(dim=1).mean()
     assert_parity(losses.latent_distance_to_average(w, w_avg), expected.numpy(), TOL)
-    assert_parity(losses.latent_distance_to_average(w, w_avg[0]), torch.linalg.norm(t(w)[:, 1:] - t(w_avg)[0], dim=-1).sum(1).mean().numpy(), TOL)
+    assert_parity(
+        losses.latent_distance_to_average(w, w_avg[0]),
+        torch.linalg.norm(t(w)[:, 1:] - t(w_avg)[0], dim=-1).sum(1).mean().numpy(),
+        TOL,
+    )
 
 
 def test_adversarial_terms(np_rng):
     real = np_rng.normal(scale=3, size=(4, 1)).astype(np.float32)
     fake = np_rng.normal(scale=3, size=(4, 1)).astype(np.float32)
-    assert_parity(losses.generator_nonsaturating_loss(fake), F.softplus(-t(fake)).mean().numpy(), TOL)
+    assert_parity(
+        losses.generator_nonsaturating_loss(fake), F.softplus(-t(fake)).mean().numpy(), TOL
+    )
     expected = F.softplus(-t(real)).mean() + F.softplus(t(fake)).mean()
     assert_parity(losses.discriminator_logistic_loss(real, fake), expected.numpy(), TOL)
 
@@ -130,7 +148,9 @@ class TinyTorchD(torch.nn.Module):
 
 
 def tiny_jax_d(params, x):
-    h = jax.lax.conv_general_dilated(x, params["conv_w"], (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    h = jax.lax.conv_general_dilated(
+        x, params["conv_w"], (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
     h = jax.nn.leaky_relu(h + params["conv_b"], 0.2)
     h = h.transpose(0, 3, 1, 2).reshape(x.shape[0], -1)  # flatten in NCHW order, as torch
     return h @ params["lin_w"] + params["lin_b"]
@@ -160,7 +180,9 @@ def test_r1_penalty_and_its_parameter_gradient(np_rng):
     (value, logits), grads = jax.value_and_grad(penalty, has_aux=True)(params)
     assert_parity(value, r1.detach().numpy(), 1e-5)
     assert_parity(logits, real_pred.detach().numpy(), 1e-5)
-    assert_parity(grads["conv_w"], d.conv.weight.grad.numpy().transpose(2, 3, 1, 0), 1e-5, "dR1/dconv")
+    assert_parity(
+        grads["conv_w"], d.conv.weight.grad.numpy().transpose(2, 3, 1, 0), 1e-5, "dR1/dconv"
+    )
     assert_parity(grads["lin_w"], d.linear.weight.grad.numpy().T, 1e-5, "dR1/dlinear")
     assert_parity(grads["conv_b"], d.conv.bias.grad.numpy(), 1e-5, "dR1/dbias")
 
@@ -190,11 +212,16 @@ def test_stage2_identity_reference(embeddings):
 
     enc = (extractor(ori, ano1)[1] + extractor(ori, ano2)[1] + extractor(ano1, ano2)[1]) / 3
     rev = (
-        extractor(rec, err1)[1] + extractor(rec, err2)[1] + extractor(err1, err2)[1]
-        + extractor(ori, err1)[1] + extractor(ori, err2)[1]
+        extractor(rec, err1)[1]
+        + extractor(rec, err2)[1]
+        + extractor(err1, err2)[1]
+        + extractor(ori, err1)[1]
+        + extractor(ori, err2)[1]
     ) / 5
     expected = enc + rev + extractor(ori, rec)[0]
-    assert_parity(losses.stage2_identity_reference(*embeddings, margin=margin), expected.numpy(), TOL)
+    assert_parity(
+        losses.stage2_identity_reference(*embeddings, margin=margin), expected.numpy(), TOL
+    )
 
 
 def test_stage2_identity_paper(embeddings):
@@ -215,11 +242,21 @@ def config_weights(stage_config, variant: str) -> dict[str, float]:
 
 
 def test_stage1_weighted_sum_reference():
-    terms = {"id": 0.3, "rec": 0.2, "lpips": 0.4, "reg": 1.7, "parse": 2.5, "contrastive": 0.25, "adv": 0.69}
+    terms = {
+        "id": 0.3,
+        "rec": 0.2,
+        "lpips": 0.4,
+        "reg": 1.7,
+        "parse": 2.5,
+        "contrastive": 0.25,
+        "adv": 0.69,
+    }
     # G_total = lambdaid*id + lambdarec*rec + lambdalpips*lp + lambdalatent*latent + lambdaparse*parse
     #           + lambdacontrastive*contrastive + g_loss, with the script's defaults
     expected = 0.5 * 0.3 + 3.5 * 0.2 + 1.0 * 0.4 + 0.1 * 1.7 + 0.1 * 2.5 + 0.1 * 0.25 + 0.69
-    total, weighted = losses.weighted_total(terms, config_weights(stage1, "reference"), losses.STAGE1_TERMS)
+    total, weighted = losses.weighted_total(
+        terms, config_weights(stage1, "reference"), losses.STAGE1_TERMS
+    )
     assert total == pytest.approx(expected, rel=1e-12)
     assert weighted["rec"] == pytest.approx(0.7)
 
@@ -232,7 +269,9 @@ def test_weighted_sum_refuses_mismatched_terms():
     with pytest.raises(KeyError, match=r"terms without a weight \['id'\]"):
         losses.weighted_total({**terms, "id": 1.0}, paper, losses.STAGE1_TERMS)
     with pytest.raises(KeyError, match=r"not computed \['adv'\]"):
-        losses.weighted_total({k: v for k, v in terms.items() if k != "adv"}, paper, losses.STAGE1_TERMS)
+        losses.weighted_total(
+            {k: v for k, v in terms.items() if k != "adv"}, paper, losses.STAGE1_TERMS
+        )
     with pytest.raises(KeyError, match=r"unknown loss terms \['contrastive'\]"):
         losses.weighted_total(terms, config_weights(stage2, "paper"), losses.STAGE2_TERMS)
     zero_id = {**paper, "id": 0.0}
@@ -244,9 +283,15 @@ def test_stage2_reductions_and_discriminator(np_rng):
     per_output = {"rec": five, "lpips": five, "parse": five, "reg": five, "adv": five}
     reference = losses.FORMS["reference"].reduce_terms(per_output)
     paper = losses.FORMS["paper"].reduce_terms(per_output)
-    assert reference["rec"] == pytest.approx(sum(five)) and reference["adv"] == pytest.approx(sum(five) / 5)
-    assert reference["reg"] == pytest.approx(sum(five) / 5) and paper["adv"] == pytest.approx(sum(five))
-    total, weighted = losses.weighted_total({**reference, "id": 0.8}, config_weights(stage2, "reference"), losses.STAGE2_TERMS)
+    assert reference["rec"] == pytest.approx(sum(five)) and reference["adv"] == pytest.approx(
+        sum(five) / 5
+    )
+    assert reference["reg"] == pytest.approx(sum(five) / 5) and paper["adv"] == pytest.approx(
+        sum(five)
+    )
+    total, weighted = losses.weighted_total(
+        {**reference, "id": 0.8}, config_weights(stage2, "reference"), losses.STAGE2_TERMS
+    )
     s = sum(five)
     assert total == pytest.approx(0.8 + 0.05 * s + 1.0 * s + 0.1 * s + 0.1 * s / 5 + s / 5)
     # D (reference stage 2): (d_loss_1 + d_loss_12 + d_loss_11 + d_loss_2 + d_loss_21) / 5 + r1/2 * R1

@@ -53,17 +53,45 @@ def drop_path(meta: dict, path: tuple) -> dict:
 BASE = valid_photo_meta()
 # (name, chunk text, words the refusal must contain)
 CORPUS = [
-    ("raised p", json.dumps(set_path(BASE, ("key", "kdf_params", "p"), 100000)), ["p=100000", "range"]),
-    ("raised n", json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 2**22)), ["n=4194304", "range"]),
+    (
+        "raised p",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "p"), 100000)),
+        ["p=100000", "range"],
+    ),
+    (
+        "raised n",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 2**22)),
+        ["n=4194304", "range"],
+    ),
     ("raised r", json.dumps(set_path(BASE, ("key", "kdf_params", "r"), 1024)), ["r=1024"]),
     ("tiny n", json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 2)), ["n=2"]),
-    ("n not a power of two", json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 2**15 + 1)), ["power of two"]),
-    ("n as a string", json.dumps(set_path(BASE, ("key", "kdf_params", "n"), "32768")), ["n='32768'"]),
-    ("n as a float", json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 32768.0)), ["n=32768.0"]),
+    (
+        "n not a power of two",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 2**15 + 1)),
+        ["power of two"],
+    ),
+    (
+        "n as a string",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "n"), "32768")),
+        ["n='32768'"],
+    ),
+    (
+        "n as a float",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "n"), 32768.0)),
+        ["n=32768.0"],
+    ),
     ("n as a boolean", json.dumps(set_path(BASE, ("key", "kdf_params", "p"), True)), ["p=True"]),
     ("n infinite", json.dumps(BASE).replace('"n": 32768', '"n": 1e999'), ["n=inf"]),
-    ("extra KDF parameter", json.dumps(set_path(BASE, ("key", "kdf_params", "maxmem"), 1)), ["kdf_params"]),
-    ("kdf params a list", json.dumps(set_path(BASE, ("key", "kdf_params"), [1, 2, 3])), ["kdf_params"]),
+    (
+        "extra KDF parameter",
+        json.dumps(set_path(BASE, ("key", "kdf_params", "maxmem"), 1)),
+        ["kdf_params"],
+    ),
+    (
+        "kdf params a list",
+        json.dumps(set_path(BASE, ("key", "kdf_params"), [1, 2, 3])),
+        ["kdf_params"],
+    ),
     ("other KDF", json.dumps(set_path(BASE, ("key", "kdf"), "argon2id")), ["argon2id"]),
     ("other version", json.dumps(set_path(BASE, ("key", "version"), 2)), ["version 2"]),
     ("version a string", json.dumps(set_path(BASE, ("key", "version"), "1")), ["version"]),
@@ -74,13 +102,33 @@ CORPUS = [
     ("key a string", json.dumps(set_path(BASE, ("key",), "secret")), ["key record"]),
     ("no model", json.dumps(drop_path(BASE, ("model",))), ["missing", "model"]),
     ("model a string", json.dumps(set_path(BASE, ("model",), "x")), ["model"]),
-    ("fingerprint a number", json.dumps(set_path(BASE, ("model", "fingerprint"), 7)), ["fingerprint"]),
-    ("fingerprint long", json.dumps(set_path(BASE, ("model", "fingerprint"), "a" * 10000)), ["fingerprint"]),
-    ("model path huge", json.dumps(set_path(BASE, ("model", "path"), "p" * 100000)), ["model.path"]),
+    (
+        "fingerprint a number",
+        json.dumps(set_path(BASE, ("model", "fingerprint"), 7)),
+        ["fingerprint"],
+    ),
+    (
+        "fingerprint long",
+        json.dumps(set_path(BASE, ("model", "fingerprint"), "a" * 10000)),
+        ["fingerprint"],
+    ),
+    (
+        "model path huge",
+        json.dumps(set_path(BASE, ("model", "path"), "p" * 100000)),
+        ["model.path"],
+    ),
     ("model with another field", json.dumps(set_path(BASE, ("model", "user"), "jdoe")), ["model"]),
     ("version an object", json.dumps(set_path(BASE, ("dbaf_jax",), {"a": 1})), ["version"]),
-    ("operation a list", json.dumps(set_path(BASE, ("operation",), ["anonymize"])), ["not an anonymized image"]),
-    ("operation recover", json.dumps(set_path(BASE, ("operation",), "recover")), ["not an anonymized image"]),
+    (
+        "operation a list",
+        json.dumps(set_path(BASE, ("operation",), ["anonymize"])),
+        ["not an anonymized image"],
+    ),
+    (
+        "operation recover",
+        json.dumps(set_path(BASE, ("operation",), "recover")),
+        ["not an anonymized image"],
+    ),
     ("extra field", json.dumps(set_path(BASE, ("password",), "x")), ["unexpected", "password"]),
     ("photo without faces", json.dumps(drop_path(BASE, ("faces",))), ["photo"]),
     ("not JSON", "{not json", ["not JSON"]),
@@ -88,7 +136,11 @@ CORPUS = [
     ("a JSON string", '"anonymize"', ["not a JSON object"]),
     ("nested too deep", "[" * 100000 + "]" * 100000, ["not JSON"]),
     ("empty", "", ["not JSON"]),
-    ("a 5000-digit number", json.dumps(BASE).replace('"n": 32768', '"n": ' + "9" * 5000), ["not JSON", "number too long"]),
+    (
+        "a 5000-digit number",
+        json.dumps(BASE).replace('"n": 32768', '"n": ' + "9" * 5000),
+        ["not JSON", "number too long"],
+    ),
 ]
 
 
@@ -121,7 +173,22 @@ def test_key_record_bounds_are_the_documented_ones():
     assert 128 * keys.SCRYPT_LIMITS["r"][1] * high == 128 * 2**20
 
 
-JSON_VALUES = [None, True, False, 0, -1, 1.5, 2**64, "", "x" * 5000, [], [1, "a"], {}, {"a": None}, float("nan")]
+JSON_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    2**64,
+    "",
+    "x" * 5000,
+    [],
+    [1, "a"],
+    {},
+    {"a": None},
+    float("nan"),
+]
 
 
 def leaf_paths(tree, prefix=()):

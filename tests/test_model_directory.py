@@ -15,8 +15,7 @@ from PIL import Image
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import model_families
-from dbaf_jax import anonymize, commands, model_directory
+from dbaf_jax import anonymize, commands, model_directory, model_families
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
@@ -25,7 +24,8 @@ from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
-from dbaf_jax.train import networks as networks_lib, stages
+from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import stages
 from dbaf_jax.train.dbaf.networks import PRETRAINED
 
 STYLE_DIM = 8
@@ -56,7 +56,9 @@ def test_round_trip(saved):
     assert (info["kind"], info["kind_version"]) == ("kria:KRIA", KINDS["kria:KRIA"].version)
     assert info["content_sha256"] == model_directory.content_hash(module, variables)
     assert set(info["variables_sha256"]) == {
-        f.relative_to(path / "variables").as_posix() for f in (path / "variables").rglob("*") if f.is_file()
+        f.relative_to(path / "variables").as_posix()
+        for f in (path / "variables").rglob("*")
+        if f.is_file()
     }
     network = load_network(path)
     assert network.module == module
@@ -67,9 +69,17 @@ def test_every_exported_class_is_registered():
     """Training exports (both CID kinds) and every converter's classes have a kind."""
     exported = []
     for variants in ("tiny", "tiny,no_cid"):
-        exported += networks_lib.modules(stages.build_networks(stage2.get_config(variants))).values()
+        exported += networks_lib.modules(
+            stages.build_networks(stage2.get_config(variants))
+        ).values()
     exported += [cls(stylegan_size=64, style_dim=STYLE_DIM) for cls in ENCODER_TYPES.values()]
-    exported += [UNetParser(), BiSeNet(), Discriminator(size=64), InceptionResnetV1(), FIDInceptionV3()]
+    exported += [
+        UNetParser(),
+        BiSeNet(),
+        Discriminator(size=64),
+        InceptionResnetV1(),
+        FIDInceptionV3(),
+    ]
     exported += [module for module, _, _ in MTCNN_NETWORKS.values()]
     registered = {kind.module for kind in KINDS.values()}
     assert {type(m) for m in exported} <= registered
@@ -81,7 +91,10 @@ def test_kind_names_are_those_older_directories_carry():
     """Before the registry a kind was 'module:Class' under dbaf_jax.models; the names are
     kept so that those directories still load (and keep their fingerprints)."""
     for name, kind in KINDS.items():
-        assert name == f"{kind.module.__module__.removeprefix('dbaf_jax.models.')}:{kind.module.__qualname__}"
+        assert (
+            name
+            == f"{kind.module.__module__.removeprefix('dbaf_jax.models.')}:{kind.module.__qualname__}"
+        )
 
 
 def test_directory_without_kind_version_loads_as_version_1(saved):
@@ -91,7 +104,9 @@ def test_directory_without_kind_version_loads_as_version_1(saved):
 
 
 def test_unregistered_class_is_not_saved(tmp_path):
-    with pytest.raises(TypeError, match="ConditionalMLP is not a kind"):  # a part of KRIA, not a network
+    with pytest.raises(
+        TypeError, match="ConditionalMLP is not a kind"
+    ):  # a part of KRIA, not a network
         save_network(tmp_path / "x", ConditionalMLP(style_dim=STYLE_DIM), {})
     assert not (tmp_path / "x").exists()
 
@@ -102,7 +117,10 @@ def test_unregistered_class_is_not_saved(tmp_path):
         ({"kind": "stylegan2:Mapping"}, "unknown network kind 'stylegan2:Mapping'"),
         ({"kind": "os:system"}, "unknown network kind 'os:system'"),
         ({"kind": None}, "unknown network kind None"),
-        ({"kind_version": 2}, "kria:KRIA version 2, this dbaf_jax reads version 1; re-run the converter"),
+        (
+            {"kind_version": 2},
+            "kria:KRIA version 2, this dbaf_jax reads version 1; re-run the converter",
+        ),
         ({"format_version": 99}, "format_version 99, this dbaf_jax reads 1"),
         ({"config": {"style_dim": STYLE_DIM, "width": 3}}, "the config does not fit kria:KRIA"),
         ({"config": None}, "no config object"),
@@ -118,10 +136,14 @@ def test_refuses_what_it_cannot_build(saved, changes, message):
 
 def test_missing_or_damaged_files(saved, tmp_path):
     path, _, _ = saved
-    with pytest.raises(NetworkNotFoundError, match=f"{tmp_path / 'nowhere'}: no such network directory"):
+    with pytest.raises(
+        NetworkNotFoundError, match=f"{tmp_path / 'nowhere'}: no such network directory"
+    ):
         load_network(tmp_path / "nowhere")
     shutil.rmtree(path / "variables")
-    with pytest.raises(ModelDirectoryError, match=f"{path / 'variables'}/.*: missing, the variables are incomplete"):
+    with pytest.raises(
+        ModelDirectoryError, match=f"{path / 'variables'}/.*: missing, the variables are incomplete"
+    ):
         load_network(path)
     (path / NETWORK_FILE).write_bytes(b"\x89PNG not json")
     with pytest.raises(ModelDirectoryError, match=f"{path / NETWORK_FILE}: damaged"):
@@ -146,7 +168,9 @@ def test_dbaf_load_names_the_missing_networks(saved, tmp_path):
     path, _, _ = saved
     with pytest.raises(ModelDirectoryError, match="no such model directory"):
         model_families.load_family(dbaf.FAMILY, tmp_path / "nowhere")
-    with pytest.raises(NetworkNotFoundError, match=r"missing \['e4e', 'cid', 'decoder', 'key_generator'\]") as err:
+    with pytest.raises(
+        NetworkNotFoundError, match=r"missing \['e4e', 'cid', 'decoder', 'key_generator'\]"
+    ) as err:
         model_families.load_family(dbaf.FAMILY, path.parent)  # holds only kria
     assert str(path.parent) in str(err.value)
 
@@ -154,11 +178,15 @@ def test_dbaf_load_names_the_missing_networks(saved, tmp_path):
 def test_load_pretrained_missing_directory_or_network(saved, tmp_path):
     path, _, _ = saved
     nets = stages.build_networks(stage2.get_config("tiny"))
-    with pytest.raises(ModelDirectoryError, match=f"{tmp_path / 'nowhere'}: no such model directory"):
+    with pytest.raises(
+        ModelDirectoryError, match=f"{tmp_path / 'nowhere'}: no such model directory"
+    ):
         networks_lib.load_pretrained(nets, {}, tmp_path / "nowhere", PRETRAINED)
     with pytest.raises(NetworkNotFoundError, match="no 'generator' network"):
         networks_lib.load_pretrained(nets, {}, path.parent, {"decoder": "generator"})
-    with pytest.raises(ModelDirectoryError, match="architecture differs"):  # a KRIA of another width
+    with pytest.raises(
+        ModelDirectoryError, match="architecture differs"
+    ):  # a KRIA of another width
         networks_lib.load_pretrained(nets, {}, path.parent, {"kria": "kria"})
 
 
@@ -179,7 +207,9 @@ def dbaf_variables(dbaf_modules):
     """Random variables of the shapes `init` gives (shapes only: traced, never compiled)."""
     rng = np.random.default_rng(0)
     nets = stages.build_networks(stage2.get_config("tiny"))
-    shapes = jax.eval_shape(lambda key: networks_lib.init_variables(nets, key, 64, dbaf.NETWORKS), jax.random.key(0))
+    shapes = jax.eval_shape(
+        lambda key: networks_lib.init_variables(nets, key, 64, dbaf.NETWORKS), jax.random.key(0)
+    )
     return jax.tree.map(lambda s: (0.1 * rng.standard_normal(s.shape)).astype(s.dtype), shapes)
 
 
@@ -200,7 +230,10 @@ def model(pristine, tmp_path):
 
 def snapshot(root):
     """Every file and directory below ``root`` with its bytes (None for directories)."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def refusal(directory, error=ModelDirectoryError):
@@ -215,7 +248,10 @@ def refusal(directory, error=ModelDirectoryError):
 
 
 def largest_data_file(network_dir):
-    return max((p for p in (network_dir / "variables").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    return max(
+        (p for p in (network_dir / "variables").rglob("*") if p.is_file()),
+        key=lambda p: p.stat().st_size,
+    )
 
 
 def first_leaf(tree):
@@ -255,7 +291,9 @@ def test_weights_written_over_fail_the_file_hashes(model, dbaf_variables, new_va
     leaf = first_leaf(changed)
     leaf.flat[3] = np.nan if new_value == "nan" else leaf.flat[3] + 1e-3
     resave_variables(model / "cid", changed)
-    assert refusal(model).startswith(f"{model / 'cid' / 'variables'}/")  # a file missing or not the one written
+    assert refusal(model).startswith(
+        f"{model / 'cid' / 'variables'}/"
+    )  # a file missing or not the one written
 
 
 def test_weights_written_over_fail_the_content_hash_without_file_hashes(model, dbaf_variables):
@@ -265,7 +303,10 @@ def test_weights_written_over_fail_the_content_hash_without_file_hashes(model, d
     resave_variables(model / "kria", changed)
     edit_info(model / "kria", **{model_directory.FILES_FIELD: None})
     message = refusal(model)
-    assert message.startswith(f"{model / 'kria'}: damaged") and "content_sha256 does not match" in message
+    assert (
+        message.startswith(f"{model / 'kria'}: damaged")
+        and "content_sha256 does not match" in message
+    )
 
 
 def test_non_finite_weights_are_refused_even_when_hashed(tmp_path, dbaf_modules, dbaf_variables):
@@ -274,7 +315,9 @@ def test_non_finite_weights_are_refused_even_when_hashed(tmp_path, dbaf_modules,
         changed = jax.tree.map(np.array, dbaf_variables["kria"])
         first_leaf(changed).flat[0] = bad
         path = save_network(tmp_path / f"kria_{bad}", dbaf_modules["kria"], changed, overwrite=True)
-        with pytest.raises(ModelDirectoryError, match=f"^{path}: weight params/.* holds NaN or infinite values$"):
+        with pytest.raises(
+            ModelDirectoryError, match=f"^{path}: weight params/.* holds NaN or infinite values$"
+        ):
             load_network(path)
 
 
@@ -288,13 +331,21 @@ def test_deleted_variables(model):
     shutil.rmtree(model / "decoder" / "variables")
     assert refusal(model).startswith(f"{model / 'decoder' / 'variables'}/")
     assert "missing, the variables are incomplete" in refusal(model)
-    edit_info(model / "decoder", **{model_directory.FILES_FIELD: None})  # a network saved before file hashes
-    assert refusal(model).startswith(f"{model / 'decoder' / 'variables'}: cannot read the variables")
+    edit_info(
+        model / "decoder", **{model_directory.FILES_FIELD: None}
+    )  # a network saved before file hashes
+    assert refusal(model).startswith(
+        f"{model / 'decoder' / 'variables'}: cannot read the variables"
+    )
 
 
 @pytest.mark.parametrize(
     "content, message",
-    [(b"\x89PNG not json", "damaged, not readable JSON"), (b"[1, 2]", "damaged, not a JSON object"), (b"", "damaged")],
+    [
+        (b"\x89PNG not json", "damaged, not readable JSON"),
+        (b"[1, 2]", "damaged, not a JSON object"),
+        (b"", "damaged"),
+    ],
 )
 def test_corrupt_network_json(model, content, message):
     (model / "maar" / NETWORK_FILE).write_bytes(content)
@@ -303,7 +354,10 @@ def test_corrupt_network_json(model, content, message):
 
 def test_missing_network_json(model):
     (model / "maar" / NETWORK_FILE).unlink()
-    assert refusal(model, NetworkNotFoundError) == f"{model / 'maar'}: not a dbaf_jax network directory (no network.json)"
+    assert (
+        refusal(model, NetworkNotFoundError)
+        == f"{model / 'maar'}: not a dbaf_jax network directory (no network.json)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -312,7 +366,10 @@ def test_missing_network_json(model):
         ({"kind_version": 2}, "kria:KRIA version 2, this dbaf_jax reads version 1"),
         ({"kind": "stylegan2:Generator"}, "the config does not fit stylegan2:Generator"),
         ({"format_version": 7}, "format_version 7"),
-        ({"config": {"style_dim": 32, "groups": [3, 3, 4], "extra_layers": 1}}, "content_sha256 does not match"),
+        (
+            {"config": {"style_dim": 32, "groups": [3, 3, 4], "extra_layers": 1}},
+            "content_sha256 does not match",
+        ),
     ],
 )
 def test_wrong_version_kind_or_config(model, changes, message):
@@ -338,7 +395,10 @@ def test_file_where_a_directory_is_expected(model, tmp_path):
     (model / "cid").write_text("not a network")
     assert refusal(model) == f"{model / 'cid'}: a file where a network directory is expected"
     (tmp_path / "model_file").write_text("not a model")
-    assert refusal(tmp_path / "model_file") == f"{tmp_path / 'model_file'}: a file where a model directory is expected"
+    assert (
+        refusal(tmp_path / "model_file")
+        == f"{tmp_path / 'model_file'}: a file where a model directory is expected"
+    )
 
 
 def test_leftover_partial_directory(model):
@@ -360,7 +420,10 @@ def test_leftover_partial_beside_a_complete_network_is_ignored(model):
 
 def test_deleted_maar_is_refused_when_the_model_lists_it(model):
     shutil.rmtree(model / "maar")
-    assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['maar']"
+    assert (
+        refusal(model, NetworkNotFoundError)
+        == f"{model}: not a complete dbaf model directory, missing ['maar']"
+    )
 
 
 def test_no_maar_model_is_what_its_manifest_says(tmp_path, dbaf_modules, dbaf_variables):
@@ -385,7 +448,10 @@ def test_directory_without_manifest_is_refused_unless_allowed(model):
     shutil.rmtree(model / "maar")
     assert model_families.load_family(dbaf.FAMILY, model, without_manifest=True)[0].maar is None
     shutil.rmtree(model / "kria")
-    assert refusal(model, NetworkNotFoundError) == f"{model}: not a complete dbaf model directory, missing ['kria']"
+    assert (
+        refusal(model, NetworkNotFoundError)
+        == f"{model}: not a complete dbaf model directory, missing ['kria']"
+    )
 
 
 @pytest.mark.parametrize(
@@ -393,8 +459,14 @@ def test_directory_without_manifest_is_refused_unless_allowed(model):
     [
         ("{not json", "damaged, not readable JSON"),
         ('{"format_version": 1, "family": "dbaf"}', "damaged, no networks object"),
-        ('{"format_version": 2, "family": "dbaf", "networks": {}}', "format_version 2, this dbaf_jax reads 1"),
-        ('{"format_version": 1, "family": "stylegan2", "networks": {}}', "a 'stylegan2' model, not a 'dbaf' one"),
+        (
+            '{"format_version": 2, "family": "dbaf", "networks": {}}',
+            "format_version 2, this dbaf_jax reads 1",
+        ),
+        (
+            '{"format_version": 1, "family": "stylegan2", "networks": {}}',
+            "a 'stylegan2' model, not a 'dbaf' one",
+        ),
     ],
 )
 def test_damaged_manifest(model, content, message):
@@ -415,9 +487,15 @@ def test_interrupted_rewrite_is_refused(model, dbaf_modules, dbaf_variables):
     """save_model writes model.json first: stopped after it (here: before any network), the
     directory's old networks do not match it and are refused."""
     changed = jax.tree.map(lambda x: x + 1, dbaf_variables["kria"])
-    networks = {n: (dbaf_modules[n], changed if n == "kria" else dbaf_variables[n]) for n in dbaf.NETWORKS}
+    networks = {
+        n: (dbaf_modules[n], changed if n == "kria" else dbaf_variables[n]) for n in dbaf.NETWORKS
+    }
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(model_directory, "save_network", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+        patch.setattr(
+            model_directory,
+            "save_network",
+            lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt),
+        )
         with pytest.raises(KeyboardInterrupt):
             model_directory.save_model(model, dbaf.FAMILY, networks, {}, overwrite=True)
     assert refusal(model).startswith(f"{model / 'kria'}: not the network model.json lists")
@@ -426,7 +504,9 @@ def test_interrupted_rewrite_is_refused(model, dbaf_modules, dbaf_variables):
 def test_save_model_refuses_existing_without_overwrite(model, dbaf_modules, dbaf_variables):
     before = snapshot(model)
     with pytest.raises(OutputExistsError, match="overwrite=True"):
-        model_directory.save_model(model, dbaf.FAMILY, {"kria": (dbaf_modules["kria"], dbaf_variables["kria"])}, {})
+        model_directory.save_model(
+            model, dbaf.FAMILY, {"kria": (dbaf_modules["kria"], dbaf_variables["kria"])}, {}
+        )
     assert snapshot(model) == before
 
 

@@ -28,7 +28,11 @@ def _nodeps() -> list[str]:
 
 def _pinned() -> list[str]:
     extras = PROJECT["optional-dependencies"].values()
-    return [r for r in PROJECT["dependencies"] + [r for extra in extras for r in extra] if _name(r) != SELF]
+    return [
+        r
+        for r in PROJECT["dependencies"] + [r for extra in extras for r in extra]
+        if _name(r) != SELF
+    ]
 
 
 def test_every_dependency_is_pinned_exactly_once():
@@ -37,7 +41,9 @@ def test_every_dependency_is_pinned_exactly_once():
     assert not loose, f"not pinned with ==: {loose}"
     # jax appears in the runtime pins and in each CUDA extra (jax[cudaXX]), at one version.
     names = [_name(r) for r in requirements if _name(r) != "jax"]
-    assert len(names) == len(set(names)), f"pinned twice: {sorted({n for n in names if names.count(n) > 1})}"
+    assert len(names) == len(set(names)), (
+        f"pinned twice: {sorted({n for n in names if names.count(n) > 1})}"
+    )
     assert {_version(r) for r in requirements if _name(r) == "jax"} == {
         _version(next(r for r in PROJECT["dependencies"] if _name(r) == "jax"))
     }
@@ -59,7 +65,9 @@ def test_dev_brings_every_extra_ci_tests():
     assert len(selves) == 1
     included = set(REQUIREMENT.match(selves[0]).group(2).strip("[]").split(","))
     # Every extra but the GPU's, which CI cannot use.
-    assert {name for name in PROJECT["optional-dependencies"] if not name.startswith(("cuda", "dev"))} <= included
+    assert {
+        name for name in PROJECT["optional-dependencies"] if not name.startswith(("cuda", "dev"))
+    } <= included
 
 
 def test_ci_and_readme_install_through_the_dev_extra():

@@ -116,7 +116,9 @@ def test_merge_into_batch_is_image_major_and_split_inverts_it():
 
 def compiled_text(fn, mesh, *args, in_specs) -> str:
     shardings = tuple(jax.sharding.NamedSharding(mesh, spec) for spec in in_specs)
-    return jax.jit(sharding.within(mesh, fn), in_shardings=shardings).lower(*args).compile().as_text()
+    return (
+        jax.jit(sharding.within(mesh, fn), in_shardings=shardings).lower(*args).compile().as_text()
+    )
 
 
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce")
@@ -130,12 +132,16 @@ def test_merged_keys_stay_on_their_images_device():
     spec = P(None, sharding.AXES)
 
     def image_major(x):
-        return sharding.split_from_batch(jnp.tanh(sharding.constrain_batch(sharding.merge_into_batch(x))), 5)
+        return sharding.split_from_batch(
+            jnp.tanh(sharding.constrain_batch(sharding.merge_into_batch(x))), 5
+        )
 
     def key_major(x):
         return jnp.tanh(sharding.constrain_batch(x.reshape(40, 16, 3))).reshape(x.shape)
 
-    assert not any(op in compiled_text(image_major, mesh, x, in_specs=(spec,)) for op in COLLECTIVES)
+    assert not any(
+        op in compiled_text(image_major, mesh, x, in_specs=(spec,)) for op in COLLECTIVES
+    )
     assert any(op in compiled_text(key_major, mesh, x, in_specs=(spec,)) for op in COLLECTIVES)
 
 
@@ -170,10 +176,17 @@ def test_fsdp_step_compiles_without_involuntary_rematerialization():
     """
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env.update(
-        JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_USE_SHARDY_PARTITIONER="0"
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        JAX_USE_SHARDY_PARTITIONER="0",
     )
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_FSDP_STEP], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", COMPILE_FSDP_STEP],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if REMATERIALIZATION in line]

@@ -25,11 +25,15 @@ import numpy as np
 from dbaf_jax.evaluation import calibration
 
 
-def password_guessing(originals: np.ndarray, guesses: np.ndarray, thresholds: dict[str, float], unit: bool = True) -> dict:
+def password_guessing(
+    originals: np.ndarray, guesses: np.ndarray, thresholds: dict[str, float], unit: bool = True
+) -> dict:
     """originals (N, D); guesses (G, N, D): face n recovered with wrong password g;
     thresholds {FAR label: distance}. Returns the best guess's mean distance and, per
     threshold, the fraction of faces whose best guess is accepted as the original."""
-    distances = np.stack([calibration.pair_distances(originals, g, unit) for g in guesses])  # (G, N)
+    distances = np.stack(
+        [calibration.pair_distances(originals, g, unit) for g in guesses]
+    )  # (G, N)
     best = distances.min(axis=0)
     return {
         "guesses": int(len(guesses)),
@@ -40,7 +44,11 @@ def password_guessing(originals: np.ndarray, guesses: np.ndarray, thresholds: di
 
 
 def learned_inversion(
-    originals: np.ndarray, anonymized: np.ndarray, inverted: np.ndarray, thresholds: dict[str, float], unit: bool = True
+    originals: np.ndarray,
+    anonymized: np.ndarray,
+    inverted: np.ndarray,
+    thresholds: dict[str, float],
+    unit: bool = True,
 ) -> dict:
     """originals, anonymized, inverted (N, D): the held-out faces, their anonymizations and
     the inverter's outputs from those; thresholds {FAR label: distance}."""
@@ -50,8 +58,12 @@ def learned_inversion(
         "test_faces": int(len(originals)),
         "anonymized_distance_mean": float(before.mean()),
         "inverted_distance_mean": float(after.mean()),
-        "anonymized_accepted": {far: calibration.accept_rate(before, t) for far, t in thresholds.items()},
-        "inverted_accepted": {far: calibration.accept_rate(after, t) for far, t in thresholds.items()},
+        "anonymized_accepted": {
+            far: calibration.accept_rate(before, t) for far, t in thresholds.items()
+        },
+        "inverted_accepted": {
+            far: calibration.accept_rate(after, t) for far, t in thresholds.items()
+        },
     }
 
 
@@ -61,7 +73,9 @@ def linkability(first: np.ndarray, second: np.ndarray, unit: bool = True) -> dic
     linked = np.diag(distances)
     unlinked = distances[~np.eye(len(first), dtype=bool)]
     # AUC: the probability that a linked pair is closer than an unlinked one (ties count half).
-    closer = (linked[:, None] < unlinked[None, :]).mean() + 0.5 * (linked[:, None] == unlinked[None, :]).mean()
+    closer = (linked[:, None] < unlinked[None, :]).mean() + 0.5 * (
+        linked[:, None] == unlinked[None, :]
+    ).mean()
     return {
         "faces": int(len(first)),
         "rank1": float(np.mean(np.argmin(distances, axis=1) == np.arange(len(first)))),

@@ -85,7 +85,13 @@ def rank1(probes: np.ndarray, gallery: np.ndarray, unit: bool = True) -> float:
 
 def summary(distances: np.ndarray) -> dict[str, float | int]:
     d = np.asarray(distances, np.float64)
-    return {"pairs": int(d.size), "mean": float(d.mean()), "std": float(d.std()), "min": float(d.min()), "max": float(d.max())}
+    return {
+        "pairs": int(d.size),
+        "mean": float(d.mean()),
+        "std": float(d.std()),
+        "min": float(d.min()),
+        "max": float(d.max()),
+    }
 
 
 def roc(genuine: np.ndarray, impostor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +104,11 @@ def roc(genuine: np.ndarray, impostor: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def calibrated_report(
-    originals: np.ndarray, views: np.ndarray, sets: dict[str, np.ndarray], unit: bool = True, fars=FARS
+    originals: np.ndarray,
+    views: np.ndarray,
+    sets: dict[str, np.ndarray],
+    unit: bool = True,
+    fars=FARS,
 ) -> dict:
     """Everything of the module docstring for one recogniser.
 
@@ -116,7 +126,11 @@ def calibrated_report(
     }
     for far in fars:
         threshold = threshold_at_far(impostor, far)
-        row = {"threshold": threshold, "resolvable": resolvable(far, len(impostor)), "genuine_tar": accept_rate(genuine, threshold)}
+        row = {
+            "threshold": threshold,
+            "resolvable": resolvable(far, len(impostor)),
+            "genuine_tar": accept_rate(genuine, threshold),
+        }
         for name, embeddings in sets.items():
             row[f"{name}_tar"] = accept_rate(pair_distances(originals, embeddings, unit), threshold)
         if "anonymization" in sets:
@@ -136,18 +150,29 @@ def roc_image(genuine_sets: dict[str, np.ndarray], impostor: np.ndarray) -> np.n
     canvas = Image.new("RGB", (PLOT_SIZE + LEGEND_WIDTH, PLOT_SIZE), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()
-    x = lambda far: PLOT_MARGIN + (np.log10(np.maximum(far, 10.0**low)) - low) / max(-low, 1e-12) * span  # noqa: E731
-    y = lambda tar: PLOT_SIZE - PLOT_MARGIN - tar * span  # noqa: E731
-    draw.rectangle((PLOT_MARGIN, PLOT_MARGIN, PLOT_MARGIN + span, PLOT_MARGIN + span), outline=(0, 0, 0))
+
+    def x(far):
+        return PLOT_MARGIN + (np.log10(np.maximum(far, 10.0**low)) - low) / max(-low, 1e-12) * span
+
+    def y(tar):
+        return PLOT_SIZE - PLOT_MARGIN - tar * span
+
+    draw.rectangle(
+        (PLOT_MARGIN, PLOT_MARGIN, PLOT_MARGIN + span, PLOT_MARGIN + span), outline=(0, 0, 0)
+    )
     for far in FARS:
         if far >= 10.0**low:
             draw.line((x(far), PLOT_MARGIN, x(far), PLOT_MARGIN + span), fill=(200, 200, 200))
-            draw.text((x(far) + 2, PLOT_SIZE - PLOT_MARGIN + 4), f"FAR {far:g}", fill=(0, 0, 0), font=font)
+            draw.text(
+                (x(far) + 2, PLOT_SIZE - PLOT_MARGIN + 4), f"FAR {far:g}", fill=(0, 0, 0), font=font
+            )
     draw.text((PLOT_MARGIN, 8), "TAR (up) against FAR (log, right)", fill=(0, 0, 0), font=font)
     for i, (name, genuine) in enumerate(genuine_sets.items()):
         colour = PALETTE[i % len(PALETTE)]
         far, tar = roc(np.asarray(genuine), np.asarray(impostor))
-        draw.line([(float(x(f)), float(y(t))) for f, t in zip(far, tar)] or [(0, 0)], fill=colour, width=2)
+        draw.line(
+            [(float(x(f)), float(y(t))) for f, t in zip(far, tar)] or [(0, 0)], fill=colour, width=2
+        )
         top = PLOT_MARGIN + 16 * i
         draw.rectangle((PLOT_SIZE, top, PLOT_SIZE + 10, top + 10), fill=colour)
         draw.text((PLOT_SIZE + 16, top - 1), name, fill=(0, 0, 0), font=font)

@@ -53,7 +53,9 @@ def pairwise_identity_diversity(embeddings: jnp.ndarray) -> dict[str, float]:
       ``{"mean_cosine": ..., "mean_angle_degrees": ...}``; the angle is KFFA for ArcFace.
     """
     if np.ndim(embeddings) != 3 or np.shape(embeddings)[1] < 2:
-        raise ConfigError(f"need embeddings (faces, keys >= 2, dim), got shape {np.shape(embeddings)}")
+        raise ConfigError(
+            f"need embeddings (faces, keys >= 2, dim), got shape {np.shape(embeddings)}"
+        )
     unit = normalize(embeddings)
     cosines = jnp.einsum("fkd,fjd->fkj", unit, unit)
     rows, cols = np.triu_indices(unit.shape[1], k=1)
@@ -70,7 +72,10 @@ def key_passwords(count: int, seed: int = 0) -> list[str]:
 
     Each is the first 24 hex digits of sha256("dbaf-jax diversity <seed> <index>").
     """
-    return [hashlib.sha256(f"dbaf-jax diversity {seed} {i}".encode()).hexdigest()[:24] for i in range(count)]
+    return [
+        hashlib.sha256(f"dbaf-jax diversity {seed} {i}".encode()).hexdigest()[:24]
+        for i in range(count)
+    ]
 
 
 def key_grid(originals: np.ndarray, anonymized: np.ndarray, padding: int = 2) -> np.ndarray:
@@ -85,12 +90,18 @@ def key_grid(originals: np.ndarray, anonymized: np.ndarray, padding: int = 2) ->
     """
     originals, anonymized = np.asarray(originals), np.asarray(anonymized)
     if anonymized.shape[0] != originals.shape[0] or anonymized.shape[2:] != originals.shape[1:]:
-        raise ConfigError(f"anonymized {anonymized.shape} does not match originals {originals.shape} as (F, K, H, W, 3)")
+        raise ConfigError(
+            f"anonymized {anonymized.shape} does not match originals {originals.shape} as (F, K, H, W, 3)"
+        )
     rows = np.concatenate([originals[:, None], anonymized], axis=1)
-    return images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=originals.shape[0], padding=padding)
+    return images.make_grid(
+        rows.reshape(-1, *originals.shape[1:]), rows=originals.shape[0], padding=padding
+    )
 
 
-def tsne_points(embeddings: np.ndarray, seed: int = 0, perplexity: float = TSNE_PERPLEXITY) -> np.ndarray:
+def tsne_points(
+    embeddings: np.ndarray, seed: int = 0, perplexity: float = TSNE_PERPLEXITY
+) -> np.ndarray:
     """2-D t-SNE map of (F, K, D) embeddings -> (F, K, 2), deterministic for a seed.
 
     Embeddings are L2-normalised first (Euclidean t-SNE distances then order pairs as
@@ -100,7 +111,9 @@ def tsne_points(embeddings: np.ndarray, seed: int = 0, perplexity: float = TSNE_
     faces, keys, dim = np.shape(embeddings)
     flat = np.asarray(normalize(np.reshape(embeddings, (faces * keys, dim))))
     perplexity = min(perplexity, (faces * keys - 1) / 3)
-    points = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(flat)
+    points = TSNE(
+        n_components=2, perplexity=perplexity, init="pca", random_state=seed
+    ).fit_transform(flat)
     return points.reshape(faces, keys, 2)
 
 
@@ -123,14 +136,18 @@ def tsne_image(points: np.ndarray, labels: list[str] | None = None) -> np.ndarra
         for x, y in pixels[f]:
             # Image rows grow downwards; flip y so the map reads like a plot.
             cy = PLOT_SIZE - y
-            draw.ellipse((x - DOT_RADIUS, cy - DOT_RADIUS, x + DOT_RADIUS, cy + DOT_RADIUS), fill=colour)
+            draw.ellipse(
+                (x - DOT_RADIUS, cy - DOT_RADIUS, x + DOT_RADIUS, cy + DOT_RADIUS), fill=colour
+            )
         top = PLOT_MARGIN + 16 * f
         draw.rectangle((PLOT_SIZE, top, PLOT_SIZE + 10, top + 10), fill=colour)
         draw.text((PLOT_SIZE + 16, top - 1), labels[f], fill=(0, 0, 0), font=font)
     return np.asarray(canvas)
 
 
-def write_tsne_plot(path: str | Path, embeddings: np.ndarray, seed: int = 0, labels: list[str] | None = None) -> np.ndarray:
+def write_tsne_plot(
+    path: str | Path, embeddings: np.ndarray, seed: int = 0, labels: list[str] | None = None
+) -> np.ndarray:
     """t-SNE of (F, K, D) embeddings drawn to a PNG at ``path``; returns the (F, K, 2) points."""
     points = tsne_points(embeddings, seed)
     faces, keys, _ = points.shape

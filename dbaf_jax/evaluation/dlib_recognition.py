@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 # One home for the install hint and the check, shared with the dlib face detectors.
-from dbaf_jax.faces.detectors.dlib_detectors import INSTALL_HINT as INSTALL_HINT, unavailable as unavailable
+from dbaf_jax.faces.detectors.dlib_detectors import INSTALL_HINT as INSTALL_HINT
+from dbaf_jax.faces.detectors.dlib_detectors import unavailable as unavailable
 from dbaf_jax.images import to_uint8
 
 # dlib's documented same-person threshold on the Euclidean distance of raw descriptors.
@@ -40,10 +41,18 @@ def provenance() -> dict[str, Any]:
     models = importlib.import_module("face_recognition_models")
     version = metadata.version("face_recognition_models")
     parts = []
-    for part, location in (("descriptor", models.face_recognition_model_location()),
-                           ("5-point predictor", models.pose_predictor_five_point_model_location())):
-        parts.append({"part": part, "source": f"{Path(location).name} (face_recognition_models {version})",
-                      "sha256": hashlib.sha256(Path(location).read_bytes()).hexdigest(), "random": False})
+    for part, location in (
+        ("descriptor", models.face_recognition_model_location()),
+        ("5-point predictor", models.pose_predictor_five_point_model_location()),
+    ):
+        parts.append(
+            {
+                "part": part,
+                "source": f"{Path(location).name} (face_recognition_models {version})",
+                "sha256": hashlib.sha256(Path(location).read_bytes()).hexdigest(),
+                "random": False,
+            }
+        )
     return {"parts": parts, "random": False}
 
 

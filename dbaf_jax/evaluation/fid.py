@@ -88,8 +88,14 @@ def _sqrtm(matrix: np.ndarray) -> np.ndarray:
 
 def frechet_distance(mu1, sigma1, mu2, sigma2, eps: float = SINGULAR_OFFSET) -> float:
     """||mu1 - mu2||^2 + tr(sigma1 + sigma2 - 2 sqrt(sigma1 sigma2)): means (D,), covariances (D, D)."""
-    mu1, mu2 = np.atleast_1d(np.asarray(mu1, np.float64)), np.atleast_1d(np.asarray(mu2, np.float64))
-    sigma1, sigma2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
+    mu1, mu2 = (
+        np.atleast_1d(np.asarray(mu1, np.float64)),
+        np.atleast_1d(np.asarray(mu2, np.float64)),
+    )
+    sigma1, sigma2 = (
+        np.atleast_2d(np.asarray(sigma1, np.float64)),
+        np.atleast_2d(np.asarray(sigma2, np.float64)),
+    )
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape or sigma1.shape != mu1.shape * 2:
         raise ValueError(
             f"statistics do not match: means {mu1.shape} {mu2.shape}, covariances {sigma1.shape} {sigma2.shape}"
@@ -97,7 +103,11 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps: float = SINGULAR_OFFSET) -> 
 
     covmean = _sqrtm(sigma1 @ sigma2)
     if not np.isfinite(covmean).all():
-        warnings.warn(f"singular covariance product; adding {eps} to both diagonals", SingularProductWarning, stacklevel=2)
+        warnings.warn(
+            f"singular covariance product; adding {eps} to both diagonals",
+            SingularProductWarning,
+            stacklevel=2,
+        )
         offset = np.eye(sigma1.shape[0]) * eps
         covmean = _sqrtm((sigma1 + offset) @ (sigma2 + offset))
     if np.iscomplexobj(covmean):

@@ -19,7 +19,9 @@ import numpy as np
 import optax
 
 LEARNING_RATE = 3e-3
-DEFAULT_STEPS = 300  # full-batch Adam steps: a floor on an attacker's effort (evaluate --inversion-steps)
+DEFAULT_STEPS = (
+    300  # full-batch Adam steps: a floor on an attacker's effort (evaluate --inversion-steps)
+)
 
 
 class Inverter(nn.Module):

@@ -34,11 +34,11 @@ import jax
 import numpy as np
 
 from dbaf_jax import model_directory
-from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detector
+from dbaf_jax.inference.programs import pad_batch
 
 # network directory name -> the command that writes it ("{out}" is the metrics folder).
 ARCFACE = model_directory.ARCFACE_DIR
@@ -59,7 +59,12 @@ CONVERTER_COMMANDS = {
 RECOGNISERS = (FACENET_CASIA, FACENET_VGGFACE2, ARCFACE, "dlib")
 REQUIRED = (ARCFACE, INCEPTION, LPIPS, MTCNN)
 # Which of `recognition.THRESHOLDS` applies to each recogniser.
-THRESHOLD_NAMES = {FACENET_CASIA: "facenet", FACENET_VGGFACE2: "facenet", ARCFACE: "arcface", "dlib": "dlib"}
+THRESHOLD_NAMES = {
+    FACENET_CASIA: "facenet",
+    FACENET_VGGFACE2: "facenet",
+    ARCFACE: "arcface",
+    "dlib": "dlib",
+}
 
 
 # What report.md prints, in bold, for a network with random weights.
@@ -94,12 +99,14 @@ def network_provenance(path: Path) -> dict[str, Any]:
     for file in files:
         info = json.loads(file.read_text())
         source = info.get("source")
-        records.append({
-            "part": file.parent.relative_to(path).as_posix(),
-            "source": source,
-            "sha256": info.get(model_directory.HASH_FIELD),
-            "random": source is None or str(source).startswith("random"),
-        })
+        records.append(
+            {
+                "part": file.parent.relative_to(path).as_posix(),
+                "source": source,
+                "sha256": info.get(model_directory.HASH_FIELD),
+                "random": source is None or str(source).startswith("random"),
+            }
+        )
     return {"parts": records, "random": any(r["random"] for r in records) or not records}
 
 
@@ -109,7 +116,9 @@ def missing_message(folder: Path, name: str) -> str:
 
 def check_present(folder: Path, name: str) -> None:
     """NetworkNotFoundError naming the converter command when ``folder/name`` is absent."""
-    marker = model_directory.NETWORK_FILE if name != MTCNN else f"onet/{model_directory.NETWORK_FILE}"
+    marker = (
+        model_directory.NETWORK_FILE if name != MTCNN else f"onet/{model_directory.NETWORK_FILE}"
+    )
     if not (folder / name / marker).is_file():
         raise NetworkNotFoundError(missing_message(folder, name))
 
@@ -129,7 +138,9 @@ class BatchedNetwork:
     @classmethod
     def load(cls, path: Path, batch_size: int) -> BatchedNetwork:
         network = model_directory.load_network(path)
-        return cls(path.name, jax.jit(network.module.apply), jax.device_put(network.variables), batch_size)
+        return cls(
+            path.name, jax.jit(network.module.apply), jax.device_put(network.variables), batch_size
+        )
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:
         """Inputs (n, H, W, 3) each, n <= batch_size -> outputs (n, ...)."""
@@ -158,7 +169,11 @@ class MetricNetworks:
         record = folder_record(folder)
         for name in REQUIRED:
             check_present(folder, name)
-        recognisers = {name: BatchedNetwork.load(folder / name, batch_size) for name in RECOGNISERS if (folder / name).is_dir()}
+        recognisers = {
+            name: BatchedNetwork.load(folder / name, batch_size)
+            for name in RECOGNISERS
+            if (folder / name).is_dir()
+        }
         dlib_missing = dlib_recognition.unavailable()
         if dlib_missing is None:
             recognisers["dlib"] = dlib_recognition.DlibRecognizer()
@@ -172,7 +187,11 @@ class MetricNetworks:
             lpips=BatchedNetwork.load(folder / LPIPS, batch_size),
             detector=registry.build(folder / MTCNN, ["mtcnn"], low_band=False)[0],
             provenance={
-                **{name: network_provenance(folder / name) for name in (*REQUIRED, *RECOGNISERS) if (folder / name).is_dir()},
+                **{
+                    name: network_provenance(folder / name)
+                    for name in (*REQUIRED, *RECOGNISERS)
+                    if (folder / name).is_dir()
+                },
                 **({"dlib": dlib_recognition.provenance()} if "dlib" in recognisers else {}),
             },
             record=record,

@@ -35,13 +35,22 @@ from PIL import Image
 from tqdm import tqdm
 
 from dbaf_jax import __version__, images, keys
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
-from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.evaluation import attacks, calibration, diversity, fid, image_metrics, inversion, recognition, robustness
+from dbaf_jax.evaluation import (
+    attacks,
+    calibration,
+    diversity,
+    fid,
+    image_metrics,
+    inversion,
+    recognition,
+    robustness,
+)
 from dbaf_jax.evaluation.metric_networks import THRESHOLD_NAMES, MetricNetworks, network_provenance
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors.dlib_detectors import DlibDetector
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models.inception import FEATURES
 
 # Fixed test credentials: results must not depend on a random salt.
@@ -76,7 +85,11 @@ class EvaluationOptions:
 @jax.jit
 def pixel_metrics(originals, others):
     """(MSE, PSNR, SSIM) per image, each (B,), of images (B, H, W, 3) x2 in [-1, 1]."""
-    return image_metrics.mse(originals, others), image_metrics.psnr(originals, others), image_metrics.ssim(originals, others)
+    return (
+        image_metrics.mse(originals, others),
+        image_metrics.psnr(originals, others),
+        image_metrics.ssim(originals, others),
+    )
 
 
 def as_stored(batch: np.ndarray, size: int) -> np.ndarray:
@@ -84,7 +97,9 @@ def as_stored(batch: np.ndarray, size: int) -> np.ndarray:
     pixels = images.to_uint8(batch)
     if pixels.shape[1] != size:
         # Bilinear, as `images.read_image` resizes a file of another size.
-        pixels = np.stack([np.asarray(Image.fromarray(p).resize((size, size), Image.BILINEAR)) for p in pixels])
+        pixels = np.stack(
+            [np.asarray(Image.fromarray(p).resize((size, size), Image.BILINEAR)) for p in pixels]
+        )
     return images.to_float(pixels)
 
 
@@ -103,10 +118,14 @@ class Accumulator:
     """Per-image values and FID statistics of the ``quality_sets`` and
     ``identity_sets`` (`image_sets`), collected batch by batch."""
 
-    def __init__(self, recognisers: list[str], quality_sets: tuple[str, ...], identity_sets: tuple[str, ...]):
+    def __init__(
+        self, recognisers: list[str], quality_sets: tuple[str, ...], identity_sets: tuple[str, ...]
+    ):
         self.quality_sets, self.identity_sets = quality_sets, identity_sets
         # "view": the originals' augmented views, the genuine pairs of `calibration`.
-        self.embeddings = {r: {s: [] for s in ("original", "view") + identity_sets} for r in recognisers}
+        self.embeddings = {
+            r: {s: [] for s in ("original", "view") + identity_sets} for r in recognisers
+        }
         # Attack and robustness sets: "linked_view" (the views anonymized under the test key),
         # "guess<g>" (wrong-password recoveries), "robust_<transform>" (recoveries of transformed
         # images), "flip_<password|salt>" (anonymized under a one-bit-changed key).
@@ -148,13 +167,21 @@ def evaluate(
     anonymizer = FaceAnonymizer(model_dir)
     output_size = anonymizer.output_size
     record = keys.KeyRecord(salt=TEST_SALT)
-    key, wrong_key = anonymizer.key_for(TEST_PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
+    key, wrong_key = (
+        anonymizer.key_for(TEST_PASSWORD, record),
+        anonymizer.key_for(WRONG_PASSWORD, record),
+    )
     totals = Accumulator(list(networks.recognisers), *image_sets(anonymizer.latent_recovery))
     # The attacker's wrong passwords: distinct from the test and wrong-key ones, fixed by the seed.
-    guess_keys = [anonymizer.key_for(p, record) for p in diversity.key_passwords(options.guesses, options.seed + 1)]
+    guess_keys = [
+        anonymizer.key_for(p, record)
+        for p in diversity.key_passwords(options.guesses, options.seed + 1)
+    ]
     flip_keys = {
         "flip_password": anonymizer.key_for(robustness.flip_bit(TEST_PASSWORD), record),
-        "flip_salt": anonymizer.key_for(TEST_PASSWORD, keys.KeyRecord(salt=robustness.flip_salt_bit(TEST_SALT))),
+        "flip_salt": anonymizer.key_for(
+            TEST_PASSWORD, keys.KeyRecord(salt=robustness.flip_salt_bit(TEST_SALT))
+        ),
     }
     utility = {"mtcnn": DetectionUtility(networks.detector)}
     dlib_missing = DlibDetector.unavailable()
@@ -168,14 +195,18 @@ def evaluate(
     batch_size = options.batch_size
 
     with tqdm(total=len(image_paths), unit="img", desc="evaluate") as bar:
-        for paths, batch, bad in images.iter_batches(image_paths, anonymizer.input_size, batch_size):
+        for paths, batch, bad in images.iter_batches(
+            image_paths, anonymizer.input_size, batch_size
+        ):
             skipped += bad
             if not paths:
                 bar.update(len(bad))
                 continue
             n = len(paths)
             originals = np.stack([images.read_image(p, output_size) for p in paths])
-            anonymized, latents = anonymizer.anonymize(pad_batch(batch, batch_size), key, anonymizer.latent_recovery)
+            anonymized, latents = anonymizer.anonymize(
+                pad_batch(batch, batch_size), key, anonymizer.latent_recovery
+            )
             stored = as_stored(anonymized, anonymizer.input_size)
             outputs = {
                 "anonymization": anonymized,
@@ -194,24 +225,37 @@ def evaluate(
             # recoveries with the attacker's guessed passwords.
             views = pad_batch(calibration.augmented_views(batch), batch_size)
             attack_outputs = {"linked_view": anonymizer.anonymize(views, key)[0]}
-            attack_outputs.update({f"guess{g}": anonymizer.recover(stored, k) for g, k in enumerate(guess_keys)})
+            attack_outputs.update(
+                {f"guess{g}": anonymizer.recover(stored, k) for g, k in enumerate(guess_keys)}
+            )
             for name, transform in robustness.TRANSFORMS.items():
-                attack_outputs[f"robust_{name}"] = anonymizer.recover(pad_batch(transform(stored[:n]), batch_size), key)
-            attack_outputs.update({name: anonymizer.anonymize(pad_batch(batch, batch_size), k)[0] for name, k in flip_keys.items()})
+                attack_outputs[f"robust_{name}"] = anonymizer.recover(
+                    pad_batch(transform(stored[:n]), batch_size), key
+                )
+            attack_outputs.update(
+                {
+                    name: anonymizer.anonymize(pad_batch(batch, batch_size), k)[0]
+                    for name, k in flip_keys.items()
+                }
+            )
             for name, x in attack_outputs.items():
                 x = as_stored(x[:n], output_size)
                 embedded = {r: recogniser(x) for r, recogniser in networks.recognisers.items()}
                 for r, e in embedded.items():
                     totals.extra_embeddings[r].setdefault(name, []).append(e)
                 if name.startswith("robust_"):
-                    psnr = np.asarray(pixel_metrics(pad_batch(originals, batch_size), pad_batch(x, batch_size))[1])[:n]
+                    psnr = np.asarray(
+                        pixel_metrics(pad_batch(originals, batch_size), pad_batch(x, batch_size))[1]
+                    )[:n]
                     totals.extra_pixels.setdefault(name, []).append(psnr)
                 elif name.startswith("flip_"):
                     levels = np.abs(x - outputs["anonymization"]).mean(axis=(1, 2, 3)) * 127.5
                     totals.extra_pixels.setdefault(name, []).append(levels)
                     for r, recogniser in networks.recognisers.items():
                         distance = calibration.pair_distances(
-                            recogniser(outputs["anonymization"]), embedded[r], r not in recognition.RAW_L2
+                            recogniser(outputs["anonymization"]),
+                            embedded[r],
+                            r not in recognition.RAW_L2,
                         )
                         totals.flip_distances[r].setdefault(name, []).append(distance)
             for measure in utility.values():
@@ -219,7 +263,9 @@ def evaluate(
             if not diversity_faces:
                 rows = np.stack([originals] + [outputs[s] for s in totals.identity_sets], axis=1)
                 grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
-                images.write_png(out_dir / SAMPLES_FILE, grid, {"columns": ["original", *totals.identity_sets]})
+                images.write_png(
+                    out_dir / SAMPLES_FILE, grid, {"columns": ["original", *totals.identity_sets]}
+                )
             diversity_faces += list(batch[: options.diversity_faces - len(diversity_faces)])
             bar.update(len(paths) + len(bad))
     if not diversity_faces:
@@ -227,10 +273,19 @@ def evaluate(
 
     results = {
         "options": dataclasses.asdict(options),
-        "versions": {"dbaf_jax": __version__, "jax": jax.__version__, "flax": flax.__version__, "numpy": np.__version__},
+        "versions": {
+            "dbaf_jax": __version__,
+            "jax": jax.__version__,
+            "flax": flax.__version__,
+            "numpy": np.__version__,
+        },
         "images": utility["mtcnn"].images,
         "skipped": [s.reason for s in skipped],
-        "model": {"path": str(model_dir), "fingerprint": anonymizer.fingerprint, "output_size": output_size},
+        "model": {
+            "path": str(model_dir),
+            "fingerprint": anonymizer.fingerprint,
+            "output_size": output_size,
+        },
         "key": record.to_dict(),
         "test_password": TEST_PASSWORD,
         "wrong_password": WRONG_PASSWORD,
@@ -244,12 +299,16 @@ def evaluate(
             **{name: measure.result() for name, measure in utility.items()},
             **({"dlib": {"skipped": dlib_missing}} if dlib_missing else {}),
         },
-        "diversity": _diversity(anonymizer, networks, np.stack(diversity_faces), output_size, out_dir, options),
+        "diversity": _diversity(
+            anonymizer, networks, np.stack(diversity_faces), output_size, out_dir, options
+        ),
     }
     return results
 
 
-def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, outputs, batch_size: int) -> None:
+def _accumulate(
+    totals: Accumulator, networks: MetricNetworks, originals, outputs, batch_size: int
+) -> None:
     for name, recogniser in networks.recognisers.items():
         totals.embeddings[name]["original"].append(recogniser(originals))
         totals.embeddings[name]["view"].append(recogniser(calibration.augmented_views(originals)))
@@ -258,8 +317,13 @@ def _accumulate(totals: Accumulator, networks: MetricNetworks, originals, output
     totals.fid["original"].update(networks.inception(originals))
     padded = pad_batch(originals, batch_size)
     for s in totals.quality_sets:
-        mse, psnr, ssim = (np.asarray(v)[: len(originals)] for v in pixel_metrics(padded, pad_batch(outputs[s], batch_size)))
-        for metric, values in zip(PIXEL_METRICS, (mse, psnr, ssim, networks.lpips(originals, outputs[s]))):
+        mse, psnr, ssim = (
+            np.asarray(v)[: len(originals)]
+            for v in pixel_metrics(padded, pad_batch(outputs[s], batch_size))
+        )
+        for metric, values in zip(
+            PIXEL_METRICS, (mse, psnr, ssim, networks.lpips(originals, outputs[s]))
+        ):
             totals.pixels[s][metric].append(values)
         totals.fid[s].update(networks.inception(outputs[s]))
 
@@ -268,7 +332,9 @@ def roc_file(recogniser: str) -> str:
     return f"roc_{recogniser}.png"
 
 
-def _inverted(totals: Accumulator, networks: MetricNetworks, options: EvaluationOptions) -> dict[str, np.ndarray] | None:
+def _inverted(
+    totals: Accumulator, networks: MetricNetworks, options: EvaluationOptions
+) -> dict[str, np.ndarray] | None:
     """The learned-inversion attack (`inversion`): an inverter trained on the first half of
     the (anonymized, original) pairs, run on the second half's anonymizations; their
     embeddings per recogniser (N - N // 2, D), or None when not run (fewer than 2 faces)."""
@@ -276,13 +342,27 @@ def _inverted(totals: Accumulator, networks: MetricNetworks, options: Evaluation
         return None
     originals, anonymized = (np.concatenate(totals.pairs[s]) for s in ("original", "anonymization"))
     half = len(originals) // 2
-    invert = inversion.train_inverter(anonymized[:half], originals[:half], options.inversion_steps, options.seed)
-    inverted = np.concatenate([invert(anonymized[i : i + options.batch_size]) for i in range(half, len(anonymized), options.batch_size)])
-    chunks = [inverted[i : i + options.batch_size] for i in range(0, len(inverted), options.batch_size)]
-    return {r: np.concatenate([recogniser(chunk) for chunk in chunks]) for r, recogniser in networks.recognisers.items()}
+    invert = inversion.train_inverter(
+        anonymized[:half], originals[:half], options.inversion_steps, options.seed
+    )
+    inverted = np.concatenate(
+        [
+            invert(anonymized[i : i + options.batch_size])
+            for i in range(half, len(anonymized), options.batch_size)
+        ]
+    )
+    chunks = [
+        inverted[i : i + options.batch_size] for i in range(0, len(inverted), options.batch_size)
+    ]
+    return {
+        r: np.concatenate([recogniser(chunk) for chunk in chunks])
+        for r, recogniser in networks.recognisers.items()
+    }
 
 
-def _identity(totals: Accumulator, out_dir: Path, inverted: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+def _identity(
+    totals: Accumulator, out_dir: Path, inverted: dict[str, np.ndarray] | None = None
+) -> dict[str, Any]:
     """The paper's fixed-tau rates and the calibrated measures per recogniser, and the
     attacks (``inverted``: `_inverted`'s embeddings); writes the ROC plots."""
     report = {}
@@ -296,21 +376,40 @@ def _identity(totals: Accumulator, out_dir: Path, inverted: dict[str, np.ndarray
             report[name][s] = recognition.recognition_report(originals, embeddings, tau, unit=unit)
         if len(originals) >= 2:  # impostor pairs need two faces
             views = np.concatenate(sets["view"])
-            report[name]["calibrated"] = calibration.calibrated_report(originals, views, outputs, unit=unit)
+            report[name]["calibrated"] = calibration.calibrated_report(
+                originals, views, outputs, unit=unit
+            )
             genuine = calibration.pair_distances(originals, views, unit)
             curves = {"genuine (view)": genuine}
-            curves.update({s: calibration.pair_distances(originals, outputs[s], unit) for s in outputs})
+            curves.update(
+                {s: calibration.pair_distances(originals, outputs[s], unit) for s in outputs}
+            )
             impostor = calibration.impostor_distances(originals, unit)
-            images.write_png(out_dir / roc_file(name), calibration.roc_image(curves, impostor), {"recogniser": name})
+            images.write_png(
+                out_dir / roc_file(name),
+                calibration.roc_image(curves, impostor),
+                {"recogniser": name},
+            )
             report[name]["calibrated"]["plot"] = roc_file(name)
             report[name]["attacks"] = _attacks(
-                totals.extra_embeddings[name], originals, outputs["anonymization"], report[name]["calibrated"], unit
+                totals.extra_embeddings[name],
+                originals,
+                outputs["anonymization"],
+                report[name]["calibrated"],
+                unit,
             )
             if inverted is not None:
                 half = len(originals) // 2
-                thresholds = {far: row["threshold"] for far, row in report[name]["calibrated"]["at_far"].items()}
+                thresholds = {
+                    far: row["threshold"]
+                    for far, row in report[name]["calibrated"]["at_far"].items()
+                }
                 report[name]["attacks"]["learned_inversion"] = attacks.learned_inversion(
-                    originals[half:], outputs["anonymization"][half:], inverted[name], thresholds, unit
+                    originals[half:],
+                    outputs["anonymization"][half:],
+                    inverted[name],
+                    thresholds,
+                    unit,
                 )
     return report
 
@@ -329,22 +428,34 @@ def _robustness(totals: Accumulator, identity: dict[str, Any]) -> dict[str, Any]
                 distances = calibration.pair_distances(originals, np.concatenate(sets[name]), unit)
                 row = {"mean_distance": float(distances.mean())}
                 if "calibrated" in identity[r]:
-                    row["tar"] = {far: calibration.accept_rate(distances, at["threshold"])
-                                  for far, at in identity[r]["calibrated"]["at_far"].items()}
+                    row["tar"] = {
+                        far: calibration.accept_rate(distances, at["threshold"])
+                        for far, at in identity[r]["calibrated"]["at_far"].items()
+                    }
                 per_recogniser[r] = row
             else:
                 per_recogniser[r] = {"mean_distance": _mean(totals.flip_distances[r][name])}
         if name.startswith("robust_"):
-            report["recovery"][name.removeprefix("robust_")] = {"psnr": _mean(values), "identity": per_recogniser}
+            report["recovery"][name.removeprefix("robust_")] = {
+                "psnr": _mean(values),
+                "identity": per_recogniser,
+            }
         else:
-            report["key_sensitivity"][name.removeprefix("flip_")] = {"mean_levels": _mean(values), "identity": per_recogniser}
+            report["key_sensitivity"][name.removeprefix("flip_")] = {
+                "mean_levels": _mean(values),
+                "identity": per_recogniser,
+            }
     return report
 
 
-def _attacks(embeddings: dict[str, list[np.ndarray]], originals, anonymized, calibrated: dict, unit: bool) -> dict:
+def _attacks(
+    embeddings: dict[str, list[np.ndarray]], originals, anonymized, calibrated: dict, unit: bool
+) -> dict:
     """Password guessing and linkability (`attacks`) for one recogniser; originals and
     anonymized (N, D), calibrated: its `calibration.calibrated_report`."""
-    guesses = np.stack([np.concatenate(v) for k, v in sorted(embeddings.items()) if k.startswith("guess")])
+    guesses = np.stack(
+        [np.concatenate(v) for k, v in sorted(embeddings.items()) if k.startswith("guess")]
+    )
     thresholds = {far: row["threshold"] for far, row in calibrated["at_far"].items()}
     first = np.concatenate(embeddings["linked_view"])
     return {
@@ -371,20 +482,27 @@ def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> di
     for password in tqdm(passwords, unit="key", desc="diversity"):
         key = anonymizer.key_for(password, record)
         chunks = [
-            anonymizer.anonymize(pad_batch(faces[i : i + options.batch_size], options.batch_size), key)[0]
+            anonymizer.anonymize(
+                pad_batch(faces[i : i + options.batch_size], options.batch_size), key
+            )[0]
             for i in range(0, count, options.batch_size)
         ]
         anonymized.append(as_stored(np.concatenate(chunks)[:count], output_size))
     anonymized = np.stack(anonymized, axis=1)  # (F, K, size, size, 3)
     originals = as_stored(faces, output_size)
-    images.write_png(out_dir / KEY_GRID_FILE, diversity.key_grid(originals, anonymized), {"keys": options.keys})
+    images.write_png(
+        out_dir / KEY_GRID_FILE, diversity.key_grid(originals, anonymized), {"keys": options.keys}
+    )
     report = {"faces": count, "keys": options.keys, "plots": [KEY_GRID_FILE]}
     if options.keys < 2:
         return report
     flat = anonymized.reshape(-1, *anonymized.shape[2:])
     for name, recogniser in networks.recognisers.items():
         embeddings = np.concatenate(
-            [recogniser(flat[i : i + options.batch_size]) for i in range(0, len(flat), options.batch_size)]
+            [
+                recogniser(flat[i : i + options.batch_size])
+                for i in range(0, len(flat), options.batch_size)
+            ]
         ).reshape(count, options.keys, -1)
         report[name] = diversity.pairwise_identity_diversity(embeddings)
         if count * options.keys >= TSNE_MIN_POINTS:

@@ -76,7 +76,9 @@ def check_detector(source: Path) -> None:
     """ModelDirectoryError unless ``source`` holds MTCNN's three converted stages."""
     for stage in MTCNN_STAGES:
         if not (source / stage / model_directory.NETWORK_FILE).is_file():
-            raise ModelDirectoryError(f"{source}: not a converted MTCNN detector (no {stage}/{model_directory.NETWORK_FILE})")
+            raise ModelDirectoryError(
+                f"{source}: not a converted MTCNN detector (no {stage}/{model_directory.NETWORK_FILE})"
+            )
 
 
 def write_mtcnn(target: Path, source: Path | None, seed: int) -> None:
@@ -85,12 +87,17 @@ def write_mtcnn(target: Path, source: Path | None, seed: int) -> None:
         shutil.copytree(source, target)
         return
     for offset, (stage, (module, side)) in enumerate(MTCNN_STAGES.items()):
-        variables = jax.jit(module.init)(jax.random.key(seed + offset), jnp.zeros((1, side, side, 3)))
+        variables = jax.jit(module.init)(
+            jax.random.key(seed + offset), jnp.zeros((1, side, side, 3))
+        )
         model_directory.save_network(target / stage, module, variables, source=SOURCE)
 
 
 def write_random_metric_networks(
-    folder: str | Path, mtcnn: str | Path | None = None, seed: int = 0, arcface_width_scale: float = 1.0
+    folder: str | Path,
+    mtcnn: str | Path | None = None,
+    seed: int = 0,
+    arcface_width_scale: float = 1.0,
 ) -> Path:
     """Writes random metric networks into ``folder`` (which must not exist) and returns it.
 
@@ -114,11 +121,17 @@ def write_random_metric_networks(
         names.INCEPTION: (FIDInceptionV3(), (random_images(299, 4, seed),)),
     }
     for offset, (name, (module, inputs)) in enumerate(networks.items()):
-        model_directory.save_network(partial / name, module, initialised(module, seed + 10 * offset, *inputs), source=SOURCE)
+        model_directory.save_network(
+            partial / name, module, initialised(module, seed + 10 * offset, *inputs), source=SOURCE
+        )
     write_mtcnn(partial / names.MTCNN, detector, seed + 100)
-    record = {"random_weights": True, "written_by": SOURCE, "seed": seed, "arcface_width_scale": arcface_width_scale,
-              "mtcnn": str(detector) if detector is not None else "random"}
+    record = {
+        "random_weights": True,
+        "written_by": SOURCE,
+        "seed": seed,
+        "arcface_width_scale": arcface_width_scale,
+        "mtcnn": str(detector) if detector is not None else "random",
+    }
     (partial / names.FOLDER_FILE).write_text(json.dumps(record, indent=2) + "\n")
     partial.rename(folder)
     return folder
-

@@ -47,7 +47,9 @@ def normalize(embeddings: jnp.ndarray) -> jnp.ndarray:
     return embeddings / jnp.maximum(jnp.linalg.norm(embeddings, axis=-1, keepdims=True), NORM_EPS)
 
 
-def distances(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray, unit: bool = True) -> dict[str, jnp.ndarray]:
+def distances(
+    embeddings0: jnp.ndarray, embeddings1: jnp.ndarray, unit: bool = True
+) -> dict[str, jnp.ndarray]:
     """Every distance form between row pairs: (B, D) x2 -> {form: (B,)}; ``unit=False``
     takes l2 and squared_l2 on the embeddings as given (`RAW_L2`)."""
     cosine_similarity = jnp.sum(normalize(embeddings0) * normalize(embeddings1), axis=-1)
@@ -63,7 +65,9 @@ def distances(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray, unit: bool = T
 def distance(embeddings0: jnp.ndarray, embeddings1: jnp.ndarray, form: str) -> jnp.ndarray:
     """One distance form (see `DISTANCE_FORMS`) between row pairs: (B, D) x2 -> (B,)."""
     if form not in DISTANCE_FORMS:
-        raise ConfigError(f"unknown distance form {form!r}; expected one of {', '.join(DISTANCE_FORMS)}")
+        raise ConfigError(
+            f"unknown distance form {form!r}; expected one of {', '.join(DISTANCE_FORMS)}"
+        )
     return distances(embeddings0, embeddings1)[form]
 
 
@@ -71,7 +75,9 @@ def threshold(recogniser: str, overrides: Mapping[str, float] | None = None) -> 
     """tau for ``recogniser``: ``overrides[recogniser]`` if given, else the paper's (`THRESHOLDS`)."""
     table = {**THRESHOLDS, **(overrides or {})}
     if recogniser not in table:
-        raise ConfigError(f"no threshold for recogniser {recogniser!r}; known: {', '.join(sorted(table))}")
+        raise ConfigError(
+            f"no threshold for recogniser {recogniser!r}; known: {', '.join(sorted(table))}"
+        )
     return float(table[recogniser])
 
 
@@ -85,13 +91,18 @@ def recognition_rate(originals: jnp.ndarray, others: jnp.ndarray, tau: float, fo
     return float(jnp.mean(recognised(distance(originals, others, form), tau)))
 
 
-def recognition_report(originals: jnp.ndarray, others: jnp.ndarray, tau: float, unit: bool = True) -> dict[str, dict[str, float]]:
+def recognition_report(
+    originals: jnp.ndarray, others: jnp.ndarray, tau: float, unit: bool = True
+) -> dict[str, dict[str, float]]:
     """For every form: the mean distance and the rate within ``tau``; embeddings (B, D) x2
     (``unit``: see `distances`).
 
     Returns ``{form: {"mean_distance": ..., "rate": ...}}`` for the forms of `DISTANCE_FORMS`.
     """
     return {
-        form: {"mean_distance": float(jnp.mean(values)), "rate": float(jnp.mean(recognised(values, tau)))}
+        form: {
+            "mean_distance": float(jnp.mean(values)),
+            "rate": float(jnp.mean(recognised(values, tau))),
+        }
         for form, values in distances(originals, others, unit).items()
     }

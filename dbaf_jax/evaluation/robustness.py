@@ -20,7 +20,12 @@ from dbaf_jax import images
 
 
 def _per_image(batch: np.ndarray, change: Callable[[Image.Image], Image.Image]) -> np.ndarray:
-    return np.stack([images.to_float(np.asarray(change(Image.fromarray(p)).convert("RGB"))) for p in images.to_uint8(batch)])
+    return np.stack(
+        [
+            images.to_float(np.asarray(change(Image.fromarray(p)).convert("RGB")))
+            for p in images.to_uint8(batch)
+        ]
+    )
 
 
 def jpeg(quality: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -34,7 +39,12 @@ def jpeg(quality: int) -> Callable[[np.ndarray], np.ndarray]:
 
 def half_size(batch: np.ndarray) -> np.ndarray:
     size = np.shape(batch)[1]
-    return _per_image(batch, lambda im: im.resize((size // 2, size // 2), Image.BILINEAR).resize((size, size), Image.BILINEAR))
+    return _per_image(
+        batch,
+        lambda im: im.resize((size // 2, size // 2), Image.BILINEAR).resize(
+            (size, size), Image.BILINEAR
+        ),
+    )
 
 
 def blur(sigma: float) -> Callable[[np.ndarray], np.ndarray]:

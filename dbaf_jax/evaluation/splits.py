@@ -65,7 +65,9 @@ PROTOCOLS = {
 
 def shuffled(relative_paths: list[str], seed: int) -> list[str]:
     """``relative_paths`` sorted by sha256("<seed>:<path>"): a seeded order stable across versions."""
-    return sorted(relative_paths, key=lambda path: hashlib.sha256(f"{seed}:{path}".encode()).digest())
+    return sorted(
+        relative_paths, key=lambda path: hashlib.sha256(f"{seed}:{path}".encode()).digest()
+    )
 
 
 def _scaled(count: int, scale: float) -> int:
@@ -81,7 +83,9 @@ class Splits:
     images_unused: int
 
 
-def make_splits(images_dir: str | Path, protocol: str, seed: int = 0, allow_fewer: bool = False) -> Splits:
+def make_splits(
+    images_dir: str | Path, protocol: str, seed: int = 0, allow_fewer: bool = False
+) -> Splits:
     """The protocol's lists for the images below ``images_dir`` (see the module docstring).
 
     Raises ConfigError for an unknown protocol, DatasetError when the folder is
@@ -106,7 +110,9 @@ def make_splits(images_dir: str | Path, protocol: str, seed: int = 0, allow_fewe
                 "--allow-fewer scales the counts down"
             )
         if found < len(counts):
-            raise DatasetError(f"{images_dir}: {found} images, fewer than the {protocol} protocol's {len(counts)} lists")
+            raise DatasetError(
+                f"{images_dir}: {found} images, fewer than the {protocol} protocol's {len(counts)} lists"
+            )
         scale = found / spec.needed
         counts = {name: _scaled(count, scale) for name, count in counts.items()}
         subset_counts = {name: _scaled(count, scale) for name, count in subset_counts.items()}
@@ -122,7 +128,9 @@ def make_splits(images_dir: str | Path, protocol: str, seed: int = 0, allow_fewe
     return Splits(lists, found, found - start)
 
 
-def write_splits(lists: dict[str, list[str]], out_dir: str | Path, header: str, overwrite: bool = False) -> list[Path]:
+def write_splits(
+    lists: dict[str, list[str]], out_dir: str | Path, header: str, overwrite: bool = False
+) -> list[Path]:
     """Writes each list to ``out_dir/<name>.txt`` after a '# <header>' line; returns the files.
 
     Refuses (OutputExistsError) to replace an existing list unless ``overwrite``.
@@ -131,7 +139,9 @@ def write_splits(lists: dict[str, list[str]], out_dir: str | Path, header: str, 
     targets = {name: out_dir / f"{name}.txt" for name in lists}
     existing = [str(path) for path in targets.values() if path.exists()]
     if existing and not overwrite:
-        raise OutputExistsError(f"{', '.join(existing)} exist already (pass --overwrite to replace)")
+        raise OutputExistsError(
+            f"{', '.join(existing)} exist already (pass --overwrite to replace)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, path in targets.items():
         tmp = path.with_name(path.name + ".partial")
@@ -155,7 +165,9 @@ def read_split(list_file: str | Path, images_dir: str | Path) -> list[Path]:
         lines = list_file.read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise DatasetError(f"{list_file}: cannot read split list ({err.strerror})") from None
-    paths = [images_dir / line for line in lines if line.strip() and not line.startswith(HEADER_PREFIX)]
+    paths = [
+        images_dir / line for line in lines if line.strip() and not line.startswith(HEADER_PREFIX)
+    ]
     if not paths:
         raise DatasetError(f"{list_file}: the split list names no images")
     missing = [str(path) for path in paths if not path.is_file()]

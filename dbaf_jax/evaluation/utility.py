@@ -29,7 +29,9 @@ def largest_face_distances(original: Detections, other: Detections) -> tuple[flo
     """(box distance, landmark distance) between the largest faces, or None if either has none."""
     if not len(original.boxes) or not len(other.boxes):
         return None
-    corners = np.linalg.norm(original.boxes[0].reshape(2, 2) - other.boxes[0].reshape(2, 2), axis=-1)
+    corners = np.linalg.norm(
+        original.boxes[0].reshape(2, 2) - other.boxes[0].reshape(2, 2), axis=-1
+    )
     points = np.linalg.norm(original.landmarks[0] - other.landmarks[0], axis=-1)
     return float(corners.mean()), float(points.mean())
 

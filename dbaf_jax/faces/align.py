@@ -98,7 +98,9 @@ def warp(
     transform = np.asarray(transform, np.float64)
     rows = np.arange(shape[0], dtype=np.float64)[:, None] + origin[0]
     cols = np.arange(shape[1], dtype=np.float64)[None, :] + origin[1]
-    x = cols * transform[0, 0] + rows * transform[0, 1] + transform[0, 2]  # (h, w), as `apply` computes them
+    x = (
+        cols * transform[0, 0] + rows * transform[0, 1] + transform[0, 2]
+    )  # (h, w), as `apply` computes them
     y = cols * transform[1, 0] + rows * transform[1, 1] + transform[1, 2]
     if fill is None:
         x = np.clip(x, 0, width - 1).reshape(-1)
@@ -106,8 +108,16 @@ def warp(
     else:  # only the points inside are sampled: a face's footprint is mostly outside its crop
         inside = (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
         x, y = x[inside], y[inside]
-    x0 = np.minimum(np.floor(x).astype(np.intp), width - 2) if width > 1 else np.zeros_like(x, np.intp)
-    y0 = np.minimum(np.floor(y).astype(np.intp), height - 2) if height > 1 else np.zeros_like(y, np.intp)
+    x0 = (
+        np.minimum(np.floor(x).astype(np.intp), width - 2)
+        if width > 1
+        else np.zeros_like(x, np.intp)
+    )
+    y0 = (
+        np.minimum(np.floor(y).astype(np.intp), height - 2)
+        if height > 1
+        else np.zeros_like(y, np.intp)
+    )
     x1, y1 = np.minimum(x0 + 1, width - 1), np.minimum(y0 + 1, height - 1)
     fx = (x - x0)[:, None].astype(np.float32)
     fy = (y - y0)[:, None].astype(np.float32)

@@ -114,7 +114,10 @@ def signature(crop: np.ndarray) -> np.ndarray:
     lo, hi = round(size * (1 - CENTRE) / 2), round(size * (1 + CENTRE) / 2)
     centre = (np.asarray(crop[lo:hi, lo:hi], np.float64) + 1) / 2
     edges = np.linspace(0, centre.shape[0], GRID + 1).round().astype(int)
-    cells = [[centre[a:b, c:d].mean(axis=(0, 1)) for c, d in zip(edges[:-1], edges[1:])] for a, b in zip(edges[:-1], edges[1:])]
+    cells = [
+        [centre[a:b, c:d].mean(axis=(0, 1)) for c, d in zip(edges[:-1], edges[1:])]
+        for a, b in zip(edges[:-1], edges[1:])
+    ]
     return np.asarray(cells).reshape(-1)
 
 
@@ -123,7 +126,9 @@ def distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
 
 
-def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple[float, tuple[float, float], float]:
+def place(
+    photo_shape: Sequence[int], transform: np.ndarray, size: int
+) -> tuple[float, tuple[float, float], float]:
     """(aspect, centre, side) of the face an aligned crop of ``size`` holds (see `Entry`)."""
     height, width = photo_shape[:2]
     inverse = align.invert(transform)
@@ -132,7 +137,9 @@ def place(photo_shape: Sequence[int], transform: np.ndarray, size: int) -> tuple
     return width / height, (float(centre[0]) / width, float(centre[1]) / width), side / width
 
 
-def transform_at(entry: Entry, transform: np.ndarray, size: int, photo_shape: Sequence[int]) -> np.ndarray:
+def transform_at(
+    entry: Entry, transform: np.ndarray, size: int, photo_shape: Sequence[int]
+) -> np.ndarray:
     """The (2, 3) photo-to-crop transform with ``transform``'s rotation whose crop of
     ``size`` is centred on ``entry``'s face with its side, in a photo of ``photo_shape``."""
     width = photo_shape[1]
@@ -172,7 +179,11 @@ def entries(
 def _lines(entries: Sequence[Entry]) -> bytes:
     """``entries`` as complete ledger lines, at most `LINE_ENTRIES` a line."""
     return b"".join(
-        json.dumps([entry.to_dict() for entry in entries[start : start + LINE_ENTRIES]], separators=(",", ":")).encode() + b"\n"
+        json.dumps(
+            [entry.to_dict() for entry in entries[start : start + LINE_ENTRIES]],
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
         for start in range(0, len(entries), LINE_ENTRIES)
     )
 
@@ -230,12 +241,20 @@ def check_appendable(path: Path, entries: int) -> str | None:
             if created:  # only probed: a ledger exists once it holds an entry
                 path.unlink()
     except OSError as err:
-        raise OutputWriteError(f"{path}: the key file's face ledger cannot be written ({err.strerror or err})") from None
+        raise OutputWriteError(
+            f"{path}: the key file's face ledger cannot be written ({err.strerror or err})"
+        ) from None
     free, needed = volume.f_bavail * volume.f_frsize, max(entries, 1) * ENTRY_BYTES
     if free < needed:
-        raise OutputWriteError(f"{path}: the key file's face ledger cannot be written ({os.strerror(errno.ENOSPC)}: {free} bytes free, "
-                               f"about {needed} needed for {max(entries, 1)} entries)")
-    return f"{path}: removed a torn last line ({cut} bytes without a line end, left by a crash or a full disk)" if cut else None
+        raise OutputWriteError(
+            f"{path}: the key file's face ledger cannot be written ({os.strerror(errno.ENOSPC)}: {free} bytes free, "
+            f"about {needed} needed for {max(entries, 1)} entries)"
+        )
+    return (
+        f"{path}: removed a torn last line ({cut} bytes without a line end, left by a crash or a full disk)"
+        if cut
+        else None
+    )
 
 
 def append(path: Path, new_entries: Sequence[Entry]) -> None:
@@ -253,7 +272,7 @@ def append(path: Path, new_entries: Sequence[Entry]) -> None:
             size = os.fstat(fd).st_size
             try:
                 while data:  # a regular file takes it in one write unless the disk fills
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(fd, data) :]
                 os.fsync(fd)
             except OSError:
                 os.ftruncate(fd, size)
@@ -267,28 +286,60 @@ def append(path: Path, new_entries: Sequence[Entry]) -> None:
             finally:
                 os.close(directory)
     except OSError as err:
-        raise OutputWriteError(f"{path}: cannot append to the key file's face ledger ({err.strerror or err})") from None
+        raise OutputWriteError(
+            f"{path}: cannot append to the key file's face ledger ({err.strerror or err})"
+        ) from None
 
 
 def _entry(value: Any) -> Entry:
     fields = ("index", "aspect", "centre", "side", "signature", "separation")
-    if not isinstance(value, dict) or set(value) not in (set(fields), set(fields) | set(CLIP_FIELDS)):
-        raise ValueError(f"an entry must be an object with exactly {', '.join(fields)} (and {' and '.join(CLIP_FIELDS)} for a clip's face)")
+    if not isinstance(value, dict) or set(value) not in (
+        set(fields),
+        set(fields) | set(CLIP_FIELDS),
+    ):
+        raise ValueError(
+            f"an entry must be an object with exactly {', '.join(fields)} (and {' and '.join(CLIP_FIELDS)} for a clip's face)"
+        )
     index, aspect, centre, side, sig, separation = (value[k] for k in fields)
     clip, frame = value.get("clip"), value.get("frame")
-    if "clip" in value and not (isinstance(clip, str) and 0 < len(clip) <= 32 and all(c in "0123456789abcdef" for c in clip)):
+    if "clip" in value and not (
+        isinstance(clip, str) and 0 < len(clip) <= 32 and all(c in "0123456789abcdef" for c in clip)
+    ):
         raise ValueError("clip must be a run id of at most 32 lowercase hex digits")
     if "frame" in value and not (type(frame) is int and 0 <= frame < MAX_FRAME):
         raise ValueError(f"frame must be an integer in [0, {MAX_FRAME})")
-    numbers = [aspect, side, separation, *(centre if isinstance(centre, list) else [None]), *(sig if isinstance(sig, list) else [None])]
+    numbers = [
+        aspect,
+        side,
+        separation,
+        *(centre if isinstance(centre, list) else [None]),
+        *(sig if isinstance(sig, list) else [None]),
+    ]
     if type(index) is not int or not 0 <= index < MAX_ENTRIES:
         raise ValueError(f"index must be an integer in [0, {MAX_ENTRIES})")
-    if not isinstance(centre, list) or len(centre) != 2 or not isinstance(sig, list) or len(sig) != GRID * GRID * 3:
+    if (
+        not isinstance(centre, list)
+        or len(centre) != 2
+        or not isinstance(sig, list)
+        or len(sig) != GRID * GRID * 3
+    ):
         raise ValueError(f"centre must hold 2 numbers and signature {GRID * GRID * 3}")
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (aspect > 0 and side > 0 and separation >= 0):
-        raise ValueError("aspect, centre, side, separation and signature must be finite numbers, aspect and side positive")
-    return Entry(index, float(aspect), (float(centre[0]), float(centre[1])), float(side), np.asarray(sig, np.float64), float(separation),
-                 clip, frame)
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or not (
+        aspect > 0 and side > 0 and separation >= 0
+    ):
+        raise ValueError(
+            "aspect, centre, side, separation and signature must be finite numbers, aspect and side positive"
+        )
+    return Entry(
+        index,
+        float(aspect),
+        (float(centre[0]), float(centre[1])),
+        float(side),
+        np.asarray(sig, np.float64),
+        float(separation),
+        clip,
+        frame,
+    )
 
 
 def read(path: Path, notes: list[str] | None = None) -> list[Entry]:
@@ -300,11 +351,15 @@ def read(path: Path, notes: list[str] | None = None) -> list[Entry]:
         with open(path, "rb") as file:
             for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE + 1), b""), 1):
                 if len(raw) > MAX_LINE:
-                    raise InputError(f"{path}: line {number} is longer than {MAX_LINE} bytes: not a face ledger")
+                    raise InputError(
+                        f"{path}: line {number} is longer than {MAX_LINE} bytes: not a face ledger"
+                    )
                 if not raw.endswith(b"\n"):
                     if notes is not None:
-                        notes.append(f"{path}: line {number} is torn (no line end: a write cut short by a crash or a full disk); "
-                                     "it is ignored, and the next anonymize with this key file removes it")
+                        notes.append(
+                            f"{path}: line {number} is torn (no line end: a write cut short by a crash or a full disk); "
+                            "it is ignored, and the next anonymize with this key file removes it"
+                        )
                     break
                 try:
                     values = json.loads(raw)
@@ -320,7 +375,9 @@ def read(path: Path, notes: list[str] | None = None) -> list[Entry]:
     return found
 
 
-def read_for_key_file(key_file: str | Path | None, notes: list[str] | None = None) -> list[Entry] | None:
+def read_for_key_file(
+    key_file: str | Path | None, notes: list[str] | None = None
+) -> list[Entry] | None:
     """The entries of ``key_file``'s ledger (`ledger_path`, `read`); None without a key file or ledger."""
     if key_file is None or not ledger_path(key_file).is_file():
         return None
@@ -330,8 +387,11 @@ def read_for_key_file(key_file: str | Path | None, notes: list[str] | None = Non
 def in_place(entry: Entry, aspect: float, centre: tuple[float, float], side: float) -> bool:
     """Whether a face at (``aspect``, ``centre``, ``side``) (`place`) lies within the
     place and size bounds of ``entry``."""
-    return (abs(aspect / entry.aspect - 1) <= MAX_ASPECT_CHANGE and math.dist(centre, entry.centre) <= MAX_CENTRE_SHIFT * entry.side
-            and abs(math.log(side / entry.side)) <= MAX_SIDE_CHANGE)
+    return (
+        abs(aspect / entry.aspect - 1) <= MAX_ASPECT_CHANGE
+        and math.dist(centre, entry.centre) <= MAX_CENTRE_SHIFT * entry.side
+        and abs(math.log(side / entry.side)) <= MAX_SIDE_CHANGE
+    )
 
 
 def near_enough(entry: Entry, near: float) -> bool:
@@ -346,7 +406,9 @@ def match(ledger: Sequence[Entry], candidate: Entry, taken: set[int] = frozenset
     (`in_place`), not ``taken``, and near enough (`near_enough`)."""
     best, best_distance = None, math.inf
     for position, entry in enumerate(ledger):
-        if position in taken or not in_place(entry, candidate.aspect, candidate.centre, candidate.side):
+        if position in taken or not in_place(
+            entry, candidate.aspect, candidate.centre, candidate.side
+        ):
             continue
         near = distance(candidate.signature, entry.signature)
         if near_enough(entry, near) and near < best_distance:

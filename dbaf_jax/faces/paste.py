@@ -47,7 +47,9 @@ def feather(mask: np.ndarray, margin: float = BOX_MARGIN, sigma: float = FEATHER
     cleared = np.zeros(mask.shape, np.float32)
     cleared[border:-border, border:-border] = mask[border:-border, border:-border]
     sigma_px = sigma * size
-    return ndimage.gaussian_filter(cleared, sigma_px, mode="constant", truncate=(border - 1) / sigma_px).astype(np.float32)
+    return ndimage.gaussian_filter(
+        cleared, sigma_px, mode="constant", truncate=(border - 1) / sigma_px
+    ).astype(np.float32)
 
 
 def box_mask(size: int, margin: float = BOX_MARGIN, sigma: float = FEATHER) -> np.ndarray:
@@ -78,19 +80,27 @@ class FaceParser:
     def load(cls, path: str | Path, parse_size: int = PARSE_SIZE) -> FaceParser:
         network = model_directory.load_network(path)
         if network.info["kind"] != BISENET_KIND:
-            raise ModelDirectoryError(f"{path} holds a {network.info['kind']}, not a {BISENET_KIND} face parser")
+            raise ModelDirectoryError(
+                f"{path} holds a {network.info['kind']}, not a {BISENET_KIND} face parser"
+            )
         return cls(network, parse_size)
 
     def masks(self, crops: np.ndarray) -> np.ndarray:
         """Crops (B, S, S, 3) in [-1, 1] -> feathered face masks (B, S, S)."""
-        face = np.asarray(_face_probability(self.module, self.variables, jnp.asarray(crops), self.parse_size))
+        face = np.asarray(
+            _face_probability(self.module, self.variables, jnp.asarray(crops), self.parse_size)
+        )
         return np.stack([feather(m > 0.5) for m in face])
 
 
-def footprint(transform: np.ndarray, size: int, photo_shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+def footprint(
+    transform: np.ndarray, size: int, photo_shape: tuple[int, ...]
+) -> tuple[int, int, int, int] | None:
     """(top, left, bottom, right) of the photo pixels a ``size`` crop of ``transform``
     covers, clipped to the photo; None when it lies wholly outside."""
-    corners = np.array([[-0.5, -0.5], [size - 0.5, -0.5], [-0.5, size - 0.5], [size - 0.5, size - 0.5]])
+    corners = np.array(
+        [[-0.5, -0.5], [size - 0.5, -0.5], [-0.5, size - 0.5], [size - 0.5, size - 0.5]]
+    )
     points = align.apply(align.invert(transform), corners)
     left, top = np.floor(points.min(axis=0)).astype(int)
     right, bottom = np.ceil(points.max(axis=0)).astype(int) + 1
@@ -99,7 +109,9 @@ def footprint(transform: np.ndarray, size: int, photo_shape: tuple[int, ...]) ->
     return (top, left, bottom, right) if top < bottom and left < right else None
 
 
-def disc_mask(transform: np.ndarray, size: int, centre: tuple[float, float], radius: float) -> np.ndarray:
+def disc_mask(
+    transform: np.ndarray, size: int, centre: tuple[float, float], radius: float
+) -> np.ndarray:
     """(size, size) float32: 1 at the crop pixels of ``transform`` whose centres lie within
     ``radius`` photo pixels of the photo point ``centre`` (x, y), else 0."""
     grid = np.stack(np.meshgrid(np.arange(size), np.arange(size)), axis=-1).reshape(-1, 2)
@@ -108,14 +120,18 @@ def disc_mask(transform: np.ndarray, size: int, centre: tuple[float, float], rad
     return inside.reshape(size, size).astype(np.float32)
 
 
-def paste(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
+def paste(
+    photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray
+) -> np.ndarray:
     """Blends a crop back into its photo (`paste_into`); returns a new uint8 photo."""
     result = photo.copy()
     paste_into(result, face, mask, transform)
     return result
 
 
-def paste_into(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray) -> None:
+def paste_into(
+    photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform: np.ndarray
+) -> None:
     """Blends a crop back into its photo, in place: only the crop's footprint is touched
     (a photo with many faces is not copied once per face).
 
@@ -134,15 +150,22 @@ def paste_into(photo: np.ndarray, face: np.ndarray, mask: np.ndarray, transform:
     shape = (bottom - top, right - left)
     # Colour and mask in one warp (one sampling grid). Outside the crop both read 0: the
     # mask is 0 there and on the crop's border, so the colour is never blended there.
-    layers = np.concatenate([(np.asarray(face, np.float32) + 1) * 127.5, np.asarray(mask, np.float32)[..., None]], axis=-1)
+    layers = np.concatenate(
+        [(np.asarray(face, np.float32) + 1) * 127.5, np.asarray(mask, np.float32)[..., None]],
+        axis=-1,
+    )
     warped = align.warp(layers, transform, shape, origin=(top, left), fill=0.0)
     pixels, alpha = warped[..., :3], warped[..., 3:]
     window = photo[top:bottom, left:right]
-    blended = np.clip(np.rint(window.astype(np.float32) * (1 - alpha) + pixels * alpha), 0, 255).astype(np.uint8)
+    blended = np.clip(
+        np.rint(window.astype(np.float32) * (1 - alpha) + pixels * alpha), 0, 255
+    ).astype(np.uint8)
     np.copyto(window, blended, where=alpha > 0)
 
 
-def hide(photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN) -> np.ndarray:
+def hide(
+    photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN
+) -> np.ndarray:
     """``photo`` (H, W, 3) uint8 with the region of ``box`` (x1, y1, x2, y2) pixelated
     to ``cells`` x ``cells`` blocks of their mean colour; returns a new photo. A box that
     is not finite hides the whole photo (fail closed)."""
@@ -163,5 +186,7 @@ def hide(photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: fl
     for r0, r1 in zip(rows[:-1], rows[1:]):
         for c0, c1 in zip(cols[:-1], cols[1:]):
             if r0 < r1 and c0 < c1:
-                result[r0:r1, c0:c1] = np.rint(photo[r0:r1, c0:c1].reshape(-1, 3).mean(axis=0)).astype(np.uint8)
+                result[r0:r1, c0:c1] = np.rint(
+                    photo[r0:r1, c0:c1].reshape(-1, 3).mean(axis=0)
+                ).astype(np.uint8)
     return result

@@ -47,7 +47,11 @@ class AlignedFace:
     size: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "transform": [float(v) for v in self.transform.reshape(-1)], "size": self.size}
+        return {
+            "index": self.index,
+            "transform": [float(v) for v in self.transform.reshape(-1)],
+            "size": self.size,
+        }
 
 
 def usable_side(points: np.ndarray) -> float | None:
@@ -110,14 +114,20 @@ class PhotoFaces:
 
     def describe(self) -> str:
         """The detection line of a run's summary."""
-        band = "low-confidence detections pixelated" if self.hide_doubtful else "low-confidence detections taken as faces"
+        band = (
+            "low-confidence detections pixelated"
+            if self.hide_doubtful
+            else "low-confidence detections taken as faces"
+        )
         return f"detectors: {self.detector.name} ({band})"
 
     def find(self, photo: np.ndarray) -> FoundFaces:
         """Detects the faces of ``photo`` (H, W, 3) uint8 and aligns the large enough ones."""
         detections = self.detector.detect(photo)
         kept, too_small, unusable, doubtful = [], [], [], []
-        for box, points, sure in zip(detections.boxes, detections.landmarks, detections.confident()):
+        for box, points, sure in zip(
+            detections.boxes, detections.landmarks, detections.confident()
+        ):
             side = usable_side(points)
             if not sure and self.hide_doubtful:
                 doubtful.append(np.asarray(box, np.float64))
@@ -128,13 +138,20 @@ class PhotoFaces:
             else:
                 kept.append(points)
         kept.sort(key=lambda points: float(points[:2, 0].mean()))
-        faces = [AlignedFace(i, align.alignment_transform(points, self.size), self.size) for i, points in enumerate(kept)]
+        faces = [
+            AlignedFace(i, align.alignment_transform(points, self.size), self.size)
+            for i, points in enumerate(kept)
+        ]
         return FoundFaces(faces, too_small, unusable, doubtful=doubtful)
 
     def crops(self, photo: np.ndarray, faces: Sequence[AlignedFace]) -> np.ndarray:
         """The faces' aligned crops (N, size, size, 3) in [-1, 1]."""
         crops = [align.crop(photo, face.transform, self.size) for face in faces]
-        return np.stack(crops).astype(np.float32) / np.float32(127.5) - 1 if crops else np.zeros((0, self.size, self.size, 3), np.float32)
+        return (
+            np.stack(crops).astype(np.float32) / np.float32(127.5) - 1
+            if crops
+            else np.zeros((0, self.size, self.size, 3), np.float32)
+        )
 
     def masks(self, before: np.ndarray, after: np.ndarray) -> np.ndarray:
         """Masks (N, s, s) for pasting ``after`` (N, s, s, 3) over the region of ``before``
@@ -144,7 +161,14 @@ class PhotoFaces:
         if self.parser is None:
             return np.broadcast_to(paste.box_mask(size), (count, size, size))
         if before.shape[1] != size:
-            before = np.stack([align.warp(face, align.scaled(np.eye(2, 3), before.shape[1] / size), (size, size)) for face in before])
+            before = np.stack(
+                [
+                    align.warp(
+                        face, align.scaled(np.eye(2, 3), before.shape[1] / size), (size, size)
+                    )
+                    for face in before
+                ]
+            )
         return np.maximum(self.parser.masks(before), self.parser.masks(after))
 
     def paste(

@@ -20,10 +20,14 @@ from tqdm import tqdm
 
 from dbaf_jax import images, keys, metadata, pipeline, sidecars
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size
-from dbaf_jax.inference.planning import check_outputs, checked_anonymizations, latents_path, plan_outputs
+from dbaf_jax.inference.planning import (
+    check_outputs,
+    checked_anonymizations,
+    latents_path,
+    plan_outputs,
+)
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import Report
-
 
 RECOVERY_MODES = ("image", "latent")
 
@@ -48,7 +52,9 @@ def anonymize_folder(
     """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one fresh salt."""
     plan = plan_outputs(in_dir, out_dir)
     outputs = list(plan.targets.values())
-    check_outputs(outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite)
+    check_outputs(
+        outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite
+    )
     batch_size = anonymizer.padded_size(batch_size or default_batch_size())
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
@@ -56,9 +62,15 @@ def anonymize_folder(
     report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
 
     def dispatched() -> Iterator:
-        for paths, batch, skipped in images.iter_batches(plan.sources, anonymizer.input_size, batch_size):
+        for paths, batch, skipped in images.iter_batches(
+            plan.sources, anonymizer.input_size, batch_size
+        ):
             report.skipped += skipped
-            outputs = anonymizer.anonymize_async(pad_batch(batch, batch_size), key, save_latents) if paths else None
+            outputs = (
+                anonymizer.anonymize_async(pad_batch(batch, batch_size), key, save_latents)
+                if paths
+                else None
+            )
             yield paths, len(skipped), outputs
 
     def write(target: Path, image: np.ndarray, latents: dict | None) -> None:
@@ -66,11 +78,18 @@ def anonymize_folder(
         if latents is not None:
             _write_latents(latents_path(target), latents, overwrite)
 
-    with tqdm(total=len(plan.sources), unit="img", desc="anonymize") as bar, pipeline.Writer(2 * batch_size) as writer:
+    with (
+        tqdm(total=len(plan.sources), unit="img", desc="anonymize") as bar,
+        pipeline.Writer(2 * batch_size) as writer,
+    ):
         for paths, skipped, outputs in pipeline.one_behind(dispatched()):
             anonymized, latents = jax.device_get(outputs) if paths else (None, None)
             for i, source in enumerate(paths):
-                row = {name: value[i] for name, value in latents.items()} if latents is not None else None
+                row = (
+                    {name: value[i] for name, value in latents.items()}
+                    if latents is not None
+                    else None
+                )
                 writer.submit(functools.partial(write, plan.targets[source], anonymized[i], row))
                 report.written.append(plan.targets[source])
             bar.update(len(paths) + skipped)
@@ -90,16 +109,35 @@ def recover_folder(
     """Recovers the aligned PNGs of an anonymize run; each file's own salt gives its key."""
     if mode not in RECOVERY_MODES:
         raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
-    plan = plan_outputs(in_dir, out_dir, refuse=lambda path: None if path.suffix.lower() == ".png" else f"{path}: not a PNG, so not an output of anonymize --aligned: not recovered")
+    plan = plan_outputs(
+        in_dir,
+        out_dir,
+        refuse=lambda path: (
+            None
+            if path.suffix.lower() == ".png"
+            else f"{path}: not a PNG, so not an output of anonymize --aligned: not recovered"
+        ),
+    )
     check_outputs(plan.targets.values(), overwrite)
     batch_size = anonymizer.padded_size(batch_size or default_batch_size())
     report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
     readable: list[tuple[Path, metadata.Anonymization]] = []
-    for source, made in checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch).items():
+    for source, made in checked_anonymizations(
+        anonymizer, plan, report, ignore_model_mismatch
+    ).items():
         if made is None:
-            report.skipped.append(images.Skipped(source, f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)"))
+            report.skipped.append(
+                images.Skipped(
+                    source,
+                    f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)",
+                )
+            )
         elif made.is_photo:
-            report.skipped.append(images.Skipped(source, f"{source}: an anonymized whole photo; recover it without --aligned"))
+            report.skipped.append(
+                images.Skipped(
+                    source, f"{source}: an anonymized whole photo; recover it without --aligned"
+                )
+            )
         else:
             readable.append((source, made))
 
@@ -112,7 +150,9 @@ def recover_folder(
             return images.read_image(source, anonymizer.input_size)
         side = latents_path(source)
         if not side.is_file():
-            raise ValueError(f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)")
+            raise ValueError(
+                f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)"
+            )
         return sidecars.read_latents(side, spec)
 
     key_cache: dict[keys.KeyRecord, jax.Array] = {}
@@ -138,18 +178,38 @@ def recover_folder(
                     continue
                 values = [value for _, _, value in kept]
                 if mode == "image":
-                    recovered = anonymizer.recover_async(pad_batch(np.stack(values), batch_size), key_cache[record])
+                    recovered = anonymizer.recover_async(
+                        pad_batch(np.stack(values), batch_size), key_cache[record]
+                    )
                 else:
-                    latents = {k: pad_batch(np.stack([v[k] for v in values]), batch_size) for k in values[0]}
+                    latents = {
+                        k: pad_batch(np.stack([v[k] for v in values]), batch_size)
+                        for k in values[0]
+                    }
                     recovered = anonymizer.recover_from_latents_async(latents, key_cache[record])
-                yield [(source, made) for source, made, _ in kept], len(chunk) - len(kept), recovered
+                yield (
+                    [(source, made) for source, made, _ in kept],
+                    len(chunk) - len(kept),
+                    recovered,
+                )
 
-    with tqdm(total=len(readable), unit="img", desc="recover") as bar, pipeline.Writer(2 * batch_size) as writer:
+    with (
+        tqdm(total=len(readable), unit="img", desc="recover") as bar,
+        pipeline.Writer(2 * batch_size) as writer,
+    ):
         for kept, dropped, recovered in pipeline.one_behind(dispatched()):
             pixels = np.asarray(recovered) if kept else None
             for i, (source, made) in enumerate(kept):
                 target = plan.targets[source]
-                writer.submit(functools.partial(images.write_png, target, pixels[i], metadata.recovery(made, mode), overwrite))
+                writer.submit(
+                    functools.partial(
+                        images.write_png,
+                        target,
+                        pixels[i],
+                        metadata.recovery(made, mode),
+                        overwrite,
+                    )
+                )
                 report.written.append(target)
             bar.update(len(kept) + dropped)
     return report

@@ -40,7 +40,6 @@ from dbaf_jax.inference.programs import (
 )
 from dbaf_jax.models import dbaf
 
-
 # Per device: on an accelerator 32 faces (~5 GB of activations at 256 px) keep it busy;
 # on a CPU larger batches are not faster and only delay the first outputs.
 ACCELERATOR_BATCH = 32
@@ -83,7 +82,9 @@ class PhotoResult:
 
 def photo_result(done: face_batches.Done, too_small: list[float]) -> PhotoResult:
     """The `PhotoResult` of a photo `face_batches.processed` made (``too_small``: the quad sides of faces left alone)."""
-    return PhotoResult(done.pixels, done.item.faces, done.results, too_small, list(done.item.hidden))
+    return PhotoResult(
+        done.pixels, done.item.faces, done.results, too_small, list(done.item.hidden)
+    )
 
 
 class FaceAnonymizer:
@@ -104,12 +105,22 @@ class FaceAnonymizer:
     ``*_async`` methods return device arrays without waiting for them.
     """
 
-    def __init__(self, model_dir: str | Path, dtype: str = "float32", devices: list | None = None, without_manifest: bool = False):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: str = "float32",
+        devices: list | None = None,
+        without_manifest: bool = False,
+    ):
         precision.check_compute_dtype(dtype)
         self.model_dir = Path(model_dir)
-        model, variables = model_families.load(self.model_dir, without_manifest)  # without_manifest: `model_directory.load_model`
+        model, variables = model_families.load(
+            self.model_dir, without_manifest
+        )  # without_manifest: `model_directory.load_model`
         self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
-        self.trained_recovery = model_directory.trained_recovery(self.model_dir)  # None: not recorded
+        self.trained_recovery = model_directory.trained_recovery(
+            self.model_dir
+        )  # None: not recorded
         self.dtype = dtype
         self.model = model.for_inference().with_compute_dtype(dtype)
         variables = self.model.compute_variables(variables)  # cast once, not per batch
@@ -124,7 +135,12 @@ class FaceAnonymizer:
 
     def key_for(self, password: str, record: keys.KeyRecord) -> jax.Array:
         """The (L, D) key of ``password`` under ``record`` (salt and KDF parameters)."""
-        return self.model.key_from_z(self.variables, jnp.asarray(keys.key_latents(keys.derive_seed(password, record), *self.model.key_shape)))
+        return self.model.key_from_z(
+            self.variables,
+            jnp.asarray(
+                keys.key_latents(keys.derive_seed(password, record), *self.model.key_shape)
+            ),
+        )
 
     def face_latents(self, seed: bytes, indices: Iterable[int]) -> np.ndarray | None:
         """The key latents z (N, *key_shape) of the faces ``indices`` of a photo, from the
@@ -149,15 +165,21 @@ class FaceAnonymizer:
     def place(self, batch: np.ndarray) -> jax.Array:
         """``batch`` on the devices, padded to split evenly (`padded_size`, `pad_batch`)."""
         self._check_size(batch)
-        return jax.device_put(pad_batch(np.asarray(batch), self.padded_size(len(batch))), self._batch_sharding)
+        return jax.device_put(
+            pad_batch(np.asarray(batch), self.padded_size(len(batch))), self._batch_sharding
+        )
 
     def place_key(self, key: jax.Array, count: int) -> jax.Array:
         """A key (L, D), replicated, or per-image keys (count, L, D), padded and split as `place` splits ``count`` images."""
         if key.ndim == 2:
             return jax.device_put(key, self._replicated)
-        if isinstance(key, jax.Array) and len(key) == self.padded_size(count):  # already padded: not fetched, not waited for
+        if isinstance(key, jax.Array) and len(key) == self.padded_size(
+            count
+        ):  # already padded: not fetched, not waited for
             return jax.device_put(key, self._batch_sharding)
-        return jax.device_put(pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding)
+        return jax.device_put(
+            pad_batch(np.asarray(key), self.padded_size(count)), self._batch_sharding
+        )
 
     def anonymize_faces(self, crops: np.ndarray, z: np.ndarray) -> jax.Array:
         """A `face_batches` step: crops (B, input_size, input_size, 3) in [-1, 1], each
@@ -169,12 +191,24 @@ class FaceAnonymizer:
         return self.recover_async(crops, self.keys_from_latents(z))
 
     def photo_item(
-        self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, tag: Any = None
+        self,
+        photo: np.ndarray,
+        seed: bytes,
+        faces: photos.PhotoFaces,
+        found: photos.FoundFaces,
+        tag: Any = None,
     ) -> face_batches.Item:
         """What `face_batches.processed` needs of ``photo`` (H, W, 3) uint8: the faces
         ``found``, their crops and key latents (each face's key from its index and ``seed``)."""
-        return face_batches.Item(photo, found.faces, faces.crops(photo, found.faces), self.face_latents(seed, [f.index for f in found.faces]),
-                                 found.regions, found.to_hide, tag)
+        return face_batches.Item(
+            photo,
+            found.faces,
+            faces.crops(photo, found.faces),
+            self.face_latents(seed, [f.index for f in found.faces]),
+            found.regions,
+            found.to_hide,
+            tag,
+        )
 
     def anonymize_photo(
         self, photo: np.ndarray, seed: bytes, faces: photos.PhotoFaces, batch_size: int = CPU_BATCH
@@ -183,7 +217,9 @@ class FaceAnonymizer:
         with its own key (``seed`` is `keys.derive_seed(password, record)`), pasted back;
         those the model cannot take are hidden (`faces.paste.hide`). A folder of photos
         batches faces across photos (`inference.photo_folders`)."""
-        return self._one_photo(photo, seed, faces, faces.find(photo), self.anonymize_faces, batch_size)
+        return self._one_photo(
+            photo, seed, faces, faces.find(photo), self.anonymize_faces, batch_size
+        )
 
     def recover_photo(
         self,
@@ -197,28 +233,50 @@ class FaceAnonymizer:
         """Recovers the faces of an anonymized photo: at their ``recorded`` places (from
         its metadata or verified re-detections), or where detection finds them again
         when None; ``regions`` limits each face's paste (`photos.FoundFaces.regions`)."""
-        found = photos.FoundFaces(recorded, [], regions=regions) if recorded is not None else faces.find(photo)
+        found = (
+            photos.FoundFaces(recorded, [], regions=regions)
+            if recorded is not None
+            else faces.find(photo)
+        )
         return self._one_photo(photo, seed, faces, found, self.recover_faces, batch_size)
 
-    def _one_photo(self, photo, seed: bytes, faces: photos.PhotoFaces, found: photos.FoundFaces, step, batch_size: int) -> PhotoResult:
+    def _one_photo(
+        self,
+        photo,
+        seed: bytes,
+        faces: photos.PhotoFaces,
+        found: photos.FoundFaces,
+        step,
+        batch_size: int,
+    ) -> PhotoResult:
         """``found`` in ``photo`` through ``step``, as a folder's photo goes (`face_batches`)."""
-        (done,) = face_batches.processed([self.photo_item(photo, seed, faces, found)], faces, step, self.padded_size(batch_size))
+        (done,) = face_batches.processed(
+            [self.photo_item(photo, seed, faces, found)], faces, step, self.padded_size(batch_size)
+        )
         return photo_result(done, found.too_small)
 
     def _check_size(self, batch: np.ndarray) -> None:
         if tuple(batch.shape[1:]) != (self.input_size, self.input_size, 3):
-            raise ValueError(f"expected images (B, {self.input_size}, {self.input_size}, 3), got {batch.shape}")
+            raise ValueError(
+                f"expected images (B, {self.input_size}, {self.input_size}, 3), got {batch.shape}"
+            )
 
-    def anonymize_async(self, batch: np.ndarray, key: jax.Array, with_latents: bool = False) -> tuple[jax.Array, Any]:
+    def anonymize_async(
+        self, batch: np.ndarray, key: jax.Array, with_latents: bool = False
+    ) -> tuple[jax.Array, Any]:
         """`anonymize` without waiting: device arrays, the latents a dict or None."""
         if with_latents:
             self._check_latent_recovery()
         count = len(batch)
-        outputs = anonymize_program(self.model, self.variables, self.place(batch), self.place_key(key, count), with_latents)
+        outputs = anonymize_program(
+            self.model, self.variables, self.place(batch), self.place_key(key, count), with_latents
+        )
         anonymized, latents = unpadded(outputs, count)
         return anonymized, (latents_dict(latents) if with_latents else None)
 
-    def anonymize(self, batch: np.ndarray, key: jax.Array, with_latents: bool = False) -> tuple[np.ndarray, dict | None]:
+    def anonymize(
+        self, batch: np.ndarray, key: jax.Array, with_latents: bool = False
+    ) -> tuple[np.ndarray, dict | None]:
         """Images (B, input_size, input_size, 3) -> (anonymized images (B, s, s, 3) at the
         generator's size s, float32, and with ``with_latents`` the latents for
         `recover_from_latents` (else None: they are not fetched))."""
@@ -226,7 +284,12 @@ class FaceAnonymizer:
 
     def recover_async(self, anonymized: np.ndarray, key: jax.Array) -> jax.Array:
         count = len(anonymized)
-        return unpadded(recover_image_program(self.model, self.variables, self.place(anonymized), self.place_key(key, count)), count)
+        return unpadded(
+            recover_image_program(
+                self.model, self.variables, self.place(anonymized), self.place_key(key, count)
+            ),
+            count,
+        )
 
     def recover(self, anonymized: np.ndarray, key: jax.Array) -> np.ndarray:
         """The paper's recovery from anonymized images alone, (B, input_size, input_size, 3)."""
@@ -252,18 +315,35 @@ class FaceAnonymizer:
         z_shape = jax.ShapeDtypeStruct(tuple(self.model.key_shape), jnp.float32)
 
         def latents(images, z):
-            return anonymize_program(self.model, self.variables, images, self.model.key_from_z(self.variables, z), True)[1]
+            return anonymize_program(
+                self.model, self.variables, images, self.model.key_from_z(self.variables, z), True
+            )[1]
 
         named = latents_dict(jax.eval_shape(latents, images_shape, z_shape))
-        return {name: (tuple(value.shape[1:]), np.dtype(value.dtype)) for name, value in named.items()}
+        return {
+            name: (tuple(value.shape[1:]), np.dtype(value.dtype)) for name, value in named.items()
+        }
 
     def recover_from_latents_async(self, latents: dict, key: jax.Array) -> jax.Array:
         self._check_latent_recovery()
         count = len(latents["attribute_code"])
-        placed = {name: jax.device_put(pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding) for name, value in latents.items()}
-        maps = [placed[f"attribute_map_{i}"] for i in range(sum(name.startswith("attribute_map_") for name in placed))]
+        placed = {
+            name: jax.device_put(
+                pad_batch(np.asarray(value), self.padded_size(count)), self._batch_sharding
+            )
+            for name, value in latents.items()
+        }
+        maps = [
+            placed[f"attribute_map_{i}"]
+            for i in range(sum(name.startswith("attribute_map_") for name in placed))
+        ]
         recovered = recover_latent_program(
-            self.model, self.variables, placed["anonymized_identity"], placed["attribute_code"], maps, self.place_key(key, count)
+            self.model,
+            self.variables,
+            placed["anonymized_identity"],
+            placed["attribute_code"],
+            maps,
+            self.place_key(key, count),
         )
         return unpadded(recovered, count)
 
@@ -289,4 +369,11 @@ def load_photo_faces(
     names = registry.parse_names(detectors) if detectors is not None else None
     detector, notes = registry.build(weights, names)
     parser = paste.FaceParser.load(parser_dir) if parser_dir is not None else None
-    return photos.PhotoFaces(detector, anonymizer.input_size, parser, min_face_size, hide_doubtful=not recovering, notes=notes)
+    return photos.PhotoFaces(
+        detector,
+        anonymizer.input_size,
+        parser,
+        min_face_size,
+        hide_doubtful=not recovering,
+        notes=notes,
+    )

@@ -52,7 +52,9 @@ class Done:
     results: np.ndarray
 
 
-def _batches(items: Iterable[Item], size: int, max_items: int, max_bytes: int) -> Iterator[list[Item]]:
+def _batches(
+    items: Iterable[Item], size: int, max_items: int, max_bytes: int
+) -> Iterator[list[Item]]:
     pending: list[Item] = []
     faces = held = 0
     for item in items:
@@ -85,12 +87,25 @@ def processed(
     def dispatched() -> Iterator[tuple[list[Item], np.ndarray, list]]:
         for pending in _batches(items, size, max_items, max_bytes):
             crops = np.concatenate([item.crops for item in pending])
-            keys = np.concatenate([item.keys for item in pending if item.faces]) if len(crops) else None
-            yield pending, crops, [step(pad_batch(crops[i : i + size], size), pad_batch(keys[i : i + size], size))
-                                   for i in range(0, len(crops), size)]
+            keys = (
+                np.concatenate([item.keys for item in pending if item.faces])
+                if len(crops)
+                else None
+            )
+            yield (
+                pending,
+                crops,
+                [
+                    step(pad_batch(crops[i : i + size], size), pad_batch(keys[i : i + size], size))
+                    for i in range(0, len(crops), size)
+                ],
+            )
 
     for pending, crops, running in pipeline.one_behind(dispatched()):
-        results = [np.asarray(out)[: len(crops[i * size : (i + 1) * size])] for i, out in enumerate(running)]
+        results = [
+            np.asarray(out)[: len(crops[i * size : (i + 1) * size])]
+            for i, out in enumerate(running)
+        ]
         results = np.concatenate(results) if results else crops
         start = 0
         for item in pending:
@@ -98,7 +113,9 @@ def processed(
             start += len(item.faces)
             pixels = item.pixels
             if item.faces:
-                pixels = faces.paste(pixels, item.faces, done, faces.masks(item.crops, done), item.regions)
+                pixels = faces.paste(
+                    pixels, item.faces, done, faces.masks(item.crops, done), item.regions
+                )
             for box in item.hidden:
                 pixels = paste.hide(pixels, box)
             yield Done(item, pixels, done)

@@ -25,9 +25,20 @@ from dbaf_jax import images, keys, metadata, pipeline
 from dbaf_jax.errors import InputError, OutputExistsError, OutputWriteError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference import face_batches
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult, default_batch_size, photo_result
+from dbaf_jax.inference.anonymizer import (
+    FaceAnonymizer,
+    PhotoResult,
+    default_batch_size,
+    photo_result,
+)
 from dbaf_jax.inference.planning import (
-    Plan, anonymized_already, checked_anonymizations, crop_path, plan_outputs, plan_photo_outputs, saved_crop,
+    Plan,
+    anonymized_already,
+    checked_anonymizations,
+    crop_path,
+    plan_outputs,
+    plan_photo_outputs,
+    saved_crop,
 )
 from dbaf_jax.inference.report import Report
 
@@ -39,7 +50,14 @@ class ClipRunner(Protocol):
 
     def check(self, plan: Plan, resume: bool = False) -> dict[Path, keys.KeyRecord]: ...
 
-    def run(self, plan: Plan, report: Report, record: keys.KeyRecord | None = None, kept: Iterable[Path] = (), redo: bool = False) -> None: ...
+    def run(
+        self,
+        plan: Plan,
+        report: Report,
+        record: keys.KeyRecord | None = None,
+        kept: Iterable[Path] = (),
+        redo: bool = False,
+    ) -> None: ...
 
 
 def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
@@ -49,22 +67,42 @@ def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
         if not result.faces:
             notes.append(f"{source}: its metadata records no face; copied unchanged")
     elif not result.found:
-        notes.append(f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged")
+        notes.append(
+            f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged"
+        )
     if result.too_small:
         sides = ", ".join(f"{side:.0f}" for side in result.too_small)
-        notes.append(f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)")
+        notes.append(
+            f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)"
+        )
     if result.hidden:
-        notes.append(f"{source}: {len(result.hidden)} face(s) hidden by pixelation (low-confidence detections, or unusable landmarks)")
+        notes.append(
+            f"{source}: {len(result.hidden)} face(s) hidden by pixelation (low-confidence detections, or unusable landmarks)"
+        )
     if result.unverified:
-        notes.append(f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are")
+        notes.append(
+            f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are"
+        )
     return notes
 
 
-def _write_photo(target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool) -> None:
-    images.write_png(target, result.photo, {**meta, **metadata.photo_fields(result.photo.shape, result.faces)}, overwrite)
+def _write_photo(
+    target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool
+) -> None:
+    images.write_png(
+        target,
+        result.photo,
+        {**meta, **metadata.photo_fields(result.photo.shape, result.faces)},
+        overwrite,
+    )
     if save_crops:
         for face, face_crop in zip(result.faces, result.crops):
-            images.write_png(crop_path(target, face.index), face_crop, metadata.crop(target.name, face.index), overwrite)
+            images.write_png(
+                crop_path(target, face.index),
+                face_crop,
+                metadata.crop(target.name, face.index),
+                overwrite,
+            )
 
 
 @dataclasses.dataclass
@@ -99,7 +137,12 @@ def _photo_run(
     threads. ``overwrite`` may be per target. Adds to and returns ``report``."""
 
     def items():
-        for source, read in tqdm(pipeline.read_ahead(sources, images.read_photo_noted, depth=4), total=len(sources), unit="photo", desc=desc):
+        for source, read in tqdm(
+            pipeline.read_ahead(sources, images.read_photo_noted, depth=4),
+            total=len(sources),
+            unit="photo",
+            desc=desc,
+        ):
             report.photos += 1
             if isinstance(read, ValueError):
                 report.skipped.append(images.Skipped(source, str(read)))
@@ -121,7 +164,9 @@ def _photo_run(
             report.notes += _photo_notes(photo.source, result, photo.meta)
             target = plan.targets[photo.source]
             replace = overwrite(target) if callable(overwrite) else overwrite
-            writer.submit(functools.partial(_write_photo, target, result, photo.meta, save_crops, replace))
+            writer.submit(
+                functools.partial(_write_photo, target, result, photo.meta, save_crops, replace)
+            )
             report.written.append(target)
             report.faces += len(result.faces)
             report.faces_found += result.found
@@ -155,7 +200,9 @@ def anonymize_photo_folder(
     ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
     kept and counted, the rest made, with the earlier run's salt."""
     if resume and overwrite:
-        raise InputError("--resume keeps complete outputs and --overwrite replaces them: pass one of them")
+        raise InputError(
+            "--resume keeps complete outputs and --overwrite replaces them: pass one of them"
+        )
     refuse = (lambda path: None) if allow_anonymized_input else anonymized_already
     if resume:
         plan = plan_outputs(in_dir, out_dir, refuse, videos=clips is not None)
@@ -163,13 +210,19 @@ def anonymize_photo_folder(
         kept_clips = clips.check(plan, resume=True) if clips is not None else {}
         records = {r for r in [earlier, *kept_clips.values()] if r is not None}
         if len(records) > 1:
-            raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+            raise OutputExistsError(
+                f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs"
+            )
         earlier = next(iter(records), None)
         if record is not None and earlier is not None and earlier != record:
-            raise InputError(f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite")
+            raise InputError(
+                f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite"
+            )
         record = record or earlier
     else:
-        plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, refuse, videos=clips is not None)
+        plan = plan_photo_outputs(
+            in_dir, out_dir, overwrite, save_crops, refuse, videos=clips is not None
+        )
         kept, redo, kept_clips = [], set(), {}
         if clips is not None:
             clips.check(plan)
@@ -180,27 +233,62 @@ def anonymize_photo_folder(
 
     def prepare(source: Path, photo: np.ndarray) -> face_batches.Item:
         found = faces.find(photo)
-        return anonymizer.photo_item(photo, seed, faces, found, _Photo(source, meta, found.too_small))
+        return anonymizer.photo_item(
+            photo, seed, faces, found, _Photo(source, meta, found.too_small)
+        )
 
     def made(done: face_batches.Done, result: PhotoResult) -> None:
-        if face_ledger is not None and result.faces:  # what recovery without metadata may touch (`ledger`)
+        if (
+            face_ledger is not None and result.faces
+        ):  # what recovery without metadata may touch (`ledger`)
             published = faces.crops(result.photo, result.faces)
             transforms = [face.transform for face in result.faces]
             indices = [face.index for face in result.faces]
             try:
-                ledger.append(face_ledger, ledger.entries(result.photo.shape, indices, transforms, published, done.item.crops))
-            except OutputWriteError as err:  # before its output: no photo is written without its entries
+                ledger.append(
+                    face_ledger,
+                    ledger.entries(
+                        result.photo.shape, indices, transforms, published, done.item.crops
+                    ),
+                )
+            except (
+                OutputWriteError
+            ) as err:  # before its output: no photo is written without its entries
                 source = done.item.tag.source
-                raise OutputWriteError(f"{err}: the faces of {source} are not in it, so it and the photos after it were not written; "
-                                       "the outputs already written are kept, with their entries (--resume makes the rest)") from None
+                raise OutputWriteError(
+                    f"{err}: the faces of {source} are not in it, so it and the photos after it were not written; "
+                    "the outputs already written are kept, with their entries (--resume makes the rest)"
+                ) from None
 
-    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), strict=strict, kept=kept, passed_over=list(plan.passed_over))
-    report.notes += [faces.describe(), *faces.notes]  # which detectors ran, and any default one that could not
+    report = Report(
+        skipped=list(plan.skipped),
+        notes=list(plan.notes),
+        strict=strict,
+        kept=kept,
+        passed_over=list(plan.passed_over),
+    )
+    report.notes += [
+        faces.describe(),
+        *faces.notes,
+    ]  # which detectors ran, and any default one that could not
     if face_ledger is not None:  # before any photo: one entry each at least
-        report.notes += [note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note]
+        report.notes += [
+            note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note
+        ]
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
-    _photo_run(plan, sources, prepare, anonymizer.anonymize_faces, faces, anonymizer.padded_size(batch_size), report, "anonymize",
-               save_crops, lambda target: overwrite or target in redo, made)
+    _photo_run(
+        plan,
+        sources,
+        prepare,
+        anonymizer.anonymize_faces,
+        faces,
+        anonymizer.padded_size(batch_size),
+        report,
+        "anonymize",
+        save_crops,
+        lambda target: overwrite or target in redo,
+        made,
+    )
     if clips is not None:
         clips.run(plan, report, record, kept_clips, redo=resume)
     return report
@@ -227,15 +315,21 @@ def resumable_outputs(
         except InputError:
             made = None
         if made is None or not made.is_photo or made.fingerprint != anonymizer.fingerprint:
-            raise OutputExistsError(f"{target} exists and is not an output of this model's anonymize run; move it or pass --overwrite")
+            raise OutputExistsError(
+                f"{target} exists and is not an output of this model's anonymize run; move it or pass --overwrite"
+            )
         records.add(made.record)
         indices = [face.get("index") for face in made.fields["faces"] if isinstance(face, dict)]
-        if save_crops and not all(crop_path(target, i).exists() for i in indices if isinstance(i, int)):
+        if save_crops and not all(
+            crop_path(target, i).exists() for i in indices if isinstance(i, int)
+        ):
             redo.add(target)
         else:
             kept.append(target)
     if len(records) > 1:
-        raise OutputExistsError(f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs")
+        raise OutputExistsError(
+            f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs"
+        )
     return kept, redo, next(iter(records), None)
 
 
@@ -259,12 +353,19 @@ def recover_photo_folder(
     those that match an entry of ``face_ledger`` (the key file's, `ledger`) are
     recovered, each with that entry's key index; every other detection is left as it
     is and counted (without a ledger, all of them)."""
-    plan = plan_photo_outputs(in_dir, out_dir, overwrite, save_crops, pass_over=saved_crop, videos=clips is not None)
+    plan = plan_photo_outputs(
+        in_dir, out_dir, overwrite, save_crops, pass_over=saved_crop, videos=clips is not None
+    )
     if clips is not None:
         clips.check(plan)
     batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
-    report = Report(skipped=list(plan.skipped), notes=list(plan.notes), operation="recover", passed_over=list(plan.passed_over))
+    report = Report(
+        skipped=list(plan.skipped),
+        notes=list(plan.notes),
+        operation="recover",
+        passed_over=list(plan.passed_over),
+    )
     anonymizations = checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
 
     def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], list, int]:
@@ -274,13 +375,17 @@ def recover_photo_folder(
         if not found.faces or not face_ledger:
             return [], [], len(found.faces)
         transforms = [face.transform for face in found.faces]
-        candidates = ledger.entries(photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces))
+        candidates = ledger.entries(
+            photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces)
+        )
         verified, regions, taken = [], [], set()
         for face, candidate in zip(found.faces, candidates):
             position = ledger.match(face_ledger, candidate, taken)
             if position is not None:
                 taken.add(position)
-                verified.append(photos.AlignedFace(face_ledger[position].index, face.transform, face.size))
+                verified.append(
+                    photos.AlignedFace(face_ledger[position].index, face.transform, face.size)
+                )
                 regions.append(ledger.region(face_ledger[position], photo.shape))
         return verified, regions, len(found.faces) - len(verified)
 
@@ -289,12 +394,21 @@ def recover_photo_folder(
         regions, unverified, why = None, 0, ""
         if made is None:
             if record is None:
-                return images.Skipped(source, f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection")
+                return images.Skipped(
+                    source,
+                    f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection",
+                )
             photo_record, meta = record, metadata.detected_recovery(record)
             recorded, regions, unverified = verified_candidates(photo)
-            why = "no face ledger beside the key file" if face_ledger is None else "no match in the key file's face ledger"
+            why = (
+                "no face ledger beside the key file"
+                if face_ledger is None
+                else "no match in the key file's face ledger"
+            )
         elif not made.is_photo:
-            return images.Skipped(source, f"{source}: an anonymized aligned crop; recover it with --aligned")
+            return images.Skipped(
+                source, f"{source}: an anonymized aligned crop; recover it with --aligned"
+            )
         else:
             try:
                 recorded = metadata.recorded_faces(made.fields, photo.shape, anonymizer.input_size)
@@ -304,10 +418,22 @@ def recover_photo_folder(
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
         found = photos.FoundFaces(recorded, [], regions=regions)
-        return anonymizer.photo_item(photo, seeds[photo_record], faces, found, _Photo(source, meta, [], unverified, why))
+        return anonymizer.photo_item(
+            photo, seeds[photo_record], faces, found, _Photo(source, meta, [], unverified, why)
+        )
 
-    _photo_run(plan, list(anonymizations), prepare, anonymizer.recover_faces, faces, anonymizer.padded_size(batch_size), report,
-               "recover", save_crops, overwrite)
+    _photo_run(
+        plan,
+        list(anonymizations),
+        prepare,
+        anonymizer.recover_faces,
+        faces,
+        anonymizer.padded_size(batch_size),
+        report,
+        "recover",
+        save_crops,
+        overwrite,
+    )
     if clips is not None:
         clips.run(plan, report)
     return report

@@ -27,7 +27,6 @@ from dbaf_jax.errors import InputError, ModelMismatchError, OutputExistsError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.report import Report
 
-
 LATENTS_SUFFIX = input_folder.LATENTS_SUFFIX
 
 
@@ -50,7 +49,9 @@ def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
     ``overwrite`` is not set."""
     existing = [str(p) for p in targets if p.exists()]
     if existing and not overwrite:
-        shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
+        shown = ", ".join(existing[:5]) + (
+            f" and {len(existing) - 5} more" if len(existing) > 5 else ""
+        )
         raise OutputExistsError(
             f"{len(existing)} output(s) exist already ({shown}); pass --overwrite (overwrite=True) to replace them"
         )
@@ -83,7 +84,11 @@ def _no_reason(path: Path) -> None:
 
 
 def plan_outputs(
-    in_dir: str | Path, out_dir: str | Path, refuse: Judge = _no_reason, pass_over: Judge = _no_reason, videos: bool = False
+    in_dir: str | Path,
+    out_dir: str | Path,
+    refuse: Judge = _no_reason,
+    pass_over: Judge = _no_reason,
+    videos: bool = False,
 ) -> Plan:
     """Every entry below ``in_dir`` accounted for (module docstring): the images that
     neither ``refuse`` (skipped, with its reason) nor ``pass_over`` (named, not
@@ -98,8 +103,13 @@ def plan_outputs(
     for source in sorted(listing.images + listing.videos):
         is_video = source in listing.videos
         if is_video and not videos:
-            skipped.append(images.Skipped(source, f"{source}: a video, which this run does not read (the anonymize and recover commands "
-                                                  "read clips beside photos, without --aligned; or use anonymize_video)"))
+            skipped.append(
+                images.Skipped(
+                    source,
+                    f"{source}: a video, which this run does not read (the anonymize and recover commands "
+                    "read clips beside photos, without --aligned; or use anonymize_video)",
+                )
+            )
             continue
         why = None if is_video else refuse(source)
         if why is not None:
@@ -109,9 +119,17 @@ def plan_outputs(
         if why is not None:
             passed.append(images.Skipped(source, why))
             continue
-        target = out_dir / source.relative_to(in_dir) if is_video else output_path(in_dir, out_dir, source)
+        target = (
+            out_dir / source.relative_to(in_dir)
+            if is_video
+            else output_path(in_dir, out_dir, source)
+        )
         if target in first:
-            skipped.append(images.Skipped(source, f"{source}: its output {target} is already {first[target]}'s"))
+            skipped.append(
+                images.Skipped(
+                    source, f"{source}: its output {target} is already {first[target]}'s"
+                )
+            )
             continue
         first[target] = source
         if is_video:
@@ -120,22 +138,46 @@ def plan_outputs(
         else:
             sources.append(source)
             targets[source] = target
-    companions = [Path(f"{target}{input_folder.SIDECAR_SUFFIX}") for target in clip_targets.values()]
-    output_folder.check_location(in_dir, out_dir, listing.images + listing.videos, [*targets.values(), *clip_targets.values(), *companions])
-    return Plan(in_dir, out_dir, sources, targets, sorted(skipped, key=lambda s: s.path), output_folder.clear_stale_temporaries(out_dir),
-                clips, clip_targets, sorted(passed, key=lambda s: s.path))
+    companions = [
+        Path(f"{target}{input_folder.SIDECAR_SUFFIX}") for target in clip_targets.values()
+    ]
+    output_folder.check_location(
+        in_dir,
+        out_dir,
+        listing.images + listing.videos,
+        [*targets.values(), *clip_targets.values(), *companions],
+    )
+    return Plan(
+        in_dir,
+        out_dir,
+        sources,
+        targets,
+        sorted(skipped, key=lambda s: s.path),
+        output_folder.clear_stale_temporaries(out_dir),
+        clips,
+        clip_targets,
+        sorted(passed, key=lambda s: s.path),
+    )
 
 
 def plan_photo_outputs(
-    in_dir: str | Path, out_dir: str | Path, overwrite: bool, save_crops: bool, refuse: Judge = _no_reason,
-    pass_over: Judge = _no_reason, videos: bool = False,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    overwrite: bool,
+    save_crops: bool,
+    refuse: Judge = _no_reason,
+    pass_over: Judge = _no_reason,
+    videos: bool = False,
 ) -> Plan:
     """`plan_outputs`, refusing (before anything is written) existing outputs and, with
     ``save_crops``, existing crops of them, unless ``overwrite``."""
     plan = plan_outputs(in_dir, out_dir, refuse, pass_over, videos)
     check_outputs(plan.targets.values(), overwrite)
     if save_crops:
-        check_outputs([p for t in plan.targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")], overwrite)
+        check_outputs(
+            [p for t in plan.targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")],
+            overwrite,
+        )
     return plan
 
 
@@ -159,9 +201,15 @@ def anonymized_already(path: Path) -> str | None:
         operation = None
     if operation == metadata.RECOVER:
         return None
-    what = "a face crop saved by anonymize --save-crops" if operation == metadata.CROP else "already an output of anonymize"
-    return (f"{path}: {what} (its {images.METADATA_CHUNK} metadata says so); anonymizing it again would leave an output without "
-            "its recovery record, so it is not processed (pass --allow-anonymized-input to anonymize it again)")
+    what = (
+        "a face crop saved by anonymize --save-crops"
+        if operation == metadata.CROP
+        else "already an output of anonymize"
+    )
+    return (
+        f"{path}: {what} (its {images.METADATA_CHUNK} metadata says so); anonymizing it again would leave an output without "
+        "its recovery record, so it is not processed (pass --allow-anonymized-input to anonymize it again)"
+    )
 
 
 def checked_anonymizations(
@@ -182,13 +230,17 @@ def checked_anonymizations(
         if made is not None and made.fingerprint != anonymizer.fingerprint:
             others.setdefault(made.fingerprint, source)
     if others:
-        named = ", ".join(f"{fingerprint} (e.g. {source})" for fingerprint, source in sorted(others.items()))
+        named = ", ".join(
+            f"{fingerprint} (e.g. {source})" for fingerprint, source in sorted(others.items())
+        )
         message = (
             f"images below {plan.in_dir} were anonymized by another model ({named}) than {anonymizer.model_dir} "
             f"(fingerprint {anonymizer.fingerprint}): their recovery would not give the original faces"
         )
         if not ignore_model_mismatch:
-            raise ModelMismatchError(f"{message}; pass --ignore-model-mismatch to recover them anyway")
+            raise ModelMismatchError(
+                f"{message}; pass --ignore-model-mismatch to recover them anyway"
+            )
         report.warnings.append(message)
     return found
 
@@ -205,4 +257,8 @@ def is_saved_crop(path: Path) -> bool:
 
 def saved_crop(path: Path) -> str | None:
     """`pass_over` for recovery: the reason a crop `is_saved_crop` is passed over."""
-    return f"{path}: a face crop saved by anonymize --save-crops: not recovered (recover --save-crops makes its own)" if is_saved_crop(path) else None
+    return (
+        f"{path}: a face crop saved by anonymize --save-crops: not recovered (recover --save-crops makes its own)"
+        if is_saved_crop(path)
+        else None
+    )

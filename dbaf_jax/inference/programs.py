@@ -28,7 +28,9 @@ def anonymize_program(model, variables, images, key, with_latents: bool):
     """Anonymized images (B, s, s, 3) float32 of placed images and a placed key (`FaceAnonymizer.place`,
     `place_key`), and with ``with_latents`` DBAF's (identity code, attribute code, attribute maps)."""
     if not with_latents:
-        return model.anonymize_images(variables, images, _key_axes(key))[0].astype(jnp.float32), None
+        return model.anonymize_images(variables, images, _key_axes(key))[0].astype(
+            jnp.float32
+        ), None
     # DBAF's latent-space recovery also needs the codes of this anonymization.
     encoding, _ = model.encode(variables, images)
     anonymized = model.anonymize(variables, encoding, _key_axes(key))
@@ -48,9 +50,13 @@ def recover_image_program(model, variables, anonymized, key):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def recover_latent_program(model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key):
+def recover_latent_program(
+    model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key
+):
     encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][0].astype(jnp.float32)
+    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][
+        0
+    ].astype(jnp.float32)
 
 
 def latents_dict(latents) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from typing import Protocol
 from dbaf_jax import images
 from dbaf_jax.errors import printable
 
-
 # Exit statuses of a run that finished but did not do all it was asked (README): 1 is
 # an error that stopped it, 2 a usage error (argparse).
 EXIT_SKIPPED = 3  # an input was skipped (unreadable, unusable metadata, ...), or a clip ended before its declared end
@@ -42,25 +41,39 @@ class Report:
     written: list[Path] = dataclasses.field(default_factory=list)
     skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)  # per photo: no face found, faces hidden or left
+    notes: list[str] = dataclasses.field(
+        default_factory=list
+    )  # per photo: no face found, faces hidden or left
     faces: int = 0  # faces processed (anonymized or recovered) in photos
     photos: int = 0  # photos read (0 for aligned runs)
     faces_found: int = 0
     faces_hidden: int = 0
     faces_left: int = 0
     strict: bool = False  # the fallback counts as a failure (EXIT_FALLBACK)
-    kept: list[Path] = dataclasses.field(default_factory=list)  # --resume: complete outputs of an earlier run
+    kept: list[Path] = dataclasses.field(
+        default_factory=list
+    )  # --resume: complete outputs of an earlier run
     operation: str = "anonymize"
-    unverified: int = 0  # recovery without metadata: detections not matched to the key file's face ledger
-    passed_over: list[images.Skipped] = dataclasses.field(default_factory=list)  # files an earlier run wrote beside an output
-    clips: list[ClipOutcome] = dataclasses.field(default_factory=list)  # the folder's clips, through the video path
+    unverified: int = (
+        0  # recovery without metadata: detections not matched to the key file's face ledger
+    )
+    passed_over: list[images.Skipped] = dataclasses.field(
+        default_factory=list
+    )  # files an earlier run wrote beside an output
+    clips: list[ClipOutcome] = dataclasses.field(
+        default_factory=list
+    )  # the folder's clips, through the video path
 
     @property
     def status(self) -> int:
         """0 when every input was written and every face found was processed as asked;
         a run that wrote nothing from a folder that held files is never 0."""
         clips = [clip.status for clip in self.clips]
-        if self.skipped or EXIT_SKIPPED in clips or (self.passed_over and not self.written and not self.kept):
+        if (
+            self.skipped
+            or EXIT_SKIPPED in clips
+            or (self.passed_over and not self.written and not self.kept)
+        ):
             return EXIT_SKIPPED
         if self.faces_left or EXIT_FACES_LEFT in clips:
             return EXIT_FACES_LEFT
@@ -83,7 +96,9 @@ class Report:
             for item in self.skipped:
                 say(f"  {item.reason}")
         if self.passed_over:
-            say(f"passed over {len(self.passed_over)} file(s) an earlier run wrote beside its outputs:")
+            say(
+                f"passed over {len(self.passed_over)} file(s) an earlier run wrote beside its outputs:"
+            )
             for item in self.passed_over:
                 say(f"  {item.reason}")
         for clip in self.clips:
@@ -95,11 +110,17 @@ class Report:
                 f"summary: {self.photos} photo(s) read, {len(self.written) - self.clip_outputs} written{resumed}, {len(self.skipped)} skipped; "
                 f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
                 f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)"
-                + (f", {self.unverified} detection(s) not verified as anonymized faces, left as they are" if self.unverified else "")
+                + (
+                    f", {self.unverified} detection(s) not verified as anonymized faces, left as they are"
+                    if self.unverified
+                    else ""
+                )
                 + (f"; {len(self.clips)} clip(s) processed (lines above)" if self.clips else "")
             )
         elif self.clips:
-            say(f"summary: {len(self.clips)} clip(s) processed (lines above), no photo; {len(self.skipped)} file(s) skipped")
+            say(
+                f"summary: {len(self.clips)} clip(s) processed (lines above), no photo; {len(self.skipped)} file(s) skipped"
+            )
         else:
             say(f"wrote {len(self.written)} image(s)")
 

@@ -36,7 +36,7 @@ def preprocess(images: jax.Array) -> jax.Array:
     """(B, H, W, 3) face images in [-1, 1] -> (B, 112, 112, 3) ArcFace input."""
     if images.shape[1:3] != (ALIGNED_SIZE, ALIGNED_SIZE):
         images = adaptive_avg_pool2d(images, (ALIGNED_SIZE, ALIGNED_SIZE))
-    crop = images[:, CROP_ROWS[0]:CROP_ROWS[1], CROP_COLS[0]:CROP_COLS[1]]
+    crop = images[:, CROP_ROWS[0] : CROP_ROWS[1], CROP_COLS[0] : CROP_COLS[1]]
     return adaptive_avg_pool2d(crop, (INPUT_SIZE, INPUT_SIZE))
 
 

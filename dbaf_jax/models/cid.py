@@ -67,7 +67,9 @@ class SelfAttention(nn.Module):
         inner = self.heads * self.head_dim
         qkv = nn.Dense(3 * inner, use_bias=False, name="to_qkv")(x)
         # Each of q, k, v is laid out (heads, head_dim) along its last axis, as in torch.
-        q, k, v = (t.reshape(*t.shape[:-1], self.heads, self.head_dim) for t in jnp.split(qkv, 3, axis=-1))
+        q, k, v = (
+            t.reshape(*t.shape[:-1], self.heads, self.head_dim) for t in jnp.split(qkv, 3, axis=-1)
+        )
         logits = jnp.einsum("...qhd,...khd->...hqk", q, k) * self.head_dim**-0.5
         weights = nn.Dropout(self.dropout)(nn.softmax(logits, axis=-1), deterministic=deterministic)
         out = jnp.einsum("...hqk,...khd->...qhd", weights, v).reshape(*x.shape[:-1], inner)
@@ -89,7 +91,9 @@ class TransformerBlock(nn.Module):
         x = x + attention(_layer_norm("attention_norm")(x), deterministic)
         h = nn.Dense(self.mlp_dim, name="mlp_in")(_layer_norm("mlp_norm")(x))
         h = nn.Dropout(self.dropout)(nn.gelu(h, approximate=False), deterministic=deterministic)
-        h = nn.Dropout(self.dropout)(nn.Dense(x.shape[-1], name="mlp_out")(h), deterministic=deterministic)
+        h = nn.Dropout(self.dropout)(
+            nn.Dense(x.shape[-1], name="mlp_out")(h), deterministic=deterministic
+        )
         return x + h
 
 
@@ -115,11 +119,19 @@ class ViT(nn.Module):
         x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
         if not self.scan or self.is_initializing():
             for i in range(self.depth):
-                x = TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}")(x, deterministic)
+                x = TransformerBlock(
+                    self.heads, self.head_dim, self.mlp_dim, self.dropout, name=f"block_{i}"
+                )(x, deterministic)
             return x
         params = self.variables["params"]
-        stacked = jax.tree.map(lambda *p: jnp.stack(p), *(params[f"block_{i}"] for i in range(self.depth)))
-        keys = jax.random.split(self.make_rng("dropout"), self.depth) if not deterministic else jnp.zeros((self.depth, 2), jnp.uint32)
+        stacked = jax.tree.map(
+            lambda *p: jnp.stack(p), *(params[f"block_{i}"] for i in range(self.depth))
+        )
+        keys = (
+            jax.random.split(self.make_rng("dropout"), self.depth)
+            if not deterministic
+            else jnp.zeros((self.depth, 2), jnp.uint32)
+        )
         block = TransformerBlock(self.heads, self.head_dim, self.mlp_dim, self.dropout, parent=None)
 
         def step(h, inputs):
@@ -159,15 +171,26 @@ class CID(nn.Module):
         self.pos_embedding = self.param(
             "pos_embedding", nn.initializers.normal(1.0), (self.n_latent, self.style_dim)
         )
+
         def vit(name: str) -> ViT:
-            return ViT(self.depth, self.heads, self.head_dim, self.mlp_dim, self.dropout, self.scan, name=name)
+            return ViT(
+                self.depth,
+                self.heads,
+                self.head_dim,
+                self.mlp_dim,
+                self.dropout,
+                self.scan,
+                name=name,
+            )
 
         if self.shared:
             self.vits = (vit("vit"),) * len(self.groups)
         else:
             self.vits = tuple(vit(f"vit_{g}") for g in range(len(self.groups)))
 
-    def __call__(self, codes: jnp.ndarray, deterministic: bool = True) -> tuple[jnp.ndarray, jnp.ndarray]:
+    def __call__(
+        self, codes: jnp.ndarray, deterministic: bool = True
+    ) -> tuple[jnp.ndarray, jnp.ndarray]:
         x = self.linear_w(codes) + self.pos_embedding
         outputs, start = [], 0
         for vit, size in zip(self.vits, self.groups):
@@ -199,7 +222,9 @@ class LatentMLP(nn.Module):
     depth: int = 4
 
     @nn.compact
-    def __call__(self, codes: jnp.ndarray, deterministic: bool = True) -> tuple[jnp.ndarray, jnp.ndarray]:
+    def __call__(
+        self, codes: jnp.ndarray, deterministic: bool = True
+    ) -> tuple[jnp.ndarray, jnp.ndarray]:
         del deterministic
         x = codes
         for i in range(self.depth):

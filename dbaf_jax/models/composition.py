@@ -38,7 +38,9 @@ def network_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls) if field.name != "compute_dtype")
 
 
-def latents_to_key(generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = LATENT_GROUPS) -> jnp.ndarray:
+def latents_to_key(
+    generator, gen_variables, z: jnp.ndarray, groups: Sequence[int] = LATENT_GROUPS
+) -> jnp.ndarray:
     """z (..., len(groups), style_dim) -> key (..., sum(groups), style_dim).
 
     Each z goes through the generator's mapping network; group g's w fills
@@ -81,6 +83,10 @@ class Anonymizer(Protocol):
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array: ...
 
-    def anonymize_images(self, variables: Variables, images: jax.Array, keys: jax.Array) -> jax.Array: ...
+    def anonymize_images(
+        self, variables: Variables, images: jax.Array, keys: jax.Array
+    ) -> jax.Array: ...
 
-    def recover_images(self, variables: Variables, anonymized: jax.Array, keys: jax.Array) -> jax.Array: ...
+    def recover_images(
+        self, variables: Variables, anonymized: jax.Array, keys: jax.Array
+    ) -> jax.Array: ...

@@ -127,7 +127,9 @@ class DBAF(composition.EncoderDecoder):
         fingerprint before converting.
         """
         precision.check_compute_dtype(dtype)
-        return dataclasses.replace(self, compute_dtype=dtype, decoder=self.decoder.clone(dtype=dtype or "float32"))
+        return dataclasses.replace(
+            self, compute_dtype=dtype, decoder=self.decoder.clone(dtype=dtype or "float32")
+        )
 
     def compute_variables(self, variables: Variables) -> Variables:
         """``variables`` ({network: variables}) as this model computes with them: every
@@ -140,7 +142,9 @@ class DBAF(composition.EncoderDecoder):
 
     def apply(self, name: str, variables: Variables, *args, **kwargs) -> Any:
         """Network ``name`` on ``variables[name]``: `apply_network` in the compute dtype."""
-        return apply_network(self.compute_dtype, getattr(self, name), variables[name], *args, **kwargs)
+        return apply_network(
+            self.compute_dtype, getattr(self, name), variables[name], *args, **kwargs
+        )
 
     def for_inference(self) -> "DBAF":
         """The model as users run it: a CID trained with attention across the batch
@@ -152,27 +156,36 @@ class DBAF(composition.EncoderDecoder):
 
     FAMILY = "dbaf"  # what a DBAF model directory's model.json names
 
-
     @property
     def key_shape(self) -> tuple[int, int]:
         """(n_groups, style_dim): the key z vectors, one per latent group (3, 512)."""
         return len(self.kria.groups), self.key_generator.style_dim
 
-    def anonymize_images(self, variables: Variables, images: jax.Array, keys: jax.Array) -> jax.Array:
+    def anonymize_images(
+        self, variables: Variables, images: jax.Array, keys: jax.Array
+    ) -> jax.Array:
         """Images (B, S, S, 3) -> anonymized (K, B, s, s, 3) for keys (K, B or 1, L, D)."""
         encoding, _ = self.encode(variables, images)
         return self.anonymize(variables, encoding, keys).images
 
-    def recover_images(self, variables: Variables, anonymized: jax.Array, keys: jax.Array) -> jax.Array:
+    def recover_images(
+        self, variables: Variables, anonymized: jax.Array, keys: jax.Array
+    ) -> jax.Array:
         """The paper's recovery from anonymized images (B, S, S, 3) alone -> (K, B, s, s, 3)."""
         return self.recover_image(variables, anonymized, keys)[0]
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (B, n_groups, style_dim) -> keys (B, n_latent, style_dim)."""
-        return composition.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups))
+        return composition.latents_to_key(
+            self.key_generator, variables[KEY_GENERATOR], z, tuple(self.kria.groups)
+        )
 
     def encode(
-        self, variables: Variables, images: jax.Array, train: bool = False, rng: jax.Array | None = None
+        self,
+        variables: Variables,
+        images: jax.Array,
+        train: bool = False,
+        rng: jax.Array | None = None,
     ) -> tuple[Encoding, Variables]:
         """Images (B, H, W, 3) -> (Encoding, {network: updated collections}: MAAR's batch
         statistics when training it, else {}).
@@ -182,30 +195,44 @@ class DBAF(composition.EncoderDecoder):
         return self.disentangle(variables, self.apply("e4e", variables, images), train, rng)
 
     def disentangle(
-        self, variables: Variables, encoded: EncoderOutput, train: bool = False, rng: jax.Array | None = None
+        self,
+        variables: Variables,
+        encoded: EncoderOutput,
+        train: bool = False,
+        rng: jax.Array | None = None,
     ) -> tuple[Encoding, Variables]:
         """e4e's output -> (Encoding, model-state updates); see `encode`."""
         attribute_code, identity_code = self.apply(
-            "cid", variables, encoded.codes, deterministic=not train, rngs={"dropout": rng} if train else {}
+            "cid",
+            variables,
+            encoded.codes,
+            deterministic=not train,
+            rngs={"dropout": rng} if train else {},
         )
         maps, updates = (), {}
         if self.maar is not None:
             maar_inputs = (encoded.c3, encoded.c2, encoded.c1)
             if train:
-                maps, maar_updates = self.apply("maar", variables, *maar_inputs, train=True, mutable=["batch_stats"])
+                maps, maar_updates = self.apply(
+                    "maar", variables, *maar_inputs, train=True, mutable=["batch_stats"]
+                )
                 updates = {"maar": maar_updates}
             else:
                 maps = self.apply("maar", variables, *maar_inputs)
         return Encoding(encoded.codes, attribute_code, identity_code, tuple(maps)), updates
 
-    def synthesize(self, variables: Variables, latents: jax.Array, attribute_maps: tuple[jax.Array, ...]) -> jax.Array:
+    def synthesize(
+        self, variables: Variables, latents: jax.Array, attribute_maps: tuple[jax.Array, ...]
+    ) -> jax.Array:
         """W+ latents (B, n_latent, style_dim) and MAAR maps -> images (B, size, size, 3).
 
         Latents with a leading key axis (K, B, n_latent, style_dim) give (K, B, size,
         size, 3): every key's latents are decoded with the same maps.
         """
         if latents.ndim == 3:
-            return self.apply("decoder", variables, latents, noise=self.noise_inputs(attribute_maps))
+            return self.apply(
+                "decoder", variables, latents, noise=self.noise_inputs(attribute_maps)
+            )
         # One decoder batch of B * K, image-major, so that an image's K decodings stay on
         # the device that holds the image.
         count = latents.shape[0]
@@ -217,14 +244,22 @@ class DBAF(composition.EncoderDecoder):
         """Each map replaces the generator noise inputs of its side (3-4, 5-6, 7-8 at 256 px);
         `__post_init__` guarantees every map has some."""
         by_side = {m.shape[1]: m for m in attribute_maps}
-        return {i: by_side[noise_resolution(i)] for i in range(self.decoder.num_noise) if noise_resolution(i) in by_side}
+        return {
+            i: by_side[noise_resolution(i)]
+            for i in range(self.decoder.num_noise)
+            if noise_resolution(i) in by_side
+        }
 
-    def mix(self, variables: Variables, identity: Encoding, attributes: Encoding) -> tuple[jax.Array, jax.Array]:
+    def mix(
+        self, variables: Variables, identity: Encoding, attributes: Encoding
+    ) -> tuple[jax.Array, jax.Array]:
         """Stage 1: identity of one encoding, attributes of another -> (images, latents)."""
         latents = identity.identity_code + attributes.attribute_code
         return self.synthesize(variables, latents, attributes.attribute_maps), latents
 
-    def transform_identity(self, variables: Variables, identity_code: jax.Array, keys: jax.Array) -> jax.Array:
+    def transform_identity(
+        self, variables: Variables, identity_code: jax.Array, keys: jax.Array
+    ) -> jax.Array:
         """KRIA: identity codes (B, L, D) and keys (K, B or 1, L, D) -> (K, B, L, D), as one
         KRIA batch of B * K, image-major (see `synthesize`)."""
         count = keys.shape[0]
@@ -232,7 +267,9 @@ class DBAF(composition.EncoderDecoder):
         transformed = self.apply("kria", variables, jnp.repeat(identity_code, count, axis=0), keys)
         return sharding.split_from_batch(transformed, count)
 
-    def anonymized_codes(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def anonymized_codes(
+        self, variables: Variables, encoding: Encoding, keys: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
         """(latents ``A + KRIA(I, key)``, identity codes ``KRIA(I, key)``), each (K, B, L, D)."""
         identity_code = self.transform_identity(variables, encoding.identity_code, keys)
         return encoding.attribute_code + identity_code, identity_code
@@ -240,17 +277,29 @@ class DBAF(composition.EncoderDecoder):
     def anonymize(self, variables: Variables, encoding: Encoding, keys: jax.Array) -> Anonymized:
         """``A + KRIA(I, key)`` for each of the K keys, decoded with the images' maps."""
         latents, identity_code = self.anonymized_codes(variables, encoding, keys)
-        return Anonymized(self.synthesize(variables, latents, encoding.attribute_maps), latents, identity_code)
+        return Anonymized(
+            self.synthesize(variables, latents, encoding.attribute_maps), latents, identity_code
+        )
 
     def recovered_latents(
-        self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, keys: jax.Array
+        self,
+        variables: Variables,
+        encoding: Encoding,
+        anonymized_identity: jax.Array,
+        keys: jax.Array,
     ) -> jax.Array:
         """The reference's recovered codes ``A + KRIA(anonymized identity (B, L, D), key)``
         with the ORIGINAL images' A -> (K, B, L, D)."""
-        return encoding.attribute_code + self.transform_identity(variables, anonymized_identity, keys)
+        return encoding.attribute_code + self.transform_identity(
+            variables, anonymized_identity, keys
+        )
 
     def recover_latent(
-        self, variables: Variables, encoding: Encoding, anonymized_identity: jax.Array, keys: jax.Array
+        self,
+        variables: Variables,
+        encoding: Encoding,
+        anonymized_identity: jax.Array,
+        keys: jax.Array,
     ) -> tuple[jax.Array, jax.Array]:
         """The reference's recovery (`recovered_latents`) decoded with the ORIGINAL images'
         maps -> (images (K, B, ...), latents (K, B, L, D))."""
@@ -271,11 +320,15 @@ class DBAF(composition.EncoderDecoder):
         ``train`` as in `encode`; the re-encoding's MAAR statistics are not kept (one
         update per step comes from encoding the originals)."""
         encoding, _ = self.encode(variables, anonymized_images, train, rng)
-        latents = encoding.attribute_code + self.transform_identity(variables, encoding.identity_code, keys)
+        latents = encoding.attribute_code + self.transform_identity(
+            variables, encoding.identity_code, keys
+        )
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
 
-def apply_network(compute_dtype: str | None, module: nn.Module, variables: Variables, *args, **kwargs) -> Any:
+def apply_network(
+    compute_dtype: str | None, module: nn.Module, variables: Variables, *args, **kwargs
+) -> Any:
     """``module.apply(variables, *args, **kwargs)`` as a step runs a network: in
     ``compute_dtype`` (`dbaf_jax.precision.apply`) and, under a mesh, with the batch
     axis of its inputs and outputs split over the devices (`sharding.constrain_batch`)

@@ -70,7 +70,9 @@ class GradualStyleBlock(nn.Module):
             x = conv(self.features, 3, 2, f"conv_{i}", use_bias=True)(x)
             x = nn.leaky_relu(x, LEAKY_RELU_SLOPE)
         if x.shape[1:3] != (1, 1):
-            raise ValueError(f"a style block for {self.spatial}x{self.spatial} maps got {x.shape[1:3]} after its convs")
+            raise ValueError(
+                f"a style block for {self.spatial}x{self.spatial} maps got {x.shape[1:3]} after its convs"
+            )
         return EqualLinear(self.features, name="linear")(x.reshape(x.shape[0], self.features))
 
 
@@ -102,7 +104,9 @@ class GradualStyleEncoder(nn.Module):
 
     def setup(self):
         self.body = IRSEBody(self.num_layers, self.width_scale)
-        self.styles = [GradualStyleBlock(self.style_dim, self.style_spatial(i)) for i in range(self.n_styles)]
+        self.styles = [
+            GradualStyleBlock(self.style_dim, self.style_spatial(i)) for i in range(self.n_styles)
+        ]
         top_channels = unit_specs(self.num_layers, self.width_scale)[-1][1]  # c3's width
         self.lateral_middle = conv(top_channels, 1, 1, "lateral_middle", use_bias=True)
         self.lateral_fine = conv(top_channels, 1, 1, "lateral_fine", use_bias=True)
@@ -118,7 +122,10 @@ class GradualStyleEncoder(nn.Module):
         p2 = resize_bilinear_align_corners(c3, c2.shape[1:3]) + self.lateral_middle(c2)
         p1 = resize_bilinear_align_corners(p2, c1.shape[1:3]) + self.lateral_fine(c1)
         by_spatial = {m.shape[1]: m for m in (c3, p2, p1)}
-        styles = jnp.stack([block(by_spatial[self.style_spatial(i)]) for i, block in enumerate(self.styles)], axis=1)
+        styles = jnp.stack(
+            [block(by_spatial[self.style_spatial(i)]) for i, block in enumerate(self.styles)],
+            axis=1,
+        )
         return styles, c3, c2, c1
 
     def combine(self, styles: jax.Array) -> jax.Array:

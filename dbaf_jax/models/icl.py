@@ -32,5 +32,7 @@ class IdentityCompensation(nn.Module):
         x = identity
         for i in range(self.layers - 1):
             x = nn.leaky_relu(nn.Dense(self.hidden, name=f"dense_{i}")(x), LEAKY_RELU_SLOPE)
-        last = nn.Dense(self.features, kernel_init=nn.initializers.zeros, name=f"dense_{self.layers - 1}")
+        last = nn.Dense(
+            self.features, kernel_init=nn.initializers.zeros, name=f"dense_{self.layers - 1}"
+        )
         return identity + last(x)

@@ -84,14 +84,22 @@ class IFADIT(composition.EncoderDecoder):
 
     def __post_init__(self):
         precision.check_compute_dtype(self.compute_dtype)
-        if self.sif.identity_dim != self.arcface.embedding_dim or self.icl.features != self.arcface.embedding_dim:
+        if (
+            self.sif.identity_dim != self.arcface.embedding_dim
+            or self.icl.features != self.arcface.embedding_dim
+        ):
             raise ConfigError(
                 f"the flow ({self.sif.identity_dim}) and the ICL ({self.icl.features}) must take ArcFace's "
                 f"{self.arcface.embedding_dim}-d identity"
             )
         if self.sif.key_dim != self.key_generator.style_dim:
-            raise ConfigError(f"the flow's key_dim {self.sif.key_dim} is not the key generator's {self.key_generator.style_dim}")
-        if self.mapper.style_dim != self.decoder.style_dim or self.e4e.style_dim != self.decoder.style_dim:
+            raise ConfigError(
+                f"the flow's key_dim {self.sif.key_dim} is not the key generator's {self.key_generator.style_dim}"
+            )
+        if (
+            self.mapper.style_dim != self.decoder.style_dim
+            or self.e4e.style_dim != self.decoder.style_dim
+        ):
             raise ConfigError("e4e, the mapper and the generator must share one style_dim")
         if self.parser is not None and self.e4e.input_size != self.decoder.size:
             raise ConfigError(
@@ -101,7 +109,6 @@ class IFADIT(composition.EncoderDecoder):
 
     # ---- the model-family protocol (`composition.Anonymizer`)
 
-
     @property
     def key_shape(self) -> tuple[int, int]:
         """(1, style_dim): one z vector per key."""
@@ -109,7 +116,9 @@ class IFADIT(composition.EncoderDecoder):
 
     def key_from_z(self, variables: Variables, z: jax.Array) -> jax.Array:
         """Key latents z (..., 1, style_dim) -> keys (..., 1, style_dim)."""
-        return composition.latents_to_key(self.key_generator, variables[KEY_GENERATOR], z, KEY_GROUPS)
+        return composition.latents_to_key(
+            self.key_generator, variables[KEY_GENERATOR], z, KEY_GROUPS
+        )
 
     def networks(self) -> dict[str, nn.Module]:
         """Network name -> module (`NETWORKS`; no ``parser`` when the model has none)."""
@@ -123,7 +132,9 @@ class IFADIT(composition.EncoderDecoder):
     def with_compute_dtype(self, dtype: str | None) -> "IFADIT":
         """The same model computing in ``dtype`` (see `DBAF.with_compute_dtype`)."""
         precision.check_compute_dtype(dtype)
-        return dataclasses.replace(self, compute_dtype=dtype, decoder=self.decoder.clone(dtype=dtype or "float32"))
+        return dataclasses.replace(
+            self, compute_dtype=dtype, decoder=self.decoder.clone(dtype=dtype or "float32")
+        )
 
     def compute_variables(self, variables: Variables) -> Variables:
         """``variables`` with every network's params in the compute dtype but `FLOAT32_NETWORKS`'."""
@@ -132,11 +143,15 @@ class IFADIT(composition.EncoderDecoder):
             for name, v in variables.items()
         }
 
-    def anonymize_images(self, variables: Variables, images: jax.Array, keys: jax.Array) -> jax.Array:
+    def anonymize_images(
+        self, variables: Variables, images: jax.Array, keys: jax.Array
+    ) -> jax.Array:
         """Images (B, S, S, 3) -> anonymized (K, B, s, s, 3) for keys (K, B or 1, 1, D)."""
         return self.anonymize(variables, images, keys, blend=self.parser is not None).images
 
-    def recover_images(self, variables: Variables, anonymized: jax.Array, keys: jax.Array) -> jax.Array:
+    def recover_images(
+        self, variables: Variables, anonymized: jax.Array, keys: jax.Array
+    ) -> jax.Array:
         """Anonymized images (B, S, S, 3) alone -> recovered (K, B, s, s, 3)."""
         return self.recover(variables, anonymized, keys, blend=self.parser is not None)
 
@@ -155,40 +170,56 @@ class IFADIT(composition.EncoderDecoder):
         """E_Attr: images (B, H, W, 3) -> W+ attribute codes (B, n_latent, style_dim)."""
         return self.apply("e4e", variables, images).codes
 
-    def synthesize(self, variables: Variables, identity: jax.Array, attributes: jax.Array) -> jax.Array:
+    def synthesize(
+        self, variables: Variables, identity: jax.Array, attributes: jax.Array
+    ) -> jax.Array:
         """G(M(z, a)): identities (B, Dz) or (K, B, Dz) and codes (B, L, D) -> images
         (B, size, size, 3) or (K, B, size, size, 3), the K identities of an image decoded
         with its one code as one batch of B * K."""
         if identity.ndim == 2:
-            return self.apply("decoder", variables, self.apply("mapper", variables, identity, attributes))
+            return self.apply(
+                "decoder", variables, self.apply("mapper", variables, identity, attributes)
+            )
         count = identity.shape[0]
         images = self.synthesize(
             variables, sharding.merge_into_batch(identity), jnp.repeat(attributes, count, axis=0)
         )
         return sharding.split_from_batch(images, count)
 
-    def transform_identity(self, variables: Variables, identity: jax.Array, keys: jax.Array, inverse: bool = False) -> jax.Array:
+    def transform_identity(
+        self, variables: Variables, identity: jax.Array, keys: jax.Array, inverse: bool = False
+    ) -> jax.Array:
         """T (or T^-1 with ``inverse``): identities (B, Dz) and keys (K, B or 1, 1, D) -> (K, B, Dz)."""
         count = keys.shape[0]
         key_vectors = jnp.broadcast_to(keys[:, :, 0], (count, identity.shape[0], keys.shape[-1]))
         method = "inverse" if inverse else None
         transformed = self.apply(
-            "sif", variables, jnp.repeat(identity, count, axis=0), sharding.merge_into_batch(key_vectors), method=method
+            "sif",
+            variables,
+            jnp.repeat(identity, count, axis=0),
+            sharding.merge_into_batch(key_vectors),
+            method=method,
         )
         return sharding.split_from_batch(transformed, count)
 
     def reconstruct(self, variables: Variables, images: jax.Array) -> jax.Array:
         """Phase 1's reconstruction G(M(E_ID(X), E_Attr(X))) (B, size, size, 3)."""
-        return self.synthesize(variables, self.identity(variables, images), self.attributes(variables, images))
+        return self.synthesize(
+            variables, self.identity(variables, images), self.attributes(variables, images)
+        )
 
-    def anonymize(self, variables: Variables, images: jax.Array, keys: jax.Array, blend: bool = False) -> Anonymized:
+    def anonymize(
+        self, variables: Variables, images: jax.Array, keys: jax.Array, blend: bool = False
+    ) -> Anonymized:
         """Eq. 9 for each of the K keys; ``blend`` applies the background refinement (eq. 11)."""
         identity = self.transform_identity(variables, self.identity(variables, images), keys)
         generated = self.synthesize(variables, identity, self.attributes(variables, images))
         refined = self.refine_background(variables, images, generated) if blend else generated
         return Anonymized(refined, generated, identity)
 
-    def recover(self, variables: Variables, anonymized: jax.Array, keys: jax.Array, blend: bool = False) -> jax.Array:
+    def recover(
+        self, variables: Variables, anonymized: jax.Array, keys: jax.Array, blend: bool = False
+    ) -> jax.Array:
         """Eq. 10 from anonymized images (B, H, W, 3) alone -> (K, B, size, size, 3)."""
         read = self.apply("icl", variables, self.identity(variables, anonymized))
         identity = self.transform_identity(variables, read, keys, inverse=True)
@@ -212,7 +243,9 @@ class IFADIT(composition.EncoderDecoder):
         sigma = FEATHER * size
         return dm_pix.gaussian_blur(face, sigma, kernel_size=2 * int(3 * sigma) + 1)
 
-    def refine_background(self, variables: Variables, inputs: jax.Array, generated: jax.Array) -> jax.Array:
+    def refine_background(
+        self, variables: Variables, inputs: jax.Array, generated: jax.Array
+    ) -> jax.Array:
         """Eq. 11: ``M * generated + (1 - M) * inputs`` with M from the inputs (B, S, S, 3);
         ``generated`` (K, B, S, S, 3) -> (K, B, S, S, 3)."""
         mask = self.face_mask(variables, inputs)

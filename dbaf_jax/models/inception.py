@@ -125,12 +125,19 @@ class InceptionE(nn.Module):
         b1 = BasicConv(320, (1, 1), name="branch1x1")(x)
         b3 = BasicConv(384, (1, 1), name="branch3x3_1")(x)
         b3 = jnp.concatenate(
-            [BasicConv(384, **row, name="branch3x3_2a")(b3), BasicConv(384, **col, name="branch3x3_2b")(b3)], axis=-1
+            [
+                BasicConv(384, **row, name="branch3x3_2a")(b3),
+                BasicConv(384, **col, name="branch3x3_2b")(b3),
+            ],
+            axis=-1,
         )
         bd = BasicConv(448, (1, 1), name="branch3x3dbl_1")(x)
         bd = BasicConv(384, (3, 3), padding=(1, 1), name="branch3x3dbl_2")(bd)
         bd = jnp.concatenate(
-            [BasicConv(384, **row, name="branch3x3dbl_3a")(bd), BasicConv(384, **col, name="branch3x3dbl_3b")(bd)],
+            [
+                BasicConv(384, **row, name="branch3x3dbl_3a")(bd),
+                BasicConv(384, **col, name="branch3x3dbl_3b")(bd),
+            ],
             axis=-1,
         )
         bp = BasicConv(192, (1, 1), name="branch_pool")(pool_branch_input(x, self.pool))
@@ -154,7 +161,12 @@ class FIDInceptionV3(nn.Module):
         x = InceptionA(64, name="Mixed_5c")(x)
         x = InceptionA(64, name="Mixed_5d")(x)
         x = InceptionB(name="Mixed_6a")(x)
-        for name, channels_7x7 in (("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)):
+        for name, channels_7x7 in (
+            ("Mixed_6b", 128),
+            ("Mixed_6c", 160),
+            ("Mixed_6d", 160),
+            ("Mixed_6e", 192),
+        ):
             x = InceptionC(channels_7x7, name=name)(x)
         x = InceptionD(name="Mixed_7a")(x)
         x = InceptionE("avg", name="Mixed_7b")(x)

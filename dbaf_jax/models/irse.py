@@ -43,7 +43,9 @@ def unit_specs(num_layers: int = 50, width_scale: float = 1.0) -> tuple[tuple[in
     if num_layers not in STAGE_UNITS:
         raise ValueError(f"num_layers must be one of {sorted(STAGE_UNITS)}, got {num_layers}")
     if scaled_channels(STAGE_CHANNELS[0], width_scale) < SE_REDUCTION:
-        raise ValueError(f"width_scale {width_scale} leaves fewer than {SE_REDUCTION} channels for squeeze-excitation")
+        raise ValueError(
+            f"width_scale {width_scale} leaves fewer than {SE_REDUCTION} channels for squeeze-excitation"
+        )
     specs = []
     in_channels = scaled_channels(STEM_CHANNELS, width_scale)
     for units, channels in zip(STAGE_UNITS[num_layers], STAGE_CHANNELS):
@@ -72,8 +74,12 @@ def conv(features: int, kernel: int, stride: int, name: str, use_bias: bool = Fa
     """A PyTorch-style convolution with symmetric padding kernel//2 (XLA's 'SAME' pads (0, 1) at stride 2)."""
     pad = kernel // 2
     return nn.Conv(
-        features, (kernel, kernel), strides=(stride, stride), padding=((pad, pad), (pad, pad)),
-        use_bias=use_bias, name=name,
+        features,
+        (kernel, kernel),
+        strides=(stride, stride),
+        padding=((pad, pad), (pad, pad)),
+        use_bias=use_bias,
+        name=name,
     )
 
 
@@ -147,7 +153,9 @@ class IRSEBody(nn.Module):
         stem = PReLU(name="stem_prelu")(x)
         units = []
         x = stem
-        for i, (_, out_channels, stride) in enumerate(unit_specs(self.num_layers, self.width_scale)):
+        for i, (_, out_channels, stride) in enumerate(
+            unit_specs(self.num_layers, self.width_scale)
+        ):
             x = BottleneckIRSE(out_channels, stride, name=f"unit_{i}")(x)
             units.append(x)
         return IRSEFeatures(stem, tuple(units))

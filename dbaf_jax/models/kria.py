@@ -16,8 +16,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from dbaf_jax.nn.equalized import EqualLinear
 from dbaf_jax.models.stylegan2 import LATENT_GROUPS
+from dbaf_jax.nn.equalized import EqualLinear
 
 
 class ConditionalMLP(nn.Module):
@@ -32,7 +32,9 @@ class ConditionalMLP(nn.Module):
         d = self.style_dim
         widths = (4 * d, 2 * d, d) + (d,) * self.extra_layers
         for j, features in enumerate(widths):
-            x = EqualLinear(features, lr_mul=self.lr_mul, activation=True, name=f"equal_linear_{j}")(x)
+            x = EqualLinear(
+                features, lr_mul=self.lr_mul, activation=True, name=f"equal_linear_{j}"
+            )(x)
         return nn.Dense(d, name="linear")(x)
 
 
@@ -54,15 +56,21 @@ class KRIA(nn.Module):
     @nn.compact
     def __call__(self, identity_code: jnp.ndarray, key: jnp.ndarray) -> jnp.ndarray:
         if len(self.groups) != len(self.GROUP_NAMES):
-            raise ValueError(f"groups must be three sizes (coarse, medium, fine), got {self.groups}")
+            raise ValueError(
+                f"groups must be three sizes (coarse, medium, fine), got {self.groups}"
+            )
         n_latent = sum(self.groups)
         if identity_code.shape[1:] != (n_latent, self.style_dim):
-            raise ValueError(f"identity_code must be (B, {n_latent}, {self.style_dim}), got {identity_code.shape}")
+            raise ValueError(
+                f"identity_code must be (B, {n_latent}, {self.style_dim}), got {identity_code.shape}"
+            )
         key = jnp.broadcast_to(key, identity_code.shape)
         x = jnp.concatenate([identity_code, key], axis=-1)
         outputs, start = [], 0
         for name, size in zip(self.GROUP_NAMES, self.groups):
-            cmlp = ConditionalMLP(self.style_dim, self.extra_layers, self.lr_mul, name=f"cmlp_{name}")
+            cmlp = ConditionalMLP(
+                self.style_dim, self.extra_layers, self.lr_mul, name=f"cmlp_{name}"
+            )
             outputs.append(cmlp(x[:, start : start + size]))
             start += size
         return jnp.concatenate(outputs, axis=1)

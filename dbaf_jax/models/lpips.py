@@ -30,7 +30,9 @@ VGG16_STAGES = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 51
 
 def _conv(features: int, kernel: int, stride: int, padding: int, name: str) -> nn.Conv:
     # Explicit symmetric padding: PyTorch's, which XLA's 'SAME' differs from at stride > 1.
-    return nn.Conv(features, (kernel, kernel), (stride, stride), padding=((padding, padding),) * 2, name=name)
+    return nn.Conv(
+        features, (kernel, kernel), (stride, stride), padding=((padding, padding),) * 2, name=name
+    )
 
 
 class AlexNetFeatures(nn.Module):
@@ -101,7 +103,9 @@ class LPIPS(nn.Module):
             for k, channels in enumerate(TAP_CHANNELS[self.net], start=1)
         ]
 
-    def layer_distances(self, images0: jnp.ndarray, images1: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    def layer_distances(
+        self, images0: jnp.ndarray, images1: jnp.ndarray
+    ) -> tuple[jnp.ndarray, ...]:
         """Per-layer terms: images (B, H, W, 3) in [-1, 1] -> five (B,) arrays."""
         shift = jnp.asarray(INPUT_SHIFT, images0.dtype)
         scale = jnp.asarray(INPUT_SCALE, images0.dtype)

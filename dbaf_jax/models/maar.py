@@ -40,6 +40,7 @@ from dbaf_jax.nn.batch_norm import BatchNorm
 
 VARIANTS = ("reference", "paper")
 
+
 class ChannelGate(nn.Module):
     """CBAM channel attention: x (B, H, W, C) -> x * sigmoid(MLP(avg) + MLP(max))."""
 
@@ -60,7 +61,9 @@ class SpatialGate(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray, train: bool) -> jnp.ndarray:
-        pooled = jnp.concatenate([x.max(axis=-1, keepdims=True), x.mean(axis=-1, keepdims=True)], axis=-1)
+        pooled = jnp.concatenate(
+            [x.max(axis=-1, keepdims=True), x.mean(axis=-1, keepdims=True)], axis=-1
+        )
         logits = nn.Conv(1, (7, 7), padding=3, use_bias=False, name="conv")(pooled)
         logits = BatchNorm(momentum=0.99, epsilon=1e-5, name="bn")(logits, train)
         return x * nn.sigmoid(logits)
@@ -87,8 +90,12 @@ class PaperAttention(nn.Module):
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (d, d))
         bias = self.param("bias", nn.initializers.zeros, (d,))
         channel_weights = nn.sigmoid(pooled * kernel.sum(axis=0) + bias)  # eq. (6), M'
-        summary = jnp.concatenate([channel_weights.max(axis=(1, 2)), channel_weights.mean(axis=(1, 2))], axis=-1)
-        spatial_weights = nn.sigmoid(nn.Dense(d, name="spatial_mlp")(summary))[:, None, None, :]  # eq. (7)
+        summary = jnp.concatenate(
+            [channel_weights.max(axis=(1, 2)), channel_weights.mean(axis=(1, 2))], axis=-1
+        )
+        spatial_weights = nn.sigmoid(nn.Dense(d, name="spatial_mlp")(summary))[
+            :, None, None, :
+        ]  # eq. (7)
         return spatial_weights * channel_weights * x  # eq. (8)
 
 

@@ -75,7 +75,9 @@ class PNet(nn.Module):
             x = jnp.where((rows & cols)[None, :, :, None], x, -jnp.inf)
         x = max_pool_ceil(x, 2, 2)
         if valid is not None:
-            x = jnp.where(jnp.isfinite(x), x, 0.0)  # windows wholly in the padding: finite, cut off later
+            x = jnp.where(
+                jnp.isfinite(x), x, 0.0
+            )  # windows wholly in the padding: finite, cut off later
         x = PReLU(name="prelu2")(conv(16, 3, "conv2")(x))
         x = PReLU(name="prelu3")(conv(32, 3, "conv3")(x))
         probs = jax.nn.softmax(conv(2, 1, "conv4_1")(x), axis=-1)

@@ -38,10 +38,18 @@ def _batch_norm(name: str) -> nn.BatchNorm:
     return nn.BatchNorm(use_running_average=True, epsilon=BN_EPS, name=name)
 
 
-def _conv(features: int, kernel: int, stride: int, padding: int, use_bias: bool, name: str) -> nn.Conv:
+def _conv(
+    features: int, kernel: int, stride: int, padding: int, use_bias: bool, name: str
+) -> nn.Conv:
     # Explicit symmetric padding: PyTorch's, which XLA's 'SAME' differs from at stride 2.
-    return nn.Conv(features, (kernel, kernel), (stride, stride), padding=((padding, padding),) * 2,
-                   use_bias=use_bias, name=name)
+    return nn.Conv(
+        features,
+        (kernel, kernel),
+        (stride, stride),
+        padding=((padding, padding),) * 2,
+        use_bias=use_bias,
+        name=name,
+    )
 
 
 def global_mean(x: jnp.ndarray) -> jnp.ndarray:
@@ -55,7 +63,10 @@ def resize_nearest(x: jnp.ndarray, out_hw: tuple[int, int]) -> jnp.ndarray:
         in_size = x.shape[axis]
         if in_size != out_size:
             scale = np.float32(in_size) / np.float32(out_size)
-            index = np.minimum(np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int32), in_size - 1)
+            index = np.minimum(
+                np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int32),
+                in_size - 1,
+            )
             x = jnp.take(x, jnp.asarray(index), axis=axis)
     return x
 
@@ -100,7 +111,9 @@ class TransposedConv2x2(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (2, 2, x.shape[-1], self.features))
+        kernel = self.param(
+            "kernel", nn.initializers.lecun_normal(), (2, 2, x.shape[-1], self.features)
+        )
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         n, h, w, _ = x.shape
         blocks = jnp.einsum("nijc,abco->niajbo", x, kernel)
@@ -154,7 +167,9 @@ def bisenet_inputs(images: jnp.ndarray) -> jnp.ndarray:
     Resizing (BiSeNet was trained at 512x512) is the caller's choice.
     """
     unit = (images + 1.0) * 0.5
-    return (unit - jnp.asarray(IMAGENET_MEAN, images.dtype)) / jnp.asarray(IMAGENET_STD, images.dtype)
+    return (unit - jnp.asarray(IMAGENET_MEAN, images.dtype)) / jnp.asarray(
+        IMAGENET_STD, images.dtype
+    )
 
 
 class BasicBlock(nn.Module):
@@ -211,10 +226,16 @@ class ContextPath(nn.Module):
     def __call__(self, x: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         feat8, feat16, feat32 = ResNet18Features(name="resnet")(x)
         context = ConvBNReLU(128, kernel=1, padding=0, name="conv_avg")(global_mean(feat32))
-        feat32_sum = AttentionRefinement(128, name="arm32")(feat32) + context  # broadcast == nearest from 1x1
-        feat32_up = ConvBNReLU(128, name="conv_head32")(resize_nearest(feat32_sum, feat16.shape[1:3]))
+        feat32_sum = (
+            AttentionRefinement(128, name="arm32")(feat32) + context
+        )  # broadcast == nearest from 1x1
+        feat32_up = ConvBNReLU(128, name="conv_head32")(
+            resize_nearest(feat32_sum, feat16.shape[1:3])
+        )
         feat16_sum = AttentionRefinement(128, name="arm16")(feat16) + feat32_up
-        feat16_up = ConvBNReLU(128, name="conv_head16")(resize_nearest(feat16_sum, feat8.shape[1:3]))
+        feat16_up = ConvBNReLU(128, name="conv_head16")(
+            resize_nearest(feat16_sum, feat8.shape[1:3])
+        )
         return feat8, feat16_up, feat32_up
 
 
@@ -226,7 +247,8 @@ class FeatureFusion(nn.Module):
     @nn.compact
     def __call__(self, spatial: jnp.ndarray, context: jnp.ndarray) -> jnp.ndarray:
         feat = ConvBNReLU(self.features, kernel=1, padding=0, name="convblk")(
-            jnp.concatenate([spatial, context], axis=-1))
+            jnp.concatenate([spatial, context], axis=-1)
+        )
         gate = nn.relu(_conv(self.features // 4, 1, 1, 0, False, "conv1")(global_mean(feat)))
         gate = nn.sigmoid(_conv(self.features, 1, 1, 0, False, "conv2")(gate))
         return feat * gate + feat
@@ -257,14 +279,22 @@ class BiSeNet(nn.Module):
     num_classes: int = NUM_CLASSES
 
     @nn.compact
-    def __call__(self, x: jnp.ndarray, with_aux: bool = False) -> jnp.ndarray | Sequence[jnp.ndarray]:
+    def __call__(
+        self, x: jnp.ndarray, with_aux: bool = False
+    ) -> jnp.ndarray | Sequence[jnp.ndarray]:
         """Logits (B, H, W, num_classes); with_aux also the two auxiliary heads' (training-time) logits."""
         size = x.shape[1:3]
         feat8, context8, context16 = ContextPath(name="context_path")(x)
         fused = FeatureFusion(256, name="ffm")(feat8, context8)
-        logits = resize_bilinear_align_corners(SegmentationHead(256, self.num_classes, name="head")(fused), size)
+        logits = resize_bilinear_align_corners(
+            SegmentationHead(256, self.num_classes, name="head")(fused), size
+        )
         if not with_aux:
             return logits
         aux16 = SegmentationHead(64, self.num_classes, name="head16")(context8)
         aux32 = SegmentationHead(64, self.num_classes, name="head32")(context16)
-        return logits, resize_bilinear_align_corners(aux16, size), resize_bilinear_align_corners(aux32, size)
+        return (
+            logits,
+            resize_bilinear_align_corners(aux16, size),
+            resize_bilinear_align_corners(aux32, size),
+        )

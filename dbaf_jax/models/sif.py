@@ -101,14 +101,19 @@ class SecureIdentityFlow(nn.Module):
 
     def setup(self):
         if self.identity_dim % 2:
-            raise ValueError(f"identity_dim must be even to split in halves, got {self.identity_dim}")
+            raise ValueError(
+                f"identity_dim must be even to split in halves, got {self.identity_dim}"
+            )
         self.couplings = [
-            SecureAffineCoupling(self.identity_dim // 2, self.hidden, self.depth, self.clamp) for _ in range(self.blocks)
+            SecureAffineCoupling(self.identity_dim // 2, self.hidden, self.depth, self.clamp)
+            for _ in range(self.blocks)
         ]
 
     def _halves(self, z: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         if z.shape[-1] != self.identity_dim or key.shape[-1] != self.key_dim:
-            raise ValueError(f"expected identity (B, {self.identity_dim}) and key (B, {self.key_dim}), got {z.shape}, {key.shape}")
+            raise ValueError(
+                f"expected identity (B, {self.identity_dim}) and key (B, {self.key_dim}), got {z.shape}, {key.shape}"
+            )
         key = jnp.broadcast_to(key, (*z.shape[:-1], self.key_dim))
         return z[..., : self.identity_dim // 2], z[..., self.identity_dim // 2 :], key
 

@@ -31,7 +31,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax.nn.equalized import EqualConv2d, EqualLinear, cast, conv2d, fused_leaky_relu, pixel_norm
+from dbaf_jax.nn.equalized import (
+    EqualConv2d,
+    EqualLinear,
+    cast,
+    conv2d,
+    fused_leaky_relu,
+    pixel_norm,
+)
 from dbaf_jax.nn.upfirdn import BLUR_TAPS, blur, make_kernel, upfirdn2d
 
 # Channel counts of rosinality's networks at width 1, per resolution.
@@ -46,7 +53,9 @@ def channels_at(resolution: int, channel_multiplier: int, width_scale: float) ->
     base = _BASE_CHANNELS.get(resolution, (16384 // resolution) * channel_multiplier)
     channels = int(base * width_scale)
     if channels < 1:
-        raise ValueError(f"width_scale {width_scale} leaves no channels at {resolution}x{resolution}")
+        raise ValueError(
+            f"width_scale {width_scale} leaves no channels at {resolution}x{resolution}"
+        )
     return channels
 
 
@@ -85,12 +94,16 @@ class ModulatedConv2d(nn.Module):
     def __call__(self, x: jax.Array, style: jax.Array) -> jax.Array:
         in_features = x.shape[-1]
         k = self.kernel_size
-        kernel = self.param("kernel", nn.initializers.normal(1.0), (k, k, in_features, self.features))
+        kernel = self.param(
+            "kernel", nn.initializers.normal(1.0), (k, k, in_features, self.features)
+        )
         kernel = kernel / math.sqrt(in_features * k * k)
         style = EqualLinear(in_features, bias_init=1.0, name="modulation")(style)  # (B, Cin)
         if self.demodulate:
             # sum over (kh, kw, Cin) of (W s_b)^2 = (s_b^2) @ sum_{kh,kw} W^2, in float32.
-            demodulation = jax.lax.rsqrt(jnp.square(style) @ jnp.sum(jnp.square(kernel), axis=(0, 1)) + 1e-8)
+            demodulation = jax.lax.rsqrt(
+                jnp.square(style) @ jnp.sum(jnp.square(kernel), axis=(0, 1)) + 1e-8
+            )
         x, kernel, style = cast(self.dtype, x, kernel, style)
         x = x * style[:, None, None, :]
         if self.upsample:
@@ -121,7 +134,9 @@ class StyledConv(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, style: jax.Array, noise: jax.Array) -> jax.Array:
-        y = ModulatedConv2d(self.features, 3, upsample=self.upsample, dtype=self.dtype, name="conv")(x, style)
+        y = ModulatedConv2d(
+            self.features, 3, upsample=self.upsample, dtype=self.dtype, name="conv"
+        )(x, style)
         noise_weight = self.param("noise_weight", nn.initializers.zeros, ())
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         noise_weight, noise, bias = cast(self.dtype, noise_weight, noise, bias)
@@ -185,15 +200,21 @@ class Generator(nn.Module):
 
     def setup(self):
         self.mapping = [
-            EqualLinear(self.style_dim, lr_mul=self.lr_mlp, activation=True) for _ in range(self.n_mlp)
+            EqualLinear(self.style_dim, lr_mul=self.lr_mlp, activation=True)
+            for _ in range(self.n_mlp)
         ]
-        self.constant_input = self.param("constant_input", nn.initializers.normal(1.0), (1, 4, 4, self.channels(4)))
+        self.constant_input = self.param(
+            "constant_input", nn.initializers.normal(1.0), (1, 4, 4, self.channels(4))
+        )
         self.conv1 = StyledConv(self.channels(4), dtype=self.dtype)
         self.to_rgb1 = ToRGB(dtype=self.dtype)
         convs, to_rgbs = [], []
         for log_res in range(3, self.log_size + 1):
             features = self.channels(2**log_res)
-            convs += [StyledConv(features, upsample=True, dtype=self.dtype), StyledConv(features, dtype=self.dtype)]
+            convs += [
+                StyledConv(features, upsample=True, dtype=self.dtype),
+                StyledConv(features, dtype=self.dtype),
+            ]
             to_rgbs.append(ToRGB(dtype=self.dtype))
         self.convs = convs
         self.to_rgbs = to_rgbs
@@ -202,7 +223,9 @@ class Generator(nn.Module):
             for i in range(self.num_noise):
                 res = noise_resolution(i)
                 self.variable(
-                    "buffers", f"noise_{i}", lambda r=res: jax.random.normal(self.make_rng("params"), (1, r, r, 1))
+                    "buffers",
+                    f"noise_{i}",
+                    lambda r=res: jax.random.normal(self.make_rng("params"), (1, r, r, 1)),
                 )
 
     def map(self, z: jax.Array) -> jax.Array:
@@ -230,7 +253,9 @@ class Generator(nn.Module):
           The image, unbounded (no tanh or clamp), in the computation dtype.
         """
         if latents.shape[1:] != (self.n_latent, self.style_dim):
-            raise ValueError(f"latents must be (B, {self.n_latent}, {self.style_dim}), got {latents.shape}")
+            raise ValueError(
+                f"latents must be (B, {self.n_latent}, {self.style_dim}), got {latents.shape}"
+            )
         noise = dict(noise or {})
         unknown = sorted(set(noise) - set(range(self.num_noise)))
         if unknown:
@@ -247,7 +272,9 @@ class Generator(nn.Module):
                 return jax.random.normal(self.make_rng("noise"), (batch, res, res, 1))
             return self.get_variable("buffers", f"noise_{i}")
 
-        x = jnp.broadcast_to(cast(self.dtype, self.constant_input), (batch, *self.constant_input.shape[1:]))
+        x = jnp.broadcast_to(
+            cast(self.dtype, self.constant_input), (batch, *self.constant_input.shape[1:])
+        )
         x = self.conv1(x, latents[:, 0], noise_input(0))
         skip = self.to_rgb1(x, latents[:, 1])
         self.sow("intermediates", "features_4", x)
@@ -282,12 +309,18 @@ class ConvLayer(nn.Module):
         if self.downsample:
             pad = len(BLUR_TAPS) - 2 + (k - 1)
             x = blur(x, make_kernel(BLUR_TAPS), pad=((pad + 1) // 2, pad // 2))
-            conv = EqualConv2d(self.features, k, stride=2, use_bias=False, dtype=self.dtype, name="conv")
+            conv = EqualConv2d(
+                self.features, k, stride=2, use_bias=False, dtype=self.dtype, name="conv"
+            )
         else:
-            conv = EqualConv2d(self.features, k, padding=k // 2, use_bias=False, dtype=self.dtype, name="conv")
+            conv = EqualConv2d(
+                self.features, k, padding=k // 2, use_bias=False, dtype=self.dtype, name="conv"
+            )
         y = conv(x)
         if self.activate:
-            y = fused_leaky_relu(y, cast(self.dtype, self.param("bias", nn.initializers.zeros, (self.features,))))
+            y = fused_leaky_relu(
+                y, cast(self.dtype, self.param("bias", nn.initializers.zeros, (self.features,)))
+            )
         return y
 
 
@@ -301,7 +334,9 @@ class ResBlock(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         y = ConvLayer(x.shape[-1], 3, dtype=self.dtype, name="conv1")(x)
         y = ConvLayer(self.features, 3, downsample=True, dtype=self.dtype, name="conv2")(y)
-        skip = ConvLayer(self.features, 1, downsample=True, activate=False, dtype=self.dtype, name="skip")(x)
+        skip = ConvLayer(
+            self.features, 1, downsample=True, activate=False, dtype=self.dtype, name="skip"
+        )(x)
         return (y + skip) / math.sqrt(2.0)
 
 
@@ -331,12 +366,18 @@ class Discriminator(nn.Module):
         log_size = int(math.log2(self.size))
         x = ConvLayer(self.channels(self.size), 1, dtype=self.dtype, name="from_rgb")(images)
         for log_res in range(log_size, 2, -1):
-            x = ResBlock(self.channels(2 ** (log_res - 1)), dtype=self.dtype, name=f"res_blocks_{log_size - log_res}")(x)
+            x = ResBlock(
+                self.channels(2 ** (log_res - 1)),
+                dtype=self.dtype,
+                name=f"res_blocks_{log_size - log_res}",
+            )(x)
         x = minibatch_stddev(x)
         x = ConvLayer(self.channels(4), 3, dtype=self.dtype, name="final_conv")(x)
         # Flatten in PyTorch's (C, H, W) order so final_linear's converted weight applies as is.
         x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)
-        x = EqualLinear(self.channels(4), activation=True, dtype=self.dtype, name="final_linear_0")(x)
+        x = EqualLinear(self.channels(4), activation=True, dtype=self.dtype, name="final_linear_0")(
+            x
+        )
         return EqualLinear(1, dtype=self.dtype, name="final_linear_1")(x)
 
 
@@ -354,4 +395,6 @@ def minibatch_stddev(x: jax.Array, group_size: int = 4) -> jax.Array:
     grouped = x.astype(jnp.float32).reshape(group, batch // group, height, width, channels)
     stddev = jnp.sqrt(jnp.var(grouped, axis=0) + 1e-8).mean(axis=(1, 2, 3))  # (B / group,)
     stddev = jnp.tile(stddev, group).astype(x.dtype)  # sample b reads entry b % (B / group)
-    return jnp.concatenate([x, jnp.broadcast_to(stddev[:, None, None, None], (batch, height, width, 1))], axis=-1)
+    return jnp.concatenate(
+        [x, jnp.broadcast_to(stddev[:, None, None, None], (batch, height, width, 1))], axis=-1
+    )

@@ -30,8 +30,12 @@ class BasicConv(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         pad_h, pad_w = self.padding
         x = nn.Conv(
-            self.features, self.kernel, strides=(self.stride, self.stride),
-            padding=((pad_h, pad_h), (pad_w, pad_w)), use_bias=False, name="conv",
+            self.features,
+            self.kernel,
+            strides=(self.stride, self.stride),
+            padding=((pad_h, pad_h), (pad_w, pad_w)),
+            use_bias=False,
+            name="conv",
         )(x)
         x = nn.BatchNorm(use_running_average=True, epsilon=BN_EPSILON, name="bn")(x)
         return nn.relu(x)

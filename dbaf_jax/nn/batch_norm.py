@@ -42,10 +42,12 @@ class BatchNorm(nn.Module):
             if not self.is_initializing():
                 count = x.size // channels
                 unbiased = jax.lax.stop_gradient(var) * (count / max(count - 1, 1))
-                running_mean.value = self.momentum * running_mean.value + (1 - self.momentum) * jax.lax.stop_gradient(
-                    mean
+                running_mean.value = self.momentum * running_mean.value + (
+                    1 - self.momentum
+                ) * jax.lax.stop_gradient(mean)
+                running_var.value = (
+                    self.momentum * running_var.value + (1 - self.momentum) * unbiased
                 )
-                running_var.value = self.momentum * running_var.value + (1 - self.momentum) * unbiased
         else:
             # Running statistics stay float32 (see dbaf_jax.precision); normalise in x's dtype.
             mean, var = running_mean.value.astype(x.dtype), running_var.value.astype(x.dtype)

@@ -118,7 +118,9 @@ class EqualConv2d(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         in_features = x.shape[-1]
         k = self.kernel_size
-        kernel = self.param("kernel", nn.initializers.normal(1.0), (k, k, in_features, self.features))
+        kernel = self.param(
+            "kernel", nn.initializers.normal(1.0), (k, k, in_features, self.features)
+        )
         kernel = kernel / math.sqrt(in_features * k * k)
         x, kernel = cast(self.dtype, x, kernel)
         y = conv2d(x, kernel, stride=self.stride, padding=(self.padding, self.padding))
@@ -128,7 +130,9 @@ class EqualConv2d(nn.Module):
         return y
 
 
-def conv2d(x: jax.Array, kernel: jax.Array, stride: int = 1, padding: Sequence[int] = (0, 0)) -> jax.Array:
+def conv2d(
+    x: jax.Array, kernel: jax.Array, stride: int = 1, padding: Sequence[int] = (0, 0)
+) -> jax.Array:
     """Plain cross-correlation, NHWC x HWIO, with explicit (before, after) padding per side."""
     return jax.lax.conv_general_dilated(
         x,

@@ -25,5 +25,9 @@ def avg_pool2d(
     """`F.avg_pool2d(x, kernel, stride, padding, count_include_pad=...)`: (B, H, W, C) -> (B, H', W', C)."""
     pad = ((padding, padding), (padding, padding))
     return nn.avg_pool(
-        x, (kernel, kernel), strides=(stride, stride), padding=pad, count_include_pad=count_include_pad
+        x,
+        (kernel, kernel),
+        strides=(stride, stride),
+        padding=pad,
+        count_include_pad=count_include_pad,
     )

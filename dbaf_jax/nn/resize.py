@@ -39,7 +39,7 @@ def _pool_axis(x: jax.Array, axis: int, out_size: int) -> jax.Array:
     if in_size % out_size == 0:
         # Equal, non-overlapping windows: a reshape and a mean, cheaper than a matmul.
         factor = in_size // out_size
-        shape = x.shape[:axis] + (out_size, factor) + x.shape[axis + 1:]
+        shape = x.shape[:axis] + (out_size, factor) + x.shape[axis + 1 :]
         return x.reshape(shape).mean(axis=axis + 1)
     matrix = jnp.asarray(adaptive_pool_matrix(in_size, out_size), x.dtype)
     moved = jnp.moveaxis(x, axis, -1)
@@ -88,7 +88,9 @@ def half_pixel_taps(in_size: int, out_size: int) -> Taps:
     return _linear_taps(np.maximum(src, np.float32(0)), in_size)
 
 
-def _interpolate_axis(x: jax.Array, axis: int, out_size: int, taps: Callable[[int, int], Taps]) -> jax.Array:
+def _interpolate_axis(
+    x: jax.Array, axis: int, out_size: int, taps: Callable[[int, int], Taps]
+) -> jax.Array:
     in_size = x.shape[axis]
     if in_size == out_size:
         return x
@@ -104,11 +106,15 @@ def _interpolate_axis(x: jax.Array, axis: int, out_size: int, taps: Callable[[in
 def resize_bilinear_align_corners(x: jax.Array, out_hw: tuple[int, int]) -> jax.Array:
     """`F.interpolate(mode='bilinear', align_corners=True)` on (B, H, W, C) -> (B, out_h, out_w, C)."""
     out_h, out_w = out_hw
-    return _interpolate_axis(_interpolate_axis(x, 1, out_h, align_corners_taps), 2, out_w, align_corners_taps)
+    return _interpolate_axis(
+        _interpolate_axis(x, 1, out_h, align_corners_taps), 2, out_w, align_corners_taps
+    )
 
 
 def resize_bilinear(x: jax.Array, out_hw: tuple[int, int]) -> jax.Array:
     """`F.interpolate(mode='bilinear', align_corners=False)` (no antialiasing) on
     (B, H, W, C) -> (B, out_h, out_w, C)."""
     out_h, out_w = out_hw
-    return _interpolate_axis(_interpolate_axis(x, 1, out_h, half_pixel_taps), 2, out_w, half_pixel_taps)
+    return _interpolate_axis(
+        _interpolate_axis(x, 1, out_h, half_pixel_taps), 2, out_w, half_pixel_taps
+    )

@@ -58,11 +58,15 @@ def upfirdn2d(
     # Interior padding inserts the zeros; the trailing up - 1 zeros of each row that
     # rosinality's reshape-based upsampling produces go into the high padding.
     spatial = (before, after + up - 1, up - 1)
-    padded = jax.lax.pad(x.astype(jnp.float32), jnp.float32(0), ((0, 0, 0), spatial, spatial, (0, 0, 0)))
+    padded = jax.lax.pad(
+        x.astype(jnp.float32), jnp.float32(0), ((0, 0, 0), spatial, spatial, (0, 0, 0))
+    )
     batch, height, width, channels = padded.shape
     out_height, out_width = (height - kh) // down + 1, (width - kw) // down + 1
     if out_height < 1 or out_width < 1:
-        raise ValueError(f"upfirdn2d: a {kh}x{kw} kernel does not fit the padded {height}x{width} input")
+        raise ValueError(
+            f"upfirdn2d: a {kh}x{kw} kernel does not fit the padded {height}x{width} input"
+        )
     filtered = sum(
         float(taps[i, j])
         * jax.lax.slice(

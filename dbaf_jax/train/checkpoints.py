@@ -71,7 +71,9 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def check_compatible(meta: Mapping[str, Any], expected: Mapping[str, Any], source: str = "checkpoint") -> None:
+def check_compatible(
+    meta: Mapping[str, Any], expected: Mapping[str, Any], source: str = "checkpoint"
+) -> None:
     """Raises IncompatibleCheckpointError naming every field of ``expected`` that ``meta`` lacks or differs in.
 
     Nested mappings compare field by field (``architecture.cid.depth``); tuples equal
@@ -85,7 +87,9 @@ def check_compatible(meta: Mapping[str, Any], expected: Mapping[str, Any], sourc
         elif have[name] != value:
             differences.append(f"{name}: {have[name]!r}, expected {value!r}")
     if differences:
-        raise IncompatibleCheckpointError(f"{source} does not fit this run: " + "; ".join(differences))
+        raise IncompatibleCheckpointError(
+            f"{source} does not fit this run: " + "; ".join(differences)
+        )
 
 
 def _is_complete(step_dir: Path) -> bool:
@@ -126,7 +130,11 @@ def _key_to_json(rng: jax.Array) -> dict[str, Any]:
 
 def _key_from_json(stored: Mapping[str, Any]) -> jax.Array:
     data = np.asarray(stored["key_data"], dtype=stored["dtype"])
-    return jax.random.wrap_key_data(data, impl=stored["impl"]) if stored["impl"] else jax.numpy.asarray(data)
+    return (
+        jax.random.wrap_key_data(data, impl=stored["impl"])
+        if stored["impl"]
+        else jax.numpy.asarray(data)
+    )
 
 
 class TrainingCheckpointer:
@@ -137,7 +145,9 @@ class TrainingCheckpointer:
     `check_compatible`.
     """
 
-    def __init__(self, workdir: str | Path, save_every: int, keep: int, metadata: Mapping[str, Any]):
+    def __init__(
+        self, workdir: str | Path, save_every: int, keep: int, metadata: Mapping[str, Any]
+    ):
         self.directory = Path(workdir).absolute() / CHECKPOINT_DIR
         self.metadata = dict(metadata)
         json.dumps(self.metadata)  # fail now, not at the first save
@@ -149,9 +159,14 @@ class TrainingCheckpointer:
 
             multihost_utils.sync_global_devices("dbaf_jax checkpoint directory scanned")
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, save_interval_steps=save_every, create=True, cleanup_tmp_directories=True
+            max_to_keep=keep,
+            save_interval_steps=save_every,
+            create=True,
+            cleanup_tmp_directories=True,
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("state", "meta")
+        )
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -168,8 +183,15 @@ class TrainingCheckpointer:
         if force and step == self.latest_step():
             return False
         if not force and not self._manager.should_save(step):
-            return False  # before the metadata: reading the RNG would sync host and device every step
-        meta = {**self.metadata, "step": int(step), "data_position": int(step), "rng": _key_to_json(rng)}
+            return (
+                False  # before the metadata: reading the RNG would sync host and device every step
+            )
+        meta = {
+            **self.metadata,
+            "step": int(step),
+            "data_position": int(step),
+            "rng": _key_to_json(rng),
+        }
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         return self._manager.save(step, args=args, force=force)
 
@@ -178,9 +200,13 @@ class TrainingCheckpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint")
-        return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        return self._manager.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+        ).meta
 
-    def restore(self, step: int, abstract_state: Any, expected: Mapping[str, Any] | None = None) -> Restored:
+    def restore(
+        self, step: int, abstract_state: Any, expected: Mapping[str, Any] | None = None
+    ) -> Restored:
         """Restores ``step`` onto the shapes, dtypes and shardings of ``abstract_state``.
 
         ``expected`` (if given) is checked against the stored metadata first
@@ -190,10 +216,20 @@ class TrainingCheckpointer:
         meta = self.read_metadata(step)
         if expected is not None:
             check_compatible(meta, expected, source=f"checkpoint {self.directory / str(step)}")
-        restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
-        return Restored(restored.state, int(meta["step"]), _key_from_json(meta["rng"]), int(meta["data_position"]), meta)
+        restored = self._manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+        )
+        return Restored(
+            restored.state,
+            int(meta["step"]),
+            _key_from_json(meta["rng"]),
+            int(meta["data_position"]),
+            meta,
+        )
 
-    def restore_latest(self, abstract_state: Any, expected: Mapping[str, Any] | None = None) -> Restored | None:
+    def restore_latest(
+        self, abstract_state: Any, expected: Mapping[str, Any] | None = None
+    ) -> Restored | None:
         """`restore` of the latest complete checkpoint, or None when there is none."""
         step = self.latest_step()
         return None if step is None else self.restore(step, abstract_state, expected)
@@ -214,7 +250,10 @@ class TrainingCheckpointer:
 
 def abstract_like(tree: Any) -> Any:
     """ShapeDtypeStructs with the shardings of ``tree``'s arrays: the ``abstract_state`` to restore onto."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+        tree,
+    )
 
 
 @contextlib.contextmanager

@@ -27,10 +27,14 @@ def split_held_out(config: ml_collections.ConfigDict, source: data.ImageSource):
     if config.eval_every <= 0:
         return source, None
     if not 0 < config.eval_images < len(source):
-        raise DatasetError(f"eval_images {config.eval_images}: must be between 1 and the dataset's {len(source) - 1}")
+        raise DatasetError(
+            f"eval_images {config.eval_images}: must be between 1 and the dataset's {len(source) - 1}"
+        )
     kept = len(source) - config.eval_images
     held_out = data.Subset(source, kept, len(source))
-    return data.Subset(source, 0, kept), images.to_float(np.stack([held_out[i] for i in range(len(held_out))]))
+    return data.Subset(source, 0, kept), images.to_float(
+        np.stack([held_out[i] for i in range(len(held_out))])
+    )
 
 
 class BestModel:
@@ -50,7 +54,9 @@ class BestModel:
 
     def improves(self, metrics: dict[str, float]) -> bool:
         if self.metric not in metrics:
-            raise ConfigError(f"best_metric {self.metric!r}: the evaluation measures {sorted(metrics)}")
+            raise ConfigError(
+                f"best_metric {self.metric!r}: the evaluation measures {sorted(metrics)}"
+            )
         value = metrics[self.metric]
         return value > self.value if self.mode == "max" else value < self.value
 

@@ -35,7 +35,9 @@ import tqdm
 from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.train import checkpoints, evaluation, metrics as metrics_lib, networks as networks_lib, profiling, stages
+from dbaf_jax.train import checkpoints, evaluation, profiling, stages
+from dbaf_jax.train import metrics as metrics_lib
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage
@@ -49,7 +51,9 @@ def architecture(config: ml_collections.ConfigDict) -> dict:
     return {"architecture": json.loads(config.model.to_json())}
 
 
-def initial_variables(config: ml_collections.ConfigDict, nets: MethodNetworks, rng: jax.Array) -> dict:
+def initial_variables(
+    config: ml_collections.ConfigDict, nets: MethodNetworks, rng: jax.Array
+) -> dict:
     """The converted base networks (``model_dir``), then every network of the run that
     ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random."""
     built = networks_lib.modules(nets)
@@ -61,7 +65,9 @@ def initial_variables(config: ml_collections.ConfigDict, nets: MethodNetworks, r
         source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
         held = {n: n for n in built if (source / n).is_dir()}
         if not held:
-            raise ModelDirectoryError(f"{config.init_from}: init_from holds none of this run's networks {sorted(built)}")
+            raise ModelDirectoryError(
+                f"{config.init_from}: init_from holds none of this run's networks {sorted(built)}"
+            )
         sources.append((source, held))
     variables = {}
     for directory, names in sources:  # first, so that a missing file is reported at once
@@ -82,7 +88,9 @@ def data_source(config: ml_collections.ConfigDict):
         return data.SyntheticFaces(config.data.synthetic_size, config.model.size, config.seed)
     source = data.PreparedImages(config.data.dir)
     if source.size != config.model.size:
-        raise DatasetError(f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px")
+        raise DatasetError(
+            f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px"
+        )
     return source
 
 
@@ -97,7 +105,13 @@ class Setup(NamedTuple):
     exported_frozen: dict
 
 
-def setup(config: ml_collections.ConfigDict, nets: MethodNetworks, variables: dict, rng: jax.Array, mesh=None) -> Setup:
+def setup(
+    config: ml_collections.ConfigDict,
+    nets: MethodNetworks,
+    variables: dict,
+    rng: jax.Array,
+    mesh=None,
+) -> Setup:
     """The one training setup of the loop, the benchmarks and the FLOP counter:
     ``variables`` ({network: variables}, float32) split into the train state and the
     frozen networks, which the step takes in the compute dtype (cast once here), both
@@ -108,7 +122,9 @@ def setup(config: ml_collections.ConfigDict, nets: MethodNetworks, variables: di
     exported_frozen = frozen
     frozen = nets.model.compute_variables(frozen)
     if mesh is not None:
-        state = jax.device_put(state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size))
+        state = jax.device_put(
+            state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size)
+        )
         exported_frozen = jax.device_get(exported_frozen)
         frozen = jax.device_put(frozen, sharding.replicated(mesh))
     return Setup(stage, state, frozen, exported_frozen)
@@ -144,7 +160,9 @@ class StepPrograms:
     the penalty), each compiled on first use, saying so through ``announce``:
     ``(step_number, state, frozen, images, index_in_epoch) -> (state, metrics)``."""
 
-    def __init__(self, stage: TrainingStage, mesh, state, frozen, announce: Callable[[str], Any] = print):
+    def __init__(
+        self, stage: TrainingStage, mesh, state, frozen, announce: Callable[[str], Any] = print
+    ):
         self._make = functools.partial(make_step, stage, mesh, state, frozen)
         self._variant = stage.step_variant
         self._announce = announce
@@ -156,13 +174,19 @@ class StepPrograms:
         key = tuple(sorted(variant.items()))
         if key in self._programs:
             return self._programs[key]
-        what = "the training step" + ("" if variant.get("take_r1", True) else " without R1 (lazy R1)")
+        what = "the training step" + (
+            "" if variant.get("take_r1", True) else " without R1 (lazy R1)"
+        )
         args = (state, frozen, images, index_in_epoch)
-        self._programs[key] = progress_lib.compile_announced(self._make(**variant), what, self._announce, *args)
+        self._programs[key] = progress_lib.compile_announced(
+            self._make(**variant), what, self._announce, *args
+        )
         return self._programs[key]
 
     def __call__(self, step: int, state, frozen, images: jax.Array, index_in_epoch: jax.Array):
-        return self.compile(step, state, frozen, images, index_in_epoch)(state, frozen, images, index_in_epoch)
+        return self.compile(step, state, frozen, images, index_in_epoch)(
+            state, frozen, images, index_in_epoch
+        )
 
 
 class FirstCallAnnounced:
@@ -175,7 +199,9 @@ class FirstCallAnnounced:
 
     def __call__(self, *args):
         if self._program is None:
-            self._program = progress_lib.compile_announced(self._jitted, self._what, self._announce, *args)
+            self._program = progress_lib.compile_announced(
+                self._jitted, self._what, self._announce, *args
+            )
         return self._program(*args)
 
 
@@ -185,12 +211,16 @@ def make_sampler(stage: TrainingStage, rng: jax.Array):
     the random keys are fixed, so successive grids show the same faces. The frozen
     networks and images are arguments, not constants of the program: XLA would spend
     minutes folding constants that large."""
-    return jax.jit(lambda state, frozen, images: stage.sample(state.variables(frozen), frozen, images, rng))
+    return jax.jit(
+        lambda state, frozen, images: stage.sample(state.variables(frozen), frozen, images, rng)
+    )
 
 
 def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray:
     """One row per face, one column per output, each column named by ``labels`` -> a uint8 grid."""
-    stacked = np.stack([np.asarray(c) for c in jax.device_get(columns)], axis=1)  # (B, columns, H, W, 3)
+    stacked = np.stack(
+        [np.asarray(c) for c in jax.device_get(columns)], axis=1
+    )  # (B, columns, H, W, 3)
     grid = images_lib.make_grid(stacked.reshape(-1, *stacked.shape[2:]), rows=stacked.shape[0])
     return images_lib.label_columns(grid, labels, cell_width=stacked.shape[3])
 
@@ -198,7 +228,9 @@ def sample_grid(columns: list[jax.Array], labels: tuple[str, ...]) -> np.ndarray
 def make_evaluator(stage: TrainingStage, rng: jax.Array):
     """A jitted function (state, frozen, held-out images (replicated)) -> {metric: scalar}
     (arguments rather than constants, as in `make_sampler`)."""
-    return jax.jit(lambda state, frozen, images: stage.evaluate(state.variables(frozen), frozen, images, rng))
+    return jax.jit(
+        lambda state, frozen, images: stage.evaluate(state.variables(frozen), frozen, images, rng)
+    )
 
 
 def export(workdir: Path, stage: TrainingStage, variables: dict, name: str = MODEL_EXPORT) -> Path:
@@ -213,7 +245,9 @@ def export(workdir: Path, stage: TrainingStage, variables: dict, name: str = MOD
     exported = {n: (named[n], variables[n]) for n in stage.exported_networks()}
     sources = dict.fromkeys(exported, f"{type(stage).__name__} training")
     family = stage.networks.model.FAMILY  # 'dbaf' or 'ifadit': what model.json names
-    return model_directory.save_model(workdir / name, family, exported, sources, overwrite=True, recovery=stage.trained_recovery)
+    return model_directory.save_model(
+        workdir / name, family, exported, sources, overwrite=True, recovery=stage.trained_recovery
+    )
 
 
 def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: MethodState) -> None:
@@ -223,16 +257,22 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: Meth
     but before its result is bound leaves no intact state: the latest checkpoint stands.
     """
     if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):
-        logging.warning("the interrupted step's state was donated; resume from the latest checkpoint")
+        logging.warning(
+            "the interrupted step's state was donated; resume from the latest checkpoint"
+        )
         return
     checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> MethodState:
-    started = time.perf_counter()  # the final line's total includes building and initialising the networks
+    started = (
+        time.perf_counter()
+    )  # the final line's total includes building and initialising the networks
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    mesh = sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
+    mesh = sharding.make_mesh(
+        None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp
+    )
     nets = stages.build_networks(config)
     init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
 
@@ -242,12 +282,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         raise DatasetError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
     total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
 
-    stage, state, frozen, exported_frozen = setup(config, nets, initial_variables(config, nets, init_rng), state_rng, mesh)
+    stage, state, frozen, exported_frozen = setup(
+        config, nets, initial_variables(config, nets, init_rng), state_rng, mesh
+    )
 
     # A method whose train state changed its layout names the layout, so that a checkpoint
     # of the old one is refused with the field named rather than failing inside Orbax.
     meta = {"stage": config.stage, **architecture(config), **getattr(stage, "state_layout", {})}
-    checkpointer = checkpoints.TrainingCheckpointer(workdir, config.checkpoint_every, config.keep_checkpoints, meta)
+    checkpointer = checkpoints.TrainingCheckpointer(
+        workdir, config.checkpoint_every, config.keep_checkpoints, meta
+    )
     restored = checkpointer.restore_latest(checkpoints.abstract_like(state), expected=meta)
     start = 0
     if restored is not None:
@@ -275,20 +319,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             state = warmed
     step_fn = StepPrograms(stage, mesh, state, frozen, announce)
     profile = profiling.StepProfile(workdir, start, config.profile_steps if primary else 0)
-    batches = data.batches(source, config.batch_size, config.seed, start_step=start, num_epochs=None)
+    batches = data.batches(
+        source, config.batch_size, config.seed, start_step=start, num_epochs=None
+    )
     sampling = config.sample_every > 0
     if sampling:
         # Held-out faces when there are enough: a grid of faces the model trained on flatters it.
         local = config.batch_size // jax.process_count()  # put_batch takes each process's part
         first = jax.process_index() * local
-        shown = held_out[first : first + local] if held_out is not None and len(held_out) >= config.batch_size else None
-        shown = next(data.batches(source, config.batch_size, config.seed + 1)) if shown is None else shown
+        shown = (
+            held_out[first : first + local]
+            if held_out is not None and len(held_out) >= config.batch_size
+            else None
+        )
+        shown = (
+            next(data.batches(source, config.batch_size, config.seed + 1))
+            if shown is None
+            else shown
+        )
         sample_images = sharding.put_batch(mesh, shown)
         sampler = FirstCallAnnounced(make_sampler(stage, sample_rng), "the sample grid", announce)
     if held_out is not None:
         held_out_images = jax.device_put(held_out, sharding.replicated(mesh))
         evaluator = FirstCallAnnounced(make_evaluator(stage, eval_rng), "the evaluation", announce)
-        best = evaluation.BestModel(workdir, config.best_metric, config.best_mode) if config.best_metric else None
+        best = (
+            evaluation.BestModel(workdir, config.best_metric, config.best_mode)
+            if config.best_metric
+            else None
+        )
     writer = metrics_lib.MetricsWriter(workdir / "metrics", clock, print_fn=progress.write)
     step = start
     evaluated = None
@@ -302,7 +360,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                     program = step_fn.compile(step, state, frozen, images, index_in_epoch)
                 done = step + 1
                 logging_now = done % config.log_every == 0 or done == total_steps
-                evaluating = held_out is not None and (done % config.eval_every == 0 or done == total_steps)
+                evaluating = held_out is not None and (
+                    done % config.eval_every == 0 or done == total_steps
+                )
                 sampling_now = sampling and (done % config.sample_every == 0 or done == total_steps)
                 with clock.training():
                     state, step_metrics = program(state, frozen, images, index_in_epoch)
@@ -315,25 +375,51 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                     scalars.update(jax.device_get(step_metrics))
                 if evaluating:
                     with clock.other("evaluation"):
-                        evaluated = {k: float(v) for k, v in jax.device_get(evaluator(state, frozen, held_out_images)).items()}
+                        evaluated = {
+                            k: float(v)
+                            for k, v in jax.device_get(
+                                evaluator(state, frozen, held_out_images)
+                            ).items()
+                        }
                         scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
                         if best is not None and best.improves(evaluated) and primary:
-                            export(workdir, stage, state_lib.exported_variables(state, exported_frozen), evaluation.BEST_EXPORT)
+                            export(
+                                workdir,
+                                stage,
+                                state_lib.exported_variables(state, exported_frozen),
+                                evaluation.BEST_EXPORT,
+                            )
                             best.record(done, evaluated)
                 if scalars:
-                    append_metrics(workdir / "metrics" / METRICS_FILE, done, writer.write_scalars(done, scalars))
+                    append_metrics(
+                        workdir / "metrics" / METRICS_FILE,
+                        done,
+                        writer.write_scalars(done, scalars),
+                    )
                 if sampling_now:
                     with clock.other("sample grids"):
-                        writer.write_images(done, {f"{stages.name(config).replace(' ', '')}_samples": sample_grid(sampler(state, frozen, sample_images), stage.sample_columns)})
+                        writer.write_images(
+                            done,
+                            {
+                                f"{stages.name(config).replace(' ', '')}_samples": sample_grid(
+                                    sampler(state, frozen, sample_images), stage.sample_columns
+                                )
+                            },
+                        )
                 with clock.other("checkpoints"):
                     checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
                 rate = clock.steps_per_sec()
                 if np.isfinite(rate):
-                    progress.set_postfix_str(f"{rate:.3g} steps/s, ETA {metrics_lib.format_duration(clock.eta_seconds(done))}", refresh=False)
+                    progress.set_postfix_str(
+                        f"{rate:.3g} steps/s, ETA {metrics_lib.format_duration(clock.eta_seconds(done))}",
+                        refresh=False,
+                    )
                 progress.update(1)
                 step = done
             with clock.other("checkpoints"):
-                checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
+                checkpointer.save(
+                    int(state.step), state, jax.random.wrap_key_data(state.rng), force=True
+                )
     except KeyboardInterrupt:
         logging.warning("interrupted at step %d: saving a checkpoint", step)
         save_interrupted(checkpointer, state)
@@ -349,6 +435,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         if line:
             print(line)
         print(f"done in {metrics_lib.format_duration(clock.elapsed())}: {clock.summary()}")
-        print(f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
-              f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})")
+        print(
+            f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
+            f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})"
+        )
     return state

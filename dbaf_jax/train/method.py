@@ -42,8 +42,7 @@ class MethodNetworks(Protocol):
         """Network name -> module, for every network of the run."""
         ...
 
-    def with_compute_dtype(self, dtype: str | None) -> "MethodNetworks":
-        ...
+    def with_compute_dtype(self, dtype: str | None) -> "MethodNetworks": ...
 
     def examples(self, size: int) -> Any:
         """The zero inputs (`dbaf_jax.train.networks.Examples`) the networks are initialised on."""
@@ -110,11 +109,15 @@ class TrainingStage(Protocol[NetworksT]):
         """The static arguments of ``step`` at the 0-based step ``step`` (e.g. lazy R1)."""
         ...
 
-    def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         """One image batch (B, H, W, 3) per entry of ``sample_columns``."""
         ...
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> Metrics:
         """Scalar measures on held-out images."""
         ...
 

@@ -47,11 +47,17 @@ class NetworkSpec(NamedTuple):
     """One row of a method's networks table."""
 
     name: str  # the network's name in a run (and in its exported model directory)
-    pretrained: str | None  # the sub-directory of the converted model directory it starts from, or None
+    pretrained: (
+        str | None
+    )  # the sub-directory of the converted model directory it starts from, or None
     # (networks, {key owner: key}, examples) -> the network's random variables (float32)
     init: Callable[..., Variables]
-    own_key: bool = True  # False: initialised from another row's key (the key generator from the decoder's)
-    exported: bool = True  # written to the model directory a finished run exports (False: a loss's critic)
+    own_key: bool = (
+        True  # False: initialised from another row's key (the key generator from the decoder's)
+    )
+    exported: bool = (
+        True  # written to the model directory a finished run exports (False: a loss's critic)
+    )
 
 
 def pretrained_of(table: tuple[NetworkSpec, ...]) -> dict[str, str]:
@@ -69,7 +75,11 @@ def exported_of(networks, leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
     the exported rows the run has (a model without MAAR or a parser has no such row),
     but those in ``leave_out`` (e.g. KRIA, which stage 1 does not train)."""
     built = networks.modules()
-    return tuple(row.name for row in networks.table if row.exported and row.name in built and row.name not in leave_out)
+    return tuple(
+        row.name
+        for row in networks.table
+        if row.exported and row.name in built and row.name not in leave_out
+    )
 
 
 def modules(networks) -> dict:
@@ -90,13 +100,17 @@ def init_variables(
     unknown = set(names) - set(built)
     if unknown:
         raise ValueError(f"no networks named {sorted(unknown)} in this run")
-    if isinstance(rng, jax.core.Tracer):  # inside the caller's trace (jit, eval_shape): no jit of its own
+    if isinstance(
+        rng, jax.core.Tracer
+    ):  # inside the caller's trace (jit, eval_shape): no jit of its own
         return _initializer(networks, size, names)(rng)
     return _jitted_initializer(networks, size, names)(rng)
 
 
 @functools.lru_cache(maxsize=4)
-def _jitted_initializer(networks, size: int, names: tuple[str, ...]) -> Callable[[jax.Array], Variables]:
+def _jitted_initializer(
+    networks, size: int, names: tuple[str, ...]
+) -> Callable[[jax.Array], Variables]:
     """One jitted program per architecture, kept for later runs in the process.
 
     Traced eagerly, Flax would compile every distinct small op separately; under jit
@@ -144,8 +158,12 @@ def load_pretrained(
         network = model_directory.load_network(path)
         expected = model_directory.module_config(built[name])
         found = model_directory.module_config(network.module)
-        differ = {k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v}
+        differ = {
+            k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v
+        }
         if differ:
-            raise ModelDirectoryError(f"{path}: architecture differs from the config (field: file vs config) {differ}")
+            raise ModelDirectoryError(
+                f"{path}: architecture differs from the config (field: file vs config) {differ}"
+            )
         loaded[name] = network.variables
     return loaded

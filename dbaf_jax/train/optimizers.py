@@ -119,7 +119,9 @@ class Optimizer(NamedTuple):
     """
 
     init: Callable[[Any], tuple[optax.LookaheadParams, RangerState]]
-    step: Callable[[Any, RangerState, optax.LookaheadParams], tuple[optax.LookaheadParams, RangerState]]
+    step: Callable[
+        [Any, RangerState, optax.LookaheadParams], tuple[optax.LookaheadParams, RangerState]
+    ]
     leaves: Callable[[tuple[jax.Array, ...], Any], Any]
 
 
@@ -158,7 +160,9 @@ def _groups(params, axes: CentralizationAxes) -> tuple[_Group, ...]:
         shape = tuple(leaf.shape)
         reduce = axes(tuple(_key_name(entry) for entry in path), shape)
         members.setdefault((shape, jnp.dtype(leaf.dtype), reduce), []).append(index)
-    return tuple(_Group(tuple(indices), shape, reduce) for (shape, _, reduce), indices in members.items())
+    return tuple(
+        _Group(tuple(indices), shape, reduce) for (shape, _, reduce), indices in members.items()
+    )
 
 
 def _joined(leaves: list[jax.Array], group: _Group) -> jax.Array:
@@ -173,7 +177,9 @@ def _split(joined: jax.Array, group: _Group) -> list[jax.Array]:
     if len(group.indices) == 1:
         return [joined.reshape(group.shape)]
     rows = group.shape[0] if group.shape else 1
-    parts = [jax.lax.slice_in_dim(joined, i * rows, (i + 1) * rows) for i in range(len(group.indices))]
+    parts = [
+        jax.lax.slice_in_dim(joined, i * rows, (i + 1) * rows) for i in range(len(group.indices))
+    ]
     return parts if group.shape else [part.reshape(()) for part in parts]
 
 
@@ -217,9 +223,13 @@ def ranger(
     def init(params):
         groups = _groups(params, centralization_axes)
         leaves = jax.tree.leaves(params)
-        slow = tuple(jnp.copy(_joined(leaves, group)) for group in groups)  # own buffers: the state is donated
+        slow = tuple(
+            jnp.copy(_joined(leaves, group)) for group in groups
+        )  # own buffers: the state is donated
         zeros = lambda: tuple(jnp.zeros_like(x) for x in slow)  # noqa: E731
-        return optax.LookaheadParams(fast=params, slow=slow), RangerState(jnp.zeros([], jnp.int32), zeros(), zeros())
+        return optax.LookaheadParams(fast=params, slow=slow), RangerState(
+            jnp.zeros([], jnp.int32), zeros(), zeros()
+        )
 
     def leaves_of(grouped, like):
         out = [None] * len(jax.tree.leaves(like))
@@ -236,7 +246,9 @@ def ranger(
         one_minus_b2t = -jnp.expm1(t * jnp.float32(math.log(b2)))
         n_sma = _rectification_length(t, b2)
         rectified = n_sma > n_sma_threshold
-        ratio = jnp.maximum((n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0)
+        ratio = jnp.maximum(
+            (n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0
+        )
         step_size = jnp.where(rectified, jnp.sqrt(one_minus_b2t * ratio), 1.0) / one_minus_b1t
         # Lookahead as optax writes it: after every k-th fast step the slow weights move
         # alpha of the way to the fast ones, and the fast weights to them.
@@ -247,7 +259,10 @@ def ranger(
 
         def update(g, m, v, fast, slow):
             if m.dtype not in scalars:
-                scalars[m.dtype] = [jnp.asarray(x, m.dtype) for x in (b1, 1 - b1, b2, 1 - b2, eps, -learning_rate, weight_decay)]
+                scalars[m.dtype] = [
+                    jnp.asarray(x, m.dtype)
+                    for x in (b1, 1 - b1, b2, 1 - b2, eps, -learning_rate, weight_decay)
+                ]
             c_b1, c_1_b1, c_b2, c_1_b2, c_eps, c_lr, c_wd = scalars[m.dtype]
             m = c_b1 * m + c_1_b1 * g
             v = c_b2 * v + c_1_b2 * g * g
@@ -271,6 +286,8 @@ def ranger(
             mu.append(m)
             nu.append(v)
         fast_tree = jax.tree.unflatten(jax.tree.structure(params.fast), new_fast)
-        return optax.LookaheadParams(fast=fast_tree, slow=tuple(slow)), RangerState(count, tuple(mu), tuple(nu))
+        return optax.LookaheadParams(fast=fast_tree, slow=tuple(slow)), RangerState(
+            count, tuple(mu), tuple(nu)
+        )
 
     return Optimizer(init, step, leaves_of)

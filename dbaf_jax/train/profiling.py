@@ -45,4 +45,6 @@ class StepProfile:
         if self.active:
             jax.profiler.stop_trace()
             self.active = False
-            print(f"profile of {self.count} step(s) in {self.folder} (tensorboard --logdir {self.folder})")
+            print(
+                f"profile of {self.count} step(s) in {self.folder} (tensorboard --logdir {self.folder})"
+            )

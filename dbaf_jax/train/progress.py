@@ -57,7 +57,11 @@ class StepClock:
         self.other_seconds[what] = self.other_seconds.get(what, 0.0) + seconds
 
     def steps_per_sec(self) -> float:
-        return self.steps / self.train_seconds if self.steps and self.train_seconds > 0 else float("nan")
+        return (
+            self.steps / self.train_seconds
+            if self.steps and self.train_seconds > 0
+            else float("nan")
+        )
 
     def eta_seconds(self, step: int) -> float:
         """Training time left after ``step`` at the rate so far (evaluation and the rest not included)."""
@@ -68,6 +72,8 @@ class StepClock:
 
     def summary(self) -> str:
         """'training 41.2 s (30 steps, 0.73 steps/s); compiling 48.0 s; evaluation 3.1 s'."""
-        parts = [f"training {self.train_seconds:.1f} s ({self.steps} steps, {self.steps_per_sec():.3g} steps/s)"]
+        parts = [
+            f"training {self.train_seconds:.1f} s ({self.steps} steps, {self.steps_per_sec():.3g} steps/s)"
+        ]
         parts += [f"{what} {seconds:.1f} s" for what, seconds in self.other_seconds.items()]
         return "; ".join(parts)

@@ -45,7 +45,11 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
     """{dotted field: (stored value, current value)} for every field that differs; a
     field only one side has shows as None on the other."""
     old, new = flatten(stored), flatten(current)
-    return {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k) or (k in old) != (k in new)}
+    return {
+        k: (old.get(k), new.get(k))
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k) or (k in old) != (k in new)
+    }
 
 
 def read_stored(workdir: Path) -> dict[str, Any] | None:
@@ -57,7 +61,9 @@ def read_stored(workdir: Path) -> dict[str, Any] | None:
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ConfigError(f"{path}: cannot read the workdir's stored configuration ({err})") from None
+        raise ConfigError(
+            f"{path}: cannot read the workdir's stored configuration ({err})"
+        ) from None
     if not isinstance(stored, dict):
         raise ConfigError(f"{path}: the workdir's stored configuration is not a JSON object")
     return stored
@@ -76,13 +82,19 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _log(workdir: Path, entry: dict[str, Any]) -> None:
-    entry = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **entry}
+    entry = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **entry,
+    }
     with open(workdir / HISTORY_FILE, "a", encoding="utf-8") as history:
         history.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
 def check_and_store(
-    workdir: str | Path, config: ml_collections.ConfigDict, allow_change: bool = False, flag: str = "allow_change"
+    workdir: str | Path,
+    config: ml_collections.ConfigDict,
+    allow_change: bool = False,
+    flag: str = "allow_change",
 ) -> dict[str, tuple[Any, Any]]:
     """Stores ``config`` in ``workdir`` on its first run; on one that resumes a
     checkpoint compares it with the stored configuration. Returns the differences (empty on a first or same run).
@@ -99,12 +111,19 @@ def check_and_store(
         stored = None  # nothing trained yet (a first run that failed early): the new settings simply apply
     changed = {} if stored is None else differences(stored, current)
     if changed and not allow_change:
-        shown = ", ".join(f"{k} {json.dumps(old)} -> {json.dumps(new)}" for k, (old, new) in changed.items())
+        shown = ", ".join(
+            f"{k} {json.dumps(old)} -> {json.dumps(new)}" for k, (old, new) in changed.items()
+        )
         raise ConfigError(
             f"{workdir} was trained with another configuration ({workdir / CONFIG_FILE}): {shown}; "
             f"run with the same settings to resume, or pass {flag} if the change is intended"
         )
     if stored is None or changed:
         _write_atomic(workdir / CONFIG_FILE, json.dumps(current, indent=1, sort_keys=True) + "\n")
-    _log(workdir, {"event": "start"} if stored is None else {"event": "resume", "changed": {k: list(v) for k, v in changed.items()}})
+    _log(
+        workdir,
+        {"event": "start"}
+        if stored is None
+        else {"event": "resume", "changed": {k: list(v) for k, v in changed.items()}},
+    )
     return changed

@@ -44,7 +44,9 @@ def discriminate_each(d_apply: Callable[[jax.Array], jax.Array], batches: jax.Ar
     return jax.vmap(d_apply)(batches)
 
 
-def discriminate_real_and_fakes(d_apply: Callable[[jax.Array], jax.Array], real: jax.Array, fakes: jax.Array) -> tuple[jax.Array, jax.Array]:
+def discriminate_real_and_fakes(
+    d_apply: Callable[[jax.Array], jax.Array], real: jax.Array, fakes: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """D's logits for ``real`` (B, H, W, 3) and ``fakes`` (K, B, H, W, 3), (B, 1) and
     (K, B, 1), each batch a call of its own (`discriminate_each`) but all in one trace
     of D: the step's program holds one copy of D's forward and backward, not two."""
@@ -58,5 +60,7 @@ def agreement(critics: Critics, originals: jax.Array, others: jax.Array, name: s
     return {
         f"{name}_psnr": jnp.mean(image_metrics.psnr(originals, others)),
         f"{name}_lpips": jnp.mean(critics.lpips(originals, others)),
-        f"{name}_similarity": jnp.mean(losses.cosine_similarity(critics.embed(originals), critics.embed(others))),
+        f"{name}_similarity": jnp.mean(
+            losses.cosine_similarity(critics.embed(originals), critics.embed(others))
+        ),
     }

@@ -17,10 +17,13 @@ import jax
 import ml_collections
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.train.dbaf import networks as dbaf_networks, state as dbaf_state
+from dbaf_jax.train.dbaf import networks as dbaf_networks
+from dbaf_jax.train.dbaf import state as dbaf_state
 from dbaf_jax.train.dbaf.stage1 import Stage1
 from dbaf_jax.train.dbaf.stage2 import Stage2
-from dbaf_jax.train.ifadit import networks as ifadit_networks, phases as ifadit_phases, state as ifadit_state
+from dbaf_jax.train.ifadit import networks as ifadit_networks
+from dbaf_jax.train.ifadit import phases as ifadit_phases
+from dbaf_jax.train.ifadit import state as ifadit_state
 from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage, Variables
 
 
@@ -28,9 +31,13 @@ class Method(NamedTuple):
     """What the loop needs of a method's training."""
 
     stages: Mapping[Any, type[TrainingStage[Any]]]  # config.stage -> its stage class
-    build_networks: Callable[[ml_collections.ConfigDict], MethodNetworks]  # config -> the networks table
+    build_networks: Callable[
+        [ml_collections.ConfigDict], MethodNetworks
+    ]  # config -> the networks table
     # (config, variables, rng) -> (train state, frozen variables, the optimizers its stages take)
-    create_state: Callable[[ml_collections.ConfigDict, Variables, jax.Array], tuple[MethodState, Variables, Any]]
+    create_state: Callable[
+        [ml_collections.ConfigDict, Variables, jax.Array], tuple[MethodState, Variables, Any]
+    ]
 
 
 METHODS = {

@@ -19,7 +19,13 @@ from dbaf_jax.train.method import MethodState, Variables
 def joined(frozen: Variables, params: Variables, model_state: Variables) -> Variables:
     """{network: variables}: the frozen networks' and, for each trained network, its
     ``params`` with its ``model_state`` collections (what `split_trainable` took apart)."""
-    return {**frozen, **{name: {"params": trained, **model_state.get(name, {})} for name, trained in params.items()}}
+    return {
+        **frozen,
+        **{
+            name: {"params": trained, **model_state.get(name, {})}
+            for name, trained in params.items()
+        },
+    }
 
 
 def split_trainable(
@@ -31,9 +37,15 @@ def split_trainable(
     trainable = set(config.trainable)
     unknown = trainable - set(variables)
     if unknown:
-        raise ConfigError(f"config.trainable names networks this run does not have: {sorted(unknown)}")
+        raise ConfigError(
+            f"config.trainable names networks this run does not have: {sorted(unknown)}"
+        )
     trained = {n: v["params"] for n, v in variables.items() if n in trainable and n not in apart}
-    model_state = {n: {c: x for c, x in v.items() if c != "params"} for n, v in variables.items() if n in trained}
+    model_state = {
+        n: {c: x for c, x in v.items() if c != "params"}
+        for n, v in variables.items()
+        if n in trained
+    }
     frozen = {n: v for n, v in variables.items() if n not in trained and n not in apart}
     return trained, model_state, frozen
 

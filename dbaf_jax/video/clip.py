@@ -95,7 +95,9 @@ def _video_stream(container, path: Path):
 def _rotation(value, path: Path) -> int:
     rotation = int(round(float(value or 0))) % 360
     if rotation % 90:
-        raise InputError(f"{path}: a display rotation of {rotation} degrees is not a multiple of 90")
+        raise InputError(
+            f"{path}: a display rotation of {rotation} degrees is not a multiple of 90"
+        )
     return rotation
 
 
@@ -113,11 +115,21 @@ def probe(path: str | Path) -> ClipInfo:
             seconds = float(stream.duration * stream.time_base)
         else:
             seconds = container.duration / av.time_base if container.duration else None
-        return ClipInfo(first.width, first.height, _rotation(first.rotation, path), Fraction(rate), Fraction(stream.time_base),
-                        len(container.streams.audio), stream.frames or None, seconds)
+        return ClipInfo(
+            first.width,
+            first.height,
+            _rotation(first.rotation, path),
+            Fraction(rate),
+            Fraction(stream.time_base),
+            len(container.streams.audio),
+            stream.frames or None,
+            seconds,
+        )
 
 
-def shortfall(path: Path, info: ClipInfo, decoded: int, first_pts: int | None, last_pts: int | None) -> str | None:
+def shortfall(
+    path: Path, info: ClipInfo, decoded: int, first_pts: int | None, last_pts: int | None
+) -> str | None:
     """A note when a pass decoded fewer frames than ``path``'s container declares (a
     truncated or damaged file that the decoder ends quietly), else None: against its
     frame count when it gives one, else against its duration (the span from the first
@@ -131,8 +143,10 @@ def shortfall(path: Path, info: ClipInfo, decoded: int, first_pts: int | None, l
     span = float((last_pts - first_pts) * info.time_base) + 1 / float(info.rate)
     if span >= info.declared_seconds - 2 / float(info.rate):
         return None
-    return (f"{path}: decoded {decoded} frame(s), {span:.2f} s of the {info.declared_seconds:.2f} s its container declares "
-            f"(truncated or damaged?); the output holds those {decoded}")
+    return (
+        f"{path}: decoded {decoded} frame(s), {span:.2f} s of the {info.declared_seconds:.2f} s its container declares "
+        f"(truncated or damaged?); the output holds those {decoded}"
+    )
 
 
 def packet_count(path: str | Path) -> int:
@@ -174,8 +188,12 @@ def frames(path: str | Path, info: ClipInfo) -> Iterator[Frame]:
         for index, frame in enumerate(_decoded(container, stream, path)):
             pixels = frame.to_ndarray(format="rgb24")
             if pixels.shape[:2] != (info.height, info.width):
-                raise InputError(f"{path}: frame {index} is {pixels.shape[1]}x{pixels.shape[0]}, not {info.width}x{info.height}")
-            yield Frame(index, frame.pts, np.ascontiguousarray(np.rot90(pixels, info.rotation // 90)))
+                raise InputError(
+                    f"{path}: frame {index} is {pixels.shape[1]}x{pixels.shape[0]}, not {info.width}x{info.height}"
+                )
+            yield Frame(
+                index, frame.pts, np.ascontiguousarray(np.rot90(pixels, info.rotation // 90))
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +216,16 @@ class Writer:
     muxer is ``format``) with the source's rotation, time base and audio streams, and
     the container metadata ``tags`` (for a muxer that holds them, `holds_tags`)."""
 
-    def __init__(self, source: Path, target: Path, format: str, info: ClipInfo, encoding: Encoding, codec: str,
-                 tags: dict[str, str] | None = None):
+    def __init__(
+        self,
+        source: Path,
+        target: Path,
+        format: str,
+        info: ClipInfo,
+        encoding: Encoding,
+        codec: str,
+        tags: dict[str, str] | None = None,
+    ):
         self.info = info
         self.source = source
         # MP4 and MOV write tags beyond their fixed set (title, comment, ...) only when asked.
@@ -216,7 +242,9 @@ class Writer:
         self.stream.time_base = info.time_base
         self.stream.codec_context.time_base = info.time_base
         if codec in ("libx264", "libx265", "libvpx-vp9"):
-            self.stream.options = {"crf": str(encoding.crf)} | ({"b": "0"} if codec == "libvpx-vp9" else {})
+            self.stream.options = {"crf": str(encoding.crf)} | (
+                {"b": "0"} if codec == "libvpx-vp9" else {}
+            )
         if info.rotation:
             self.stream.set_display_rotation(info.rotation)
         self._audio_in = av.open(str(source)) if info.audio_streams else None
@@ -227,7 +255,9 @@ class Writer:
                     self._audio_map[stream.index] = self.output.add_stream_from_template(stream)
                 except (av.error.FFmpegError, ValueError) as err:
                     self.close()
-                    raise ConfigError(f"cannot copy audio stream {stream.index} ({stream.codec_context.name}) into {format} ({err})") from None
+                    raise ConfigError(
+                        f"cannot copy audio stream {stream.index} ({stream.codec_context.name}) into {format} ({err})"
+                    ) from None
             self._packets = self._audio_in.demux(*self._audio_in.streams.audio)
         self._pending = None
         self._last_pts = None
@@ -251,7 +281,9 @@ class Writer:
 
     def write(self, pixels: np.ndarray, pts: int | None) -> None:
         """Encodes one upright frame (H, W, 3) uint8 shown at ``pts`` (in the time base)."""
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(np.rot90(pixels, -(self.info.rotation // 90))), format="rgb24")
+        frame = av.VideoFrame.from_ndarray(
+            np.ascontiguousarray(np.rot90(pixels, -(self.info.rotation // 90))), format="rgb24"
+        )
         if pts is None or (self._last_pts is not None and pts <= self._last_pts):
             pts = 0 if self._last_pts is None else self._last_pts + 1
         frame.pts, frame.time_base = pts, self.info.time_base

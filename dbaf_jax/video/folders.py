@@ -36,8 +36,10 @@ def anonymized_clip(source: Path) -> str | None:
         return None
     if not ours:
         return None
-    return (f"{source}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
-            "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)")
+    return (
+        f"{source}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
+        "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)"
+    )
 
 
 @dataclasses.dataclass
@@ -71,7 +73,9 @@ class FolderClips:
         sidecar is made again."""
         targets = [plan.video_targets[source] for source in plan.videos]
         if not resume:
-            check_outputs([path for target in targets for path in self._outputs(target)], self.overwrite)
+            check_outputs(
+                [path for target in targets for path in self._outputs(target)], self.overwrite
+            )
             return {}
         kept = {}
         for source, target in zip(plan.videos, targets):
@@ -83,11 +87,20 @@ class FolderClips:
             except InputError:
                 made = None
             if made is None or made.fingerprint != self.anonymizer.fingerprint:
-                raise OutputExistsError(f"{side} exists and is not the sidecar of this model's anonymize run; move it or pass --overwrite")
+                raise OutputExistsError(
+                    f"{side} exists and is not the sidecar of this model's anonymize run; move it or pass --overwrite"
+                )
             kept[source] = made.record
         return kept
 
-    def run(self, plan: Plan, report: Report, record: keys.KeyRecord | None = None, kept: Iterable[Path] = (), redo: bool = False) -> None:
+    def run(
+        self,
+        plan: Plan,
+        report: Report,
+        record: keys.KeyRecord | None = None,
+        kept: Iterable[Path] = (),
+        redo: bool = False,
+    ) -> None:
         """Runs every clip of ``plan`` but those ``kept`` into ``report``: anonymize with
         ``record`` (the run's salt), recovery with each clip's sidecar. ``redo``
         (resume): an incomplete earlier output of a clip is replaced."""
@@ -104,13 +117,28 @@ class FolderClips:
                         report.skipped.append(Skipped(source, refused))
                         continue
                     outcome = runner.anonymize_video(
-                        self.anonymizer, self.faces, self.password, source, target, self.batch_size, self.overwrite or redo, record,
+                        self.anonymizer,
+                        self.faces,
+                        self.password,
+                        source,
+                        target,
+                        self.batch_size,
+                        self.overwrite or redo,
+                        record,
                         face_ledger=self.ledger_path,
                     )
                 else:
                     outcome = runner.recover_video(
-                        self.anonymizer, self.faces, self.password, source, target, self.batch_size, self.overwrite, self.key_record,
-                        ignore_model_mismatch=self.ignore_model_mismatch, face_ledger=self.face_ledger,
+                        self.anonymizer,
+                        self.faces,
+                        self.password,
+                        source,
+                        target,
+                        self.batch_size,
+                        self.overwrite,
+                        self.key_record,
+                        ignore_model_mismatch=self.ignore_model_mismatch,
+                        face_ledger=self.face_ledger,
                     )
             except InputError as err:  # this clip only: damaged, no sidecar, another model's; nothing of it was written
                 report.skipped.append(Skipped(source, str(err)))

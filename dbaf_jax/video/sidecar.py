@@ -64,7 +64,13 @@ def path_for(video: str | Path) -> Path:
     return video.with_name(video.name + SUFFIX)
 
 
-def content(anonymization: dict, shape: tuple[int, int], frames: int, size: int, tracks: list[tuple[int, int, np.ndarray]]) -> dict:
+def content(
+    anonymization: dict,
+    shape: tuple[int, int],
+    frames: int,
+    size: int,
+    tracks: list[tuple[int, int, np.ndarray]],
+) -> dict:
     """The sidecar of a clip of upright ``shape`` (H, W) and ``frames`` frames; ``tracks``
     as (number, first frame, transforms (T, 2, 3))."""
     return {
@@ -74,7 +80,11 @@ def content(anonymization: dict, shape: tuple[int, int], frames: int, size: int,
         "clip": {"height": int(shape[0]), "width": int(shape[1]), "frames": int(frames)},
         "size": int(size),
         "tracks": [
-            {"number": int(n), "first": int(first), "transforms": [[round(float(v), 6) for v in t.reshape(-1)] for t in stack]}
+            {
+                "number": int(n),
+                "first": int(first),
+                "transforms": [[round(float(v), 6) for v in t.reshape(-1)] for t in stack],
+            }
             for n, first, stack in tracks
         ],
     }
@@ -83,7 +93,9 @@ def content(anonymization: dict, shape: tuple[int, int], frames: int, size: int,
 def max_bytes(shape: Sequence[int], frames: int) -> int:
     """The longest sidecar (JSON bytes) a clip of upright ``shape`` (H, W) and ``frames``
     frames can have: as many faces on every frame as its area allows."""
-    return min(MAX_BYTES, FIXED_BYTES + frames * metadata.max_recorded_faces(shape) * BYTES_PER_FACE)
+    return min(
+        MAX_BYTES, FIXED_BYTES + frames * metadata.max_recorded_faces(shape) * BYTES_PER_FACE
+    )
 
 
 def _text(data: dict) -> str:
@@ -104,8 +116,16 @@ def as_tag(data: dict) -> str | None:
 class Sidecar:
     """A checked sidecar: the anonymization, clip shape (H, W), frame count, crop size and tracks."""
 
-    def __init__(self, made: metadata.Anonymization, shape: tuple[int, int], frames: int, size: int, tracks):
-        self.made, self.shape, self.frames, self.size, self.tracks = made, shape, frames, size, tracks
+    def __init__(
+        self, made: metadata.Anonymization, shape: tuple[int, int], frames: int, size: int, tracks
+    ):
+        self.made, self.shape, self.frames, self.size, self.tracks = (
+            made,
+            shape,
+            frames,
+            size,
+            tracks,
+        )
 
 
 def _int(value: Any, name: str, low: int, high: int) -> int:
@@ -118,10 +138,16 @@ def _transforms(values: Any, number: int) -> np.ndarray:
     if not isinstance(values, list) or not values:
         raise ValueError(f"track {number}: transforms must be a non-empty list")
     for t in values:
-        if not isinstance(t, list) or len(t) != 6 or not all(type(v) in (int, float) and math.isfinite(v) for v in t):
+        if (
+            not isinstance(t, list)
+            or len(t) != 6
+            or not all(type(v) in (int, float) and math.isfinite(v) for v in t)
+        ):
             raise ValueError(f"track {number}: each transform must be a list of 6 finite numbers")
         if max(map(abs, t)) > metadata.MAX_TRANSFORM_VALUE:
-            raise ValueError(f"track {number}: a transform's numbers must lie within +-{metadata.MAX_TRANSFORM_VALUE:g}")
+            raise ValueError(
+                f"track {number}: a transform's numbers must lie within +-{metadata.MAX_TRANSFORM_VALUE:g}"
+            )
     stack = np.asarray(values, np.float64).reshape(-1, 2, 3)
     if np.any(np.abs(np.linalg.det(stack[:, :, :2])) < 1e-12):
         raise ValueError(f"track {number}: a transform is not invertible")
@@ -133,7 +159,9 @@ def check(data: Any) -> Sidecar:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} sidecar")
     if data.get("version") != VERSION:
-        raise ValueError(f"version {str(data.get('version'))[:20]} is not supported (this is {VERSION})")
+        raise ValueError(
+            f"version {str(data.get('version'))[:20]} is not supported (this is {VERSION})"
+        )
     if set(data) != FIELDS:
         raise ValueError(f"fields must be exactly {sorted(FIELDS)}")
     if not isinstance(data["anonymization"], dict):
@@ -151,7 +179,9 @@ def check(data: Any) -> Sidecar:
     tracks, numbers = [], set()
     for entry in entries:
         if not isinstance(entry, dict) or set(entry) != {"number", "first", "transforms"}:
-            raise ValueError("each track must be an object with exactly number, first and transforms")
+            raise ValueError(
+                "each track must be an object with exactly number, first and transforms"
+            )
         number = _int(entry["number"], "a track number", 0, MAX_TRACKS - 1)
         if number in numbers:
             raise ValueError(f"track number {number} repeats")
@@ -165,7 +195,9 @@ def check(data: Any) -> Sidecar:
     return Sidecar(made, (height, width), frames, size, tracks)
 
 
-def _check_frames(tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, int], size: int) -> None:
+def _check_frames(
+    tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, int], size: int
+) -> None:
     """ValueError when a frame holds more faces than its area allows, or a face the
     photos' rules refuse (`metadata.check_places`, `metadata.overlapping`)."""
     if not tracks:
@@ -173,14 +205,18 @@ def _check_frames(tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, i
     numbers = np.concatenate([np.full(len(stack), number) for number, _, stack in tracks])
     frames = np.concatenate([np.arange(first, first + len(stack)) for _, first, stack in tracks])
     sides, centres = metadata.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
-    metadata.check_places(sides, centres, shape, lambda k: f"track {numbers[k]} on frame {frames[k]}")
+    metadata.check_places(
+        sides, centres, shape, lambda k: f"track {numbers[k]} on frame {frames[k]}"
+    )
     order = np.argsort(frames, kind="stable")
     frames, numbers, sides, centres = frames[order], numbers[order], sides[order], centres[order]
     on_frame, starts, counts = np.unique(frames, return_index=True, return_counts=True)
     most = metadata.max_recorded_faces(shape)
     if counts.max() > most:
         crowded = int(np.argmax(counts))
-        raise ValueError(f"frame {on_frame[crowded]} holds {counts[crowded]} faces, more than the {most} a {shape[1]}x{shape[0]} frame can")
+        raise ValueError(
+            f"frame {on_frame[crowded]} holds {counts[crowded]} faces, more than the {most} a {shape[1]}x{shape[0]} frame can"
+        )
     for count in np.unique(counts[counts > 1]):  # the frames with as many faces, checked together
         chosen, step = starts[counts == count], max(1, OVERLAP_BATCH // int(count) ** 2)
         for at in range(0, len(chosen), step):
@@ -188,8 +224,10 @@ def _check_frames(tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, i
             found = metadata.overlapping(sides[rows], centres[rows], STACK)
             if found is not None:
                 a, b = rows[found[0], found[1]], rows[found[0], found[2]]
-                raise ValueError(f"track {numbers[a]} overlaps {found[3]} other tracks on frame {frames[a]}, track {numbers[b]} among them "
-                                 f"(at most {STACK} faces at one place: one face recorded over and over?)")
+                raise ValueError(
+                    f"track {numbers[a]} overlaps {found[3]} other tracks on frame {frames[a]}, track {numbers[b]} among them "
+                    f"(at most {STACK} faces at one place: one face recorded over and over?)"
+                )
 
 
 def _parsed(text: str | bytes, where: str) -> Sidecar:
@@ -211,7 +249,9 @@ def read(path: str | Path, limit: int | None = None) -> Sidecar:
     try:
         length = path.stat().st_size
         if length > limit:
-            raise InputError(f"{path}: a sidecar of {length} bytes is more than the clip it is for can hold ({limit} bytes); refused")
+            raise InputError(
+                f"{path}: a sidecar of {length} bytes is more than the clip it is for can hold ({limit} bytes); refused"
+            )
         text = path.read_bytes()
     except OSError as err:
         raise InputError(f"cannot read the sidecar {path}: {err.strerror}") from None
@@ -222,14 +262,21 @@ def from_tag(tag: str, video: Path, limit: int | None = None) -> Sidecar:
     """The checked sidecar carried in ``video``'s container tag `TAG`; InputError naming
     the clip otherwise, or when it is, compressed or inflated, longer than ``limit``
     bytes (`max_bytes` of the clip; default `MAX_BYTES`), which is all it is ever inflated to."""
-    where, limit = f"{video}: the sidecar in the container's metadata", MAX_BYTES if limit is None else limit
+    where, limit = (
+        f"{video}: the sidecar in the container's metadata",
+        MAX_BYTES if limit is None else limit,
+    )
     try:
         if len(tag) > min(MAX_TAG_CHARS, 4 * (limit + ZLIB_SLACK) // 3 + 4):
-            raise ValueError(f"{len(tag)} characters, more than a sidecar this clip can hold ({limit} bytes) takes compressed")
+            raise ValueError(
+                f"{len(tag)} characters, more than a sidecar this clip can hold ({limit} bytes) takes compressed"
+            )
         inflate = zlib.decompressobj()
         text = inflate.decompress(base64.b64decode(tag, validate=True), limit + 1)
         if len(text) > limit:
-            raise ValueError(f"over {limit} bytes once decompressed, more than this clip's sidecar can take")
+            raise ValueError(
+                f"over {limit} bytes once decompressed, more than this clip's sidecar can take"
+            )
         if inflate.unconsumed_tail or not inflate.eof:
             raise ValueError("truncated")
     except (ValueError, binascii.Error, zlib.error) as err:

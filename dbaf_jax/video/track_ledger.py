@@ -47,9 +47,13 @@ from dbaf_jax.video.clip import Frame
 SAMPLE_SECONDS = 0.5
 VERIFIED_FRACTION = 0.5
 
-Placed = list[tuple[int, int, np.ndarray]]  # (track number or key index, first frame, transforms (T, 2, 3))
+Placed = list[
+    tuple[int, int, np.ndarray]
+]  # (track number or key index, first frame, transforms (T, 2, 3))
 Region = tuple[tuple[float, float], float]
-Crop = Callable[[np.ndarray, Sequence[AlignedFace]], np.ndarray]  # (frame, faces) -> crops (N, S, S, 3) in [-1, 1]
+Crop = Callable[
+    [np.ndarray, Sequence[AlignedFace]], np.ndarray
+]  # (frame, faces) -> crops (N, S, S, 3) in [-1, 1]
 
 
 def sampled_offsets(length: int, rate: float) -> list[int]:
@@ -67,18 +71,29 @@ class Recorder:
         self.clip = secrets.token_hex(8)
         self.crop = crop
         self.path = path
-        self.wanted = {(number, first + offset) for number, first, stack in placed for offset in sampled_offsets(len(stack), rate)}
+        self.wanted = {
+            (number, first + offset)
+            for number, first, stack in placed
+            for offset in sampled_offsets(len(stack), rate)
+        }
         self.entries: list[ledger.Entry] = []
 
-    def observe(self, index: int, published: np.ndarray, faces: Sequence[AlignedFace], originals: np.ndarray) -> None:
+    def observe(
+        self, index: int, published: np.ndarray, faces: Sequence[AlignedFace], originals: np.ndarray
+    ) -> None:
         """Frame ``index`` as published (H, W, 3) uint8, its ``faces`` and their crops
         (N, S, S, 3) in the source frame."""
         chosen = [i for i, face in enumerate(faces) if (face.index, index) in self.wanted]
         if not chosen:
             return
         picked = [faces[i] for i in chosen]
-        made = ledger.entries(published.shape, [face.index for face in picked], [face.transform for face in picked],
-                              self.crop(published, picked), originals[chosen])
+        made = ledger.entries(
+            published.shape,
+            [face.index for face in picked],
+            [face.transform for face in picked],
+            self.crop(published, picked),
+            originals[chosen],
+        )
         self.entries += [dataclasses.replace(entry, clip=self.clip, frame=index) for entry in made]
 
     def write(self) -> None:
@@ -97,8 +112,15 @@ class Verified:
     unverified: int
 
 
-def _anchored(span: list[ledger.Entry], first: int, stack: np.ndarray, start: int, stop: int, size: int,
-              shape: Sequence[int]) -> list[ledger.Entry]:
+def _anchored(
+    span: list[ledger.Entry],
+    first: int,
+    stack: np.ndarray,
+    start: int,
+    stop: int,
+    size: int,
+    shape: Sequence[int],
+) -> list[ledger.Entry]:
     """The anonymized track's place on frames ``start`` .. ``stop`` of a re-detected
     track (transforms ``stack`` from frame ``first``), as entries: the re-detected place
     moved by its offset from the ledger's ``span`` (entries sorted by frame), which is
@@ -110,17 +132,28 @@ def _anchored(span: list[ledger.Entry], first: int, stack: np.ndarray, start: in
     offsets = []
     for entry in anchors:
         _, centre, side = ledger.place(shape, stack[entry.frame - first], size)
-        offsets.append((entry.centre[0] - centre[0], entry.centre[1] - centre[1], np.log(entry.side / side)))
+        offsets.append(
+            (entry.centre[0] - centre[0], entry.centre[1] - centre[1], np.log(entry.side / side))
+        )
     offsets = np.array(offsets)
     places = []
     for frame in range(start, stop + 1):
         dx, dy, dlog = (np.interp(frame, frames, offsets[:, k]) for k in range(3))
         _, centre, side = ledger.place(shape, stack[frame - first], size)
-        places.append(dataclasses.replace(anchors[0], centre=(centre[0] + dx, centre[1] + dy), side=side * float(np.exp(dlog)), frame=frame))
+        places.append(
+            dataclasses.replace(
+                anchors[0],
+                centre=(centre[0] + dx, centre[1] + dy),
+                side=side * float(np.exp(dlog)),
+                frame=frame,
+            )
+        )
     return places
 
 
-def _match(entries: list[ledger.Entry], pixels: np.ndarray, face: AlignedFace, crop: Crop, taken: set[int]) -> int | None:
+def _match(
+    entries: list[ledger.Entry], pixels: np.ndarray, face: AlignedFace, crop: Crop, taken: set[int]
+) -> int | None:
     """The position among ``entries`` (one frame's) of the entry the re-detected ``face``
     of the frame ``pixels`` matches, its signature read at each entry's place (only for
     entries whose place and size it has, `ledger.in_place`); or None."""
@@ -129,7 +162,11 @@ def _match(entries: list[ledger.Entry], pixels: np.ndarray, face: AlignedFace, c
     for position, entry in enumerate(entries):
         if position in taken or not ledger.in_place(entry, aspect, centre, side):
             continue
-        at = AlignedFace(face.index, ledger.transform_at(entry, face.transform, face.size, pixels.shape), face.size)
+        at = AlignedFace(
+            face.index,
+            ledger.transform_at(entry, face.transform, face.size, pixels.shape),
+            face.size,
+        )
         near = ledger.distance(ledger.signature(crop(pixels, [at])[0]), entry.signature)
         if ledger.near_enough(entry, near) and near < best_distance:
             best, best_distance = position, near
@@ -147,23 +184,38 @@ def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) ->
     for (run, frame), group in groups.items():
         name = f"the key file's face ledger: run {run}, frame {frame}"
         if len(group) > most:
-            raise InputError(f"{name}: {len(group)} faces, more than the {most} a {shape[1]}x{shape[0]} frame can hold")
+            raise InputError(
+                f"{name}: {len(group)} faces, more than the {most} a {shape[1]}x{shape[0]} frame can hold"
+            )
         if len({entry.index for entry in group}) != len(group):
             raise InputError(f"{name}: a track (key index) has two entries")
         sides = np.array([entry.side for entry in group]) * width
         centres = np.array([entry.centre for entry in group]) * width
         try:
-            metadata.check_places(sides, centres, shape, lambda k, group=group: f"key index {group[k].index}")
+            metadata.check_places(
+                sides, centres, shape, lambda k, group=group: f"key index {group[k].index}"
+            )
         except ValueError as err:
             raise InputError(f"{name}: {err}") from None
-        found = metadata.overlapping(sides[None], centres[None], sidecar.STACK) if len(group) > sidecar.STACK else None
+        found = (
+            metadata.overlapping(sides[None], centres[None], sidecar.STACK)
+            if len(group) > sidecar.STACK
+            else None
+        )
         if found is not None:
-            raise InputError(f"{name}: key index {group[found[1]].index} overlaps {found[3]} other entries, key index "
-                             f"{group[found[2]].index} among them (at most {sidecar.STACK} faces at one place)")
+            raise InputError(
+                f"{name}: key index {group[found[1]].index} overlaps {found[3]} other entries, key index "
+                f"{group[found[2]].index} among them (at most {sidecar.STACK} faces at one place)"
+            )
 
 
 def verify(
-    face_ledger: Iterable[ledger.Entry], placed: Placed, frames: Iterable[Frame], crop: Crop, size: int, shape: Sequence[int]
+    face_ledger: Iterable[ledger.Entry],
+    placed: Placed,
+    frames: Iterable[Frame],
+    crop: Crop,
+    size: int,
+    shape: Sequence[int],
 ) -> Verified:
     """Which re-detected tracks ``placed`` (track number, first frame, transforms for
     crops of ``size``) of the clip ``frames`` (upright ``shape`` (H, W)) match the
@@ -183,7 +235,9 @@ def verify(
         taken: set[int] = set()
         for number, transform in here:
             checked[number] = checked.get(number, 0) + 1
-            position = _match(entries, frame.pixels, AlignedFace(number, transform, size), crop, taken)
+            position = _match(
+                entries, frame.pixels, AlignedFace(number, transform, size), crop, taken
+            )
             if position is not None:
                 taken.add(position)
                 track = (entries[position].clip, entries[position].index)
@@ -203,7 +257,18 @@ def verify(
         if start > stop:
             continue
         places = _anchored(span, first, stack, start, stop, size, shape)
-        verified.append((track[1], start, np.stack([ledger.transform_at(entry, stack[entry.frame - first], size, shape) for entry in places])))
+        verified.append(
+            (
+                track[1],
+                start,
+                np.stack(
+                    [
+                        ledger.transform_at(entry, stack[entry.frame - first], size, shape)
+                        for entry in places
+                    ]
+                ),
+            )
+        )
         for entry in places:
             regions.setdefault(entry.frame, []).append(ledger.region(entry, shape))
     return Verified(verified, regions, len(placed) - len(verified))

@@ -29,7 +29,9 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", UserWarning)  # "OpenCV is not installed": its NumPy path is used
+    warnings.simplefilter(
+        "ignore", UserWarning
+    )  # "OpenCV is not installed": its NumPy path is used
     import supervision as sv
 
 from dbaf_jax.faces import align
@@ -61,16 +63,26 @@ class Tracker:
 
     def __init__(self, frame_rate: float, min_face_size: float = 0.0, hide_doubtful: bool = True):
         self.min_face_size = min_face_size
-        self.hide_doubtful = hide_doubtful  # low-confidence detections: hidden (anonymizing), else tracked as faces
+        self.hide_doubtful = (
+            hide_doubtful  # low-confidence detections: hidden (anonymizing), else tracked as faces
+        )
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # deprecated for the trackers package (pyproject.toml pins supervision)
+            warnings.simplefilter(
+                "ignore", FutureWarning
+            )  # deprecated for the trackers package (pyproject.toml pins supervision)
             self._tracker = self._bytetrack(frame_rate)
-        self._seen: dict[object, dict[int, np.ndarray]] = {}  # tracker id -> frame -> landmarks (5, 2)
+        self._seen: dict[
+            object, dict[int, np.ndarray]
+        ] = {}  # tracker id -> frame -> landmarks (5, 2)
         self._order: list[object] = []
         self._alias: dict[int, object] = {}  # ByteTrack id -> the track it continues
-        self._unmatched: list[tuple[object, np.ndarray]] = []  # the last frame's unmatched faces and their boxes
+        self._unmatched: list[
+            tuple[object, np.ndarray]
+        ] = []  # the last frame's unmatched faces and their boxes
         self._frame = 0
-        self.unusable: dict[int, list[np.ndarray]] = {}  # frame -> (4,) boxes of faces the model cannot take or low-confidence ones
+        self.unusable: dict[
+            int, list[np.ndarray]
+        ] = {}  # frame -> (4,) boxes of faces the model cannot take or low-confidence ones
         self.left = 0  # detections below min_face_size, left as they were by the user's choice
 
     @staticmethod
@@ -89,14 +101,18 @@ class Tracker:
         for i, (points, sure) in enumerate(zip(found.landmarks, found.confident())):
             side = usable_side(points)
             if side is None or (self.hide_doubtful and not sure):
-                self.unusable.setdefault(self._frame, []).append(np.asarray(found.boxes[i], np.float64))
+                self.unusable.setdefault(self._frame, []).append(
+                    np.asarray(found.boxes[i], np.float64)
+                )
             elif side < self.min_face_size:
                 self.left += 1
             else:
                 keep.append(i)
         boxes = np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4)
         detections = sv.Detections(
-            xyxy=boxes, confidence=np.asarray(found.probs, np.float32)[keep], data={"row": np.arange(len(keep))}
+            xyxy=boxes,
+            confidence=np.asarray(found.probs, np.float32)[keep],
+            data={"row": np.arange(len(keep))},
         )
         tracked = self._tracker.update_with_detections(detections)
         rows = tracked.data.get("row", ())  # an empty result carries no data
@@ -140,7 +156,9 @@ def _filled(number: int, seen: dict[int, np.ndarray]) -> Track:
     frames = np.asarray(sorted(seen))
     points = np.stack([seen[f] for f in frames]).reshape(len(frames), -1)
     span = np.arange(frames[0], frames[-1] + 1)
-    filled = np.stack([np.interp(span, frames, points[:, j]) for j in range(points.shape[1])], axis=1)
+    filled = np.stack(
+        [np.interp(span, frames, points[:, j]) for j in range(points.shape[1])], axis=1
+    )
     return Track(number, int(frames[0]), filled.reshape(len(span), 5, 2), np.isin(span, frames))
 
 
@@ -153,10 +171,14 @@ def smoothed(landmarks: np.ndarray, sigma: float) -> np.ndarray:
 
 def transforms(track: Track, size: int, sigma: float = DEFAULT_SIGMA) -> np.ndarray:
     """The track's frame-to-crop transforms (T, 2, 3) from its smoothed landmarks."""
-    return np.stack([align.alignment_transform(points, size) for points in smoothed(track.landmarks, sigma)])
+    return np.stack(
+        [align.alignment_transform(points, size) for points in smoothed(track.landmarks, sigma)]
+    )
 
 
-def by_frame(placed: Iterable[tuple[int, int, np.ndarray]]) -> dict[int, list[tuple[int, np.ndarray]]]:
+def by_frame(
+    placed: Iterable[tuple[int, int, np.ndarray]],
+) -> dict[int, list[tuple[int, np.ndarray]]]:
     """(track number, first frame, transforms (T, 2, 3)) -> frame -> [(track number, transform)]."""
     faces: dict[int, list[tuple[int, np.ndarray]]] = {}
     for number, first, stack in placed:

@@ -70,7 +70,9 @@ def display_name(name: str, fallback: str) -> str:
     characters; ``fallback`` when nothing is left. Never used as a path on disk."""
     name = unicodedata.normalize("NFC", name or "")
     name = re.split(r"[/\\]", name)[-1]
-    name = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ").strip(" .")
+    name = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ").strip(
+        " ."
+    )
     if len(name) > MAX_NAME:
         stem, suffix = os.path.splitext(name)
         name = stem[: MAX_NAME - len(suffix)] + suffix
@@ -115,8 +117,15 @@ class Entry:
     outputs: list[Output] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "name": self.name, "kind": self.kind, "size": self.size, "state": self.state,
-                "message": self.message, "outputs": [output.name for output in self.outputs]}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "kind": self.kind,
+            "size": self.size,
+            "state": self.state,
+            "message": self.message,
+            "outputs": [output.name for output in self.outputs],
+        }
 
 
 @dataclasses.dataclass
@@ -134,7 +143,9 @@ class Job:
     state: str = "open"  # open (taking files), queued, running, done
     summary: str = ""
     status: int | None = None
-    extras: list[Output] = dataclasses.field(default_factory=list)  # a new key file, the face ledger
+    extras: list[Output] = dataclasses.field(
+        default_factory=list
+    )  # a new key file, the face ledger
     error: str = ""
 
     @property
@@ -148,13 +159,17 @@ class Job:
         index = len(self.entries)
         name = display_name(browser_name, f"file{index + 1}")
         if index >= self.limits.files:
-            raise LimitError(f"{name}: at most {self.limits.files} files per run; start another run for the rest")
+            raise LimitError(
+                f"{name}: at most {self.limits.files} files per run; start another run for the rest"
+            )
         entry = Entry(index, name, kind_of(name, self.operation))
         self.entries.append(entry)
         if declared is not None:
             try:
                 self.check_size(name, declared, 0)
-            except LimitError as err:  # refused before a byte is read, and still named in the run's summary
+            except (
+                LimitError
+            ) as err:  # refused before a byte is read, and still named in the run's summary
                 entry.state, entry.message = "skipped", str(err)
                 raise
         return entry
@@ -162,9 +177,13 @@ class Job:
     def check_size(self, name: str, size: int, before: int) -> None:
         """LimitError when a file of ``size`` bytes (``before`` of it already counted) passes a bound."""
         if size > self.limits.file_bytes:
-            raise LimitError(f"{name}: {_megabytes(size)} is over the limit of {_megabytes(self.limits.file_bytes)} per file")
+            raise LimitError(
+                f"{name}: {_megabytes(size)} is over the limit of {_megabytes(self.limits.file_bytes)} per file"
+            )
         if self.bytes - before + size > self.limits.job_bytes:
-            raise LimitError(f"{name}: the run would hold more than {_megabytes(self.limits.job_bytes)}; start another run for the rest")
+            raise LimitError(
+                f"{name}: the run would hold more than {_megabytes(self.limits.job_bytes)}; start another run for the rest"
+            )
 
     def upload(self, entry: Entry) -> "Upload":
         """Where the entry's bytes go, within the bounds: its private input file (photos,
@@ -172,7 +191,11 @@ class Job:
         skipped). Past a bound the `Upload` raises LimitError and removes what it wrote."""
         path = None
         if entry.kind != "other":
-            suffix = sidecar.SUFFIX if entry.kind == "sidecar" else os.path.splitext(entry.name.lower())[1]
+            suffix = (
+                sidecar.SUFFIX
+                if entry.kind == "sidecar"
+                else os.path.splitext(entry.name.lower())[1]
+            )
             path = self.folder / "in" / str(entry.index) / ("input" + suffix)
 
         def check(size: int) -> None:
@@ -185,7 +208,10 @@ class Job:
                 entry.size, entry.state, entry.message = 0, "skipped", error
             elif entry.kind == "other":
                 photos, clips = ", ".join(images.IMAGE_SUFFIXES), ", ".join(clip.FORMATS)
-                entry.state, entry.message = "skipped", f"{entry.name}: not a photo ({photos}) or a clip ({clips}); skipped"
+                entry.state, entry.message = (
+                    "skipped",
+                    f"{entry.name}: not a photo ({photos}) or a clip ({clips}); skipped",
+                )
             self.touched = time.monotonic()
 
         return Upload(path, check, finished)
@@ -197,7 +223,11 @@ class Job:
         if self.state != "open":
             raise LimitError("this run has started; give the key file before starting")
         key = self.folder / "key" / KEY_FILE_NAME
-        path, bound = (key, KEY_FILE_BYTES) if part == "key" else (ledger.ledger_path(key), self.limits.file_bytes)
+        path, bound = (
+            (key, KEY_FILE_BYTES)
+            if part == "key"
+            else (ledger.ledger_path(key), self.limits.file_bytes)
+        )
         what = "key file" if part == "key" else "face ledger"
 
         def check(size: int) -> None:
@@ -222,9 +252,16 @@ class Job:
         yield from self.extras
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "operation": self.operation, "state": self.state, "summary": self.summary, "status": self.status,
-                "error": self.error, "files": [entry.as_dict() for entry in self.entries],
-                "extras": [extra.name for extra in self.extras]}
+        return {
+            "id": self.id,
+            "operation": self.operation,
+            "state": self.state,
+            "summary": self.summary,
+            "status": self.status,
+            "error": self.error,
+            "files": [entry.as_dict() for entry in self.entries],
+            "extras": [extra.name for extra in self.extras],
+        }
 
 
 class Upload:
@@ -232,7 +269,9 @@ class Upload:
     raises LimitError past a bound, and a failed or refused upload leaves nothing on
     disk. ``finished(ok, error)`` records the outcome."""
 
-    def __init__(self, path: Path | None, check: Callable[[int], None], finished: Callable[[bool, str], None]):
+    def __init__(
+        self, path: Path | None, check: Callable[[int], None], finished: Callable[[bool, str], None]
+    ):
         self.path, self.size, self._check, self._finished = path, 0, check, finished
         if path is not None:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -250,7 +289,9 @@ class Upload:
             self._out.close()
             if not ok:
                 self.path.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):  # the upload's own folder; a folder still holding others stays
+                with contextlib.suppress(
+                    OSError
+                ):  # the upload's own folder; a folder still holding others stays
                     self.path.parent.rmdir()
         self._finished(ok, error)
 
@@ -261,7 +302,13 @@ def _private(path: str, flags: int) -> int:
 
 def _megabytes(size: int) -> str:
     """``size`` bytes as the page shows it (also in app.js): MB, KB under 1 MB, bytes under 1 KB."""
-    return f"{size / (1 << 20):.1f} MB" if size >= 1 << 20 else f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
+    return (
+        f"{size / (1 << 20):.1f} MB"
+        if size >= 1 << 20
+        else f"{size / 1024:.1f} KB"
+        if size >= 1024
+        else f"{size} bytes"
+    )
 
 
 class JobStore:
@@ -271,7 +318,9 @@ class JobStore:
     def __init__(self, limits: Limits, parent: str | Path | None = None):
         self.limits = limits
         remove_stale_roots(parent)
-        self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))  # mode 0700
+        self.root = Path(
+            tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent)
+        )  # mode 0700
         self._jobs: dict[str, Job] = {}
         self._sessions: dict[str, None] = {}  # issued secrets, oldest first
         self._gone: dict[str, tuple[str, str]] = {}
@@ -281,7 +330,9 @@ class JobStore:
         secret = secrets.token_urlsafe(32)
         with self._lock:
             self._sessions[secret] = None
-            if len(self._sessions) > MAX_SESSIONS:  # every page load makes one: the oldest go (their runs expire)
+            if (
+                len(self._sessions) > MAX_SESSIONS
+            ):  # every page load makes one: the oldest go (their runs expire)
                 self._sessions.pop(next(iter(self._sessions)))
         return secret
 
@@ -292,7 +343,9 @@ class JobStore:
             if not any(hmac.compare_digest(session, known) for known in self._sessions):
                 raise NotFound("unknown session: reload the page")
             if len(self._jobs) >= self.limits.jobs:
-                raise LimitError(f"the server holds {self.limits.jobs} runs already; download or clear a finished one first")
+                raise LimitError(
+                    f"the server holds {self.limits.jobs} runs already; download or clear a finished one first"
+                )
             job_id = secrets.token_urlsafe(16)
             folder = self.root / job_id
             folder.mkdir(mode=0o700)
@@ -326,8 +379,12 @@ class JobStore:
         """Deletes the jobs idle for longer than `Limits.keep_seconds` (not those running); their ids."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            idle = [job for job in self._jobs.values()
-                    if job.state not in ("queued", "running") and now - job.touched > self.limits.keep_seconds]
+            idle = [
+                job
+                for job in self._jobs.values()
+                if job.state not in ("queued", "running")
+                and now - job.touched > self.limits.keep_seconds
+            ]
         for job in idle:
             self.delete(job, f"not used for {self.limits.keep_seconds / 60:g} minutes")
         return [job.id for job in idle]
@@ -345,9 +402,11 @@ def remove_stale_roots(parent: str | Path | None = None) -> list[Path]:
     parent = Path(parent or tempfile.gettempdir())
     removed = []
     for folder in parent.glob(f"{ROOT_PREFIX}*-*"):
-        pid = folder.name[len(ROOT_PREFIX):].split("-", 1)[0]
+        pid = folder.name[len(ROOT_PREFIX) :].split("-", 1)[0]
         try:
-            owned = folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+            owned = (
+                folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+            )
         except OSError:
             continue
         if owned and pid.isdigit() and not _alive(int(pid)):

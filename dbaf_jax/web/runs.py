@@ -55,7 +55,9 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
         record, key_file = _key_record(job, key_choice)
         notes, refusal = _recovery_mode(model, job, photo_report)
         # Recovery reads the key file's face ledger once (a torn last line is said once, as the commands say it).
-        face_ledger = ledger.read_for_key_file(key_file, notes) if job.operation == "recover" else None
+        face_ledger = (
+            ledger.read_for_key_file(key_file, notes) if job.operation == "recover" else None
+        )
         sidecars = _sidecars(job)
         for entry in job.entries:
             if entry.kind == "photo" and refusal:
@@ -64,30 +66,58 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
                 entry.state = "working"
                 try:
                     if entry.kind == "photo":
-                        _run_photo(model, job, entry, password, record, key_file, face_ledger, photo_report)
+                        _run_photo(
+                            model, job, entry, password, record, key_file, face_ledger, photo_report
+                        )
                     else:
-                        clip_reports.append(_run_clip(model, job, entry, password, record, key_file, face_ledger,
-                                                      sidecars.get(entry.name)))
+                        clip_reports.append(
+                            _run_clip(
+                                model,
+                                job,
+                                entry,
+                                password,
+                                record,
+                                key_file,
+                                face_ledger,
+                                sidecars.get(entry.name),
+                            )
+                        )
                 except DbafError as err:
                     _fail(entry, photo_report, str(err))
                 except Exception as err:  # a bug: the file is failed and named, the run goes on, the trace goes to the log
                     traceback.print_exc(file=sys.stderr)
-                    _fail(entry, photo_report, f"internal error ({type(err).__name__}); the server's log has the details")
+                    _fail(
+                        entry,
+                        photo_report,
+                        f"internal error ({type(err).__name__}); the server's log has the details",
+                    )
             elif entry.state == "skipped":
                 photo_report.skipped.append(images.Skipped(Path(entry.name), entry.message))
         photo_report.notes[:0] = notes
         if key_file is not None:
             kept = ledger.ledger_path(key_file)
-            job.extras = [Output(KEY_FILE_NAME, key_file)] + ([Output(kept.name, kept)] if kept.is_file() else [])
-    except Exception as err:  # the run as a whole cannot start (its key file or face ledger; or a bug, logged)
+            job.extras = [Output(KEY_FILE_NAME, key_file)] + (
+                [Output(kept.name, kept)] if kept.is_file() else []
+            )
+    except (
+        Exception
+    ) as err:  # the run as a whole cannot start (its key file or face ledger; or a bug, logged)
         if not isinstance(err, DbafError):
             traceback.print_exc(file=sys.stderr)
-        job.error = str(err) if isinstance(err, DbafError) else f"internal error ({type(err).__name__}); the server's log has the details"
+        job.error = (
+            str(err)
+            if isinstance(err, DbafError)
+            else f"internal error ({type(err).__name__}); the server's log has the details"
+        )
         for entry in job.entries:
             if entry.state in ("uploaded", "queued"):
                 _fail(entry, photo_report, job.error)
     job.summary = _names_for_paths(job, _summary(photo_report, clip_reports))
-    job.status = EXIT_SKIPPED if job.error else max([photo_report.status, *(report.status for report in clip_reports)])
+    job.status = (
+        EXIT_SKIPPED
+        if job.error
+        else max([photo_report.status, *(report.status for report in clip_reports)])
+    )
     for entry in job.entries:
         entry.message = _names_for_paths(job, entry.message)
     job.state = "done"
@@ -117,7 +147,9 @@ def _recovery_mode(model: Model, job: Job, report: Report) -> tuple[list[str], s
     if job.operation != "recover" or not any(entry.kind == "photo" for entry in job.entries):
         return [], ""
     try:
-        _, note, warning = recover.recovery_mode(model.anonymizer, None, False, model.untrained_mode)
+        _, note, warning = recover.recovery_mode(
+            model.anonymizer, None, False, model.untrained_mode
+        )
     except ConfigError as err:
         return [], str(err).replace("--untrained-mode", "the server's --untrained-mode")
     report.warnings += [warning] if warning else []
@@ -137,21 +169,46 @@ def _sidecars(job: Job) -> dict[str, Path]:
             found[clip_name] = entry.stored
             entry.state, entry.message = "done", f"the sidecar of {clip_name}"
         else:
-            entry.state, entry.message = "skipped", f"{entry.name}: a clip's sidecar, but no clip named {clip_name} was dropped with it"
+            entry.state, entry.message = (
+                "skipped",
+                f"{entry.name}: a clip's sidecar, but no clip named {clip_name} was dropped with it",
+            )
     return found
 
 
-def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
-               face_ledger: list[ledger.Entry] | None, total: Report) -> None:
+def _run_photo(
+    model: Model,
+    job: Job,
+    entry: Entry,
+    password: str,
+    record: keys.KeyRecord,
+    key_file: Path | None,
+    face_ledger: list[ledger.Entry] | None,
+    total: Report,
+) -> None:
     out = job.output_path(entry)
     if job.operation == "anonymize":
-        report = anonymize_photo_folder(model.anonymizer, model.faces, password, entry.stored.parent, out,
-                                        batch_size=model.batch_size, record=record,
-                                        face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
+        report = anonymize_photo_folder(
+            model.anonymizer,
+            model.faces,
+            password,
+            entry.stored.parent,
+            out,
+            batch_size=model.batch_size,
+            record=record,
+            face_ledger=ledger.ledger_path(key_file) if key_file is not None else None,
+        )
     else:
-        report = recover_photo_folder(model.anonymizer, model.recover_faces, password, entry.stored.parent, out,
-                                      batch_size=model.batch_size, record=record if key_file is not None else None,
-                                      face_ledger=face_ledger)
+        report = recover_photo_folder(
+            model.anonymizer,
+            model.recover_faces,
+            password,
+            entry.stored.parent,
+            out,
+            batch_size=model.batch_size,
+            record=record if key_file is not None else None,
+            face_ledger=face_ledger,
+        )
     for name in ("written", "skipped", "warnings", "notes"):
         getattr(total, name).extend(getattr(report, name))
     for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
@@ -163,26 +220,62 @@ def _run_photo(model: Model, job: Job, entry: Entry, password: str, record: keys
         entry.state, entry.message = "skipped", "; ".join(item.reason for item in report.skipped)
     else:
         entry.state = "done"
-        entry.message = "; ".join([f"{report.faces_found} face(s) found, {report.faces} {done}, {report.faces_hidden} hidden by "
-                                   f"the fallback, {report.faces_left} left as they were", *report.notes])
+        entry.message = "; ".join(
+            [
+                f"{report.faces_found} face(s) found, {report.faces} {done}, {report.faces_hidden} hidden by "
+                f"the fallback, {report.faces_left} left as they were",
+                *report.notes,
+            ]
+        )
 
 
-def _run_clip(model: Model, job: Job, entry: Entry, password: str, record: keys.KeyRecord, key_file: Path | None,
-              face_ledger: list[ledger.Entry] | None, side: Path | None) -> runner.VideoReport:
+def _run_clip(
+    model: Model,
+    job: Job,
+    entry: Entry,
+    password: str,
+    record: keys.KeyRecord,
+    key_file: Path | None,
+    face_ledger: list[ledger.Entry] | None,
+    side: Path | None,
+) -> runner.VideoReport:
     target = job.output_path(entry) / entry.stored.name
     if job.operation == "anonymize":
-        report = runner.anonymize_video(model.anonymizer, model.faces, password, entry.stored, target, model.batch_size,
-                                        record=record, face_ledger=ledger.ledger_path(key_file) if key_file is not None else None)
+        report = runner.anonymize_video(
+            model.anonymizer,
+            model.faces,
+            password,
+            entry.stored,
+            target,
+            model.batch_size,
+            record=record,
+            face_ledger=ledger.ledger_path(key_file) if key_file is not None else None,
+        )
     else:
-        report = runner.recover_video(model.anonymizer, model.recover_faces, password, entry.stored, target, model.batch_size,
-                                      record=record if key_file is not None else None, sidecar_path=side,
-                                      face_ledger=face_ledger)
-    entry.outputs = [Output(entry.name if path == target else entry.name + path.name[len(target.name):], path)
-                     for path in report.written]
+        report = runner.recover_video(
+            model.anonymizer,
+            model.recover_faces,
+            password,
+            entry.stored,
+            target,
+            model.batch_size,
+            record=record if key_file is not None else None,
+            sidecar_path=side,
+            face_ledger=face_ledger,
+        )
+    entry.outputs = [
+        Output(entry.name if path == target else entry.name + path.name[len(target.name) :], path)
+        for path in report.written
+    ]
     entry.state = "done"
     done = "anonymized" if job.operation == "anonymize" else "recovered"
-    entry.message = "; ".join([f"{report.faces} face(s) {done} in {report.frames} frame(s), {report.tracks} track(s); "
-                               f"{report.hidden} hidden by the fallback, {report.left} left as they were", *report.notes])
+    entry.message = "; ".join(
+        [
+            f"{report.faces} face(s) {done} in {report.frames} frame(s), {report.tracks} track(s); "
+            f"{report.hidden} hidden by the fallback, {report.left} left as they were",
+            *report.notes,
+        ]
+    )
     return report
 
 
@@ -197,7 +290,11 @@ def _summary(photo_report: Report, clip_reports: list[runner.VideoReport]) -> st
     out = io.StringIO()
     photo_report.print(out)
     if not photo_report.photos and clip_reports:
-        out = io.StringIO("".join(line for line in out.getvalue().splitlines(True) if not line.startswith("wrote ")))
+        out = io.StringIO(
+            "".join(
+                line for line in out.getvalue().splitlines(True) if not line.startswith("wrote ")
+            )
+        )
         out.seek(0, io.SEEK_END)
     for report in clip_reports:
         report.print(out)

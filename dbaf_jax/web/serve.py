@@ -34,31 +34,102 @@ MB = 1 << 20
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dbaf_jax.web", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="DBAF model directory (python -m convert.dbaf, or a training export)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (0: any free one); default {DEFAULT_PORT}")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on; default 127.0.0.1 (this machine only)")
-    parser.add_argument("--allow-remote", action="store_true", help="allow --host to be an address other machines can reach")
-    parser.add_argument("--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn")
-    parser.add_argument("--detectors", help="face detectors, separated by commas, as anonymize --detectors takes them; "
-                                            "default every installed default one (docs/photos.md)")
-    parser.add_argument("--parser", help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask")
-    parser.add_argument("--min-face-size", type=float, default=MIN_FACE_SIZE,
-                        help="leave faces whose crop side is under N pixels as they were (reported); default 0: every face")
-    parser.add_argument("--batch-size", type=commands.positive_int, help="faces per model call; default 32 per GPU/TPU, 8 on a CPU")
-    parser.add_argument("--dtype", choices=precision.COMPUTE_DTYPES, default="float32", help="compute dtype of every network")
-    parser.add_argument("--allow-unchecked-model", action="store_true", help="run a model directory without model.json")
-    parser.add_argument("--untrained-mode", action="store_true",
-                        help="recover photos in a mode the model was not trained for (its results are not the original faces)")
+    parser = argparse.ArgumentParser(
+        prog="python -m dbaf_jax.web",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="DBAF model directory (python -m convert.dbaf, or a training export)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (0: any free one); default {DEFAULT_PORT}",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; default 127.0.0.1 (this machine only)",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --host to be an address other machines can reach",
+    )
+    parser.add_argument(
+        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
+    )
+    parser.add_argument(
+        "--detectors",
+        help="face detectors, separated by commas, as anonymize --detectors takes them; "
+        "default every installed default one (docs/photos.md)",
+    )
+    parser.add_argument(
+        "--parser",
+        help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask",
+    )
+    parser.add_argument(
+        "--min-face-size",
+        type=float,
+        default=MIN_FACE_SIZE,
+        help="leave faces whose crop side is under N pixels as they were (reported); default 0: every face",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=commands.positive_int,
+        help="faces per model call; default 32 per GPU/TPU, 8 on a CPU",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=precision.COMPUTE_DTYPES,
+        default="float32",
+        help="compute dtype of every network",
+    )
+    parser.add_argument(
+        "--allow-unchecked-model",
+        action="store_true",
+        help="run a model directory without model.json",
+    )
+    parser.add_argument(
+        "--untrained-mode",
+        action="store_true",
+        help="recover photos in a mode the model was not trained for (its results are not the original faces)",
+    )
     bounds = parser.add_argument_group("bounds")
-    bounds.add_argument("--max-file-mb", type=float, default=Limits.file_bytes / MB, help="largest file taken, in MiB")
-    bounds.add_argument("--max-run-mb", type=float, default=Limits.job_bytes / MB, help="most bytes one run holds, in MiB")
-    bounds.add_argument("--max-files", type=commands.positive_int, default=Limits.files, help="most files in one run")
-    bounds.add_argument("--max-runs", type=commands.positive_int, default=Limits.jobs, help="most runs held at once")
-    bounds.add_argument("--keep-minutes", type=float, default=Limits.keep_seconds / 60,
-                        help="delete a run's files after this many minutes without use")
-    bounds.add_argument("--temp-dir", help="where the private folder is made; default the system's temporary folder")
+    bounds.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=Limits.file_bytes / MB,
+        help="largest file taken, in MiB",
+    )
+    bounds.add_argument(
+        "--max-run-mb",
+        type=float,
+        default=Limits.job_bytes / MB,
+        help="most bytes one run holds, in MiB",
+    )
+    bounds.add_argument(
+        "--max-files",
+        type=commands.positive_int,
+        default=Limits.files,
+        help="most files in one run",
+    )
+    bounds.add_argument(
+        "--max-runs", type=commands.positive_int, default=Limits.jobs, help="most runs held at once"
+    )
+    bounds.add_argument(
+        "--keep-minutes",
+        type=float,
+        default=Limits.keep_seconds / 60,
+        help="delete a run's files after this many minutes without use",
+    )
+    bounds.add_argument(
+        "--temp-dir", help="where the private folder is made; default the system's temporary folder"
+    )
     return parser
 
 
@@ -82,29 +153,67 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     local = is_loopback(args.host)
     if not local and not args.allow_remote:
-        parser().error(f"--host {args.host} is reachable from other machines: add --allow-remote to serve it there")
+        parser().error(
+            f"--host {args.host} is reachable from other machines: add --allow-remote to serve it there"
+        )
     if min(args.max_file_mb, args.max_run_mb, args.keep_minutes) <= 0:
         parser().error("--max-file-mb, --max-run-mb and --keep-minutes must be positive")
-    limits = Limits(int(args.max_file_mb * MB), int(args.max_run_mb * MB), args.max_files, args.max_runs, args.keep_minutes * 60)
+    limits = Limits(
+        int(args.max_file_mb * MB),
+        int(args.max_run_mb * MB),
+        args.max_files,
+        args.max_runs,
+        args.keep_minutes * 60,
+    )
     print("loading the model ...", file=sys.stderr)
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
-    faces, recover_faces = (load_photo_faces(anonymizer, args.detector, args.parser, args.min_face_size, args.detectors, recovering=recovering)
-                            for recovering in (False, True))
-    model = runs.Model(anonymizer, faces, recover_faces, args.batch_size or default_batch_size(), args.untrained_mode)
+    faces, recover_faces = (
+        load_photo_faces(
+            anonymizer,
+            args.detector,
+            args.parser,
+            args.min_face_size,
+            args.detectors,
+            recovering=recovering,
+        )
+        for recovering in (False, True)
+    )
+    model = runs.Model(
+        anonymizer,
+        faces,
+        recover_faces,
+        args.batch_size or default_batch_size(),
+        args.untrained_mode,
+    )
     sock = listen(args.host, args.port)
     store = JobStore(limits, args.temp_dir)
     atexit.register(store.close)  # also when uvicorn does not get to run the app's shutdown
     app = server.build_app(model, store, [*server.LOOPBACK_HOSTS, args.host] if local else ["*"])
     port = sock.getsockname()[1]
     if not local:
-        print(f"warning: serving on {args.host}, which other machines can reach: anyone who reaches it can use the page "
-              "and this machine's model (their files are kept apart, but nothing checks who they are)", file=sys.stderr)
-    print(f"serving on http://{'127.0.0.1' if args.host == 'localhost' else args.host}:{port}/ "
-          "(Ctrl-C stops it and deletes every upload and result)", file=sys.stderr, flush=True)
+        print(
+            f"warning: serving on {args.host}, which other machines can reach: anyone who reaches it can use the page "
+            "and this machine's model (their files are kept apart, but nothing checks who they are)",
+            file=sys.stderr,
+        )
+    print(
+        f"serving on http://{'127.0.0.1' if args.host == 'localhost' else args.host}:{port}/ "
+        "(Ctrl-C stops it and deletes every upload and result)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         # A page left open keeps a connection: shutdown waits for it at most GRACE seconds, then deletes everything.
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=GRACE)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=GRACE,
+        )
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn shut the app down (its files deleted), then passes Ctrl-C on
+    except (
+        KeyboardInterrupt
+    ):  # uvicorn shut the app down (its files deleted), then passes Ctrl-C on
         pass
     print("stopped; every upload and result was deleted", file=sys.stderr)

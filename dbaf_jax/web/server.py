@@ -46,8 +46,11 @@ SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"default-src 'self'; img-src 'self' blob:; media-src 'self' blob:; object-src 'none'; "
-                                 b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' blob:; media-src 'self' blob:; object-src 'none'; "
+        b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
 ]
 
 
@@ -91,12 +94,17 @@ async def _json(request: Request) -> dict:
 def _declared_size(request: Request) -> int | None:
     """The larger of the body's length and the file size the page announces
     (``X-File-Size``: a file over the limit is announced without its bytes)."""
-    sizes = [int(value) for value in (request.headers.get("content-length"), request.headers.get("x-file-size"))
-             if value is not None and value.isdigit()]
+    sizes = [
+        int(value)
+        for value in (request.headers.get("content-length"), request.headers.get("x-file-size"))
+        if value is not None and value.isdigit()
+    ]
     return max(sizes, default=None)
 
 
-def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | None = None) -> Starlette:
+def build_app(
+    model: runs.Model, store: JobStore, allowed_hosts: list[str] | None = None
+) -> Starlette:
     """The app serving the page and its API for ``model``, keeping jobs in ``store``;
     ``allowed_hosts`` (default the loopback names) are the Host headers answered."""
     worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dbaf-web-job")
@@ -124,13 +132,21 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     async def session(request: Request) -> Response:
-        return JSONResponse({"session": store.new_session(), "limits": store.limits.as_dict(), "passwordMax": MAX_PASSWORD})
+        return JSONResponse(
+            {
+                "session": store.new_session(),
+                "limits": store.limits.as_dict(),
+                "passwordMax": MAX_PASSWORD,
+            }
+        )
 
     async def create(request: Request) -> Response:
         operation = (await _json(request)).get("operation")
         if operation not in ("anonymize", "recover"):
             raise InputError(f"operation must be anonymize or recover, not {operation!r}")
-        return JSONResponse({"job": store.create(request.headers.get("x-session", ""), operation).id})
+        return JSONResponse(
+            {"job": store.create(request.headers.get("x-session", ""), operation).id}
+        )
 
     async def receive(request: Request, upload) -> None:
         try:
@@ -176,7 +192,9 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
             raise InputError(f"the password is longer than {MAX_PASSWORD} characters")
         if job.operation == "anonymize" and body.get("confirm") != password:
             raise InputError("the two passwords differ: type the same password twice")
-        if key_choice not in runs.KEY_CHOICES or (key_choice == "new" and job.operation != "anonymize"):
+        if key_choice not in runs.KEY_CHOICES or (
+            key_choice == "new" and job.operation != "anonymize"
+        ):
             raise InputError(f"unknown key choice {key_choice!r}")
         if job.state != "open":
             raise LimitError("this run has started already")
@@ -201,8 +219,14 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
             if all(each.downloaded for each in job.downloads()):
                 headers[DELETED_HEADER] = "every result was downloaded"
                 background = BackgroundTask(store.delete, job, headers[DELETED_HEADER])
-        return FileResponse(output.path, media_type=media_type, filename=output.name, headers=headers,
-                            content_disposition_type="attachment" if download else "inline", background=background)
+        return FileResponse(
+            output.path,
+            media_type=media_type,
+            filename=output.name,
+            headers=headers,
+            content_disposition_type="attachment" if download else "inline",
+            background=background,
+        )
 
     def finished(job: Job) -> None:
         if job.state != "done":
@@ -230,8 +254,13 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
         finished(job)
         path = await run_in_threadpool(write_zip, job)
         why = "the results were downloaded as a zip"
-        return FileResponse(path, media_type="application/zip", filename="dbaf-results.zip", headers={DELETED_HEADER: why},
-                            background=BackgroundTask(store.delete, job, why))
+        return FileResponse(
+            path,
+            media_type="application/zip",
+            filename="dbaf-results.zip",
+            headers={DELETED_HEADER: why},
+            background=BackgroundTask(store.delete, job, why),
+        )
 
     async def delete(request: Request) -> Response:
         job = job_of(request)
@@ -241,7 +270,10 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
         return JSONResponse({"ok": True})
 
     async def errors(request: Request, err: Exception) -> Response:
-        return _error(str(err), 404 if isinstance(err, NotFound) else 413 if isinstance(err, LimitError) else 400)
+        return _error(
+            str(err),
+            404 if isinstance(err, NotFound) else 413 if isinstance(err, LimitError) else 400,
+        )
 
     routes = [
         Route("/", index),
@@ -257,9 +289,14 @@ def build_app(model: runs.Model, store: JobStore, allowed_hosts: list[str] | Non
         Route("/api/jobs/{job}/extras/{k:int}", extra, methods=["GET"]),
         Route("/api/jobs/{job}/zip", zipped, methods=["GET"]),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS), Middleware(SecurityHeaders)]
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS),
+        Middleware(SecurityHeaders),
+    ]
     handlers = {NotFound: errors, LimitError: errors, InputError: errors}
-    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan
+    )
 
 
 def write_zip(job: Job) -> Path:

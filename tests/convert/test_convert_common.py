@@ -14,7 +14,11 @@ class Pickled:
 
 def test_pickled_objects_are_refused_for_safety_in_one_line(tmp_path):
     path = save({"weight": torch.zeros(2), "options": Pickled()}, tmp_path / "pickled.pth")
-    message = refusal(arcface.main, ["--ckpt", str(path), "--out", str(tmp_path / "out")], unwritten=tmp_path / "out")
+    message = refusal(
+        arcface.main,
+        ["--ckpt", str(path), "--out", str(tmp_path / "out")],
+        unwritten=tmp_path / "out",
+    )
     assert message == (
         f"error: {path}: holds objects other than tensors (pickled {__name__}.Pickled) and is refused for safety\n"
     )
@@ -24,9 +28,20 @@ def test_pickled_objects_are_refused_for_safety_in_one_line(tmp_path):
 def test_containers_of_tensors_are_read_and_other_files_refused(tmp_path):
     """What weights_only admits (plain containers) gets past reading to the layout check."""
     path = save(collections.OrderedDict(weight=torch.zeros(2)), tmp_path / "plain.pth")
-    message = refusal(arcface.main, ["--ckpt", str(path), "--out", str(tmp_path / "out")], unwritten=tmp_path / "out")
+    message = refusal(
+        arcface.main,
+        ["--ckpt", str(path), "--out", str(tmp_path / "out")],
+        unwritten=tmp_path / "out",
+    )
     assert "refusing to convert, the layout does not match" in message
     garbage = not_a_checkpoint(tmp_path / "garbage.pth")
-    message = refusal(arcface.main, ["--ckpt", str(garbage), "--out", str(tmp_path / "out")], unwritten=tmp_path / "out")
+    message = refusal(
+        arcface.main,
+        ["--ckpt", str(garbage), "--out", str(tmp_path / "out")],
+        unwritten=tmp_path / "out",
+    )
     assert_not_a_checkpoint_message(message, garbage)
-    assert message.endswith("(unpickling stopped: Unsupported operand 0)\n") and "weights_only" not in message
+    assert (
+        message.endswith("(unpickling stopped: Unsupported operand 0)\n")
+        and "weights_only" not in message
+    )

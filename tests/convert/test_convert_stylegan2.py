@@ -6,13 +6,22 @@ import torch
 from convert import stylegan2 as convert_stylegan2
 from convert.common import run
 from dbaf_jax.model_directory import load_network
-from tests.conversion import assert_not_a_checkpoint_message, command_refusal, edited, not_a_checkpoint, refusal, save
+from tests.conversion import (
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
+)
 from tests.parity import randomize_
 from tests.torch_reference import stylegan2 as ref
 
 
 def small_generator(size=32, channel_multiplier=2, width_scale=1 / 16, seed=0):
-    return ref.reset_fixed_kernels_(randomize_(ref.Generator(size, 16, 2, channel_multiplier, width_scale), seed))
+    return ref.reset_fixed_kernels_(
+        randomize_(ref.Generator(size, 16, 2, channel_multiplier, width_scale), seed)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +32,13 @@ def state_dicts():
 
 def argv(tmp_path, checkpoint, *flags):
     """Saves ``checkpoint``; the converter's arguments for it, writing to tmp_path/model."""
-    return ["--ckpt", str(save(checkpoint, tmp_path / "ckpt.pt")), "--out", str(tmp_path / "model"), *flags]
+    return [
+        "--ckpt",
+        str(save(checkpoint, tmp_path / "ckpt.pt")),
+        "--out",
+        str(tmp_path / "model"),
+        *flags,
+    ]
 
 
 def convert(tmp_path, checkpoint, *flags):
@@ -32,7 +47,9 @@ def convert(tmp_path, checkpoint, *flags):
 
 def refuse(tmp_path, checkpoint, *flags):
     """The refusal's stderr; nothing may be written when any part is refused."""
-    return refusal(convert_stylegan2.main, argv(tmp_path, checkpoint, *flags), unwritten=tmp_path / "model")
+    return refusal(
+        convert_stylegan2.main, argv(tmp_path, checkpoint, *flags), unwritten=tmp_path / "model"
+    )
 
 
 def edited_part(state_dicts, part, drop=(), add=None):
@@ -43,7 +60,11 @@ def edited_part(state_dicts, part, drop=(), add=None):
 def test_converts_and_infers_config(tmp_path, state_dicts):
     convert(tmp_path, state_dicts)
     generator = load_network(tmp_path / "model" / "generator")
-    assert (generator.module.size, generator.module.style_dim, generator.module.n_mlp) == (32, 16, 2)
+    assert (generator.module.size, generator.module.style_dim, generator.module.n_mlp) == (
+        32,
+        16,
+        2,
+    )
     assert generator.module.width_scale == 1 / 16
     assert load_network(tmp_path / "model" / "discriminator").module.size == 32
     assert not (tmp_path / "model" / "generator_raw").exists()
@@ -58,17 +79,23 @@ def test_bare_generator_state_dict_with_multiplier_1(tmp_path):
 
 
 def test_missing_key(tmp_path, state_dicts):
-    err = refuse(tmp_path, edited_part(state_dicts, "g_ema", drop=["convs.1.conv.weight", "noises.noise_2"]))
+    err = refuse(
+        tmp_path, edited_part(state_dicts, "g_ema", drop=["convs.1.conv.weight", "noises.noise_2"])
+    )
     assert "missing (2): convs.1.conv.weight, noises.noise_2" in err and ":g_ema" in err
 
 
 def test_unexpected_key(tmp_path, state_dicts):
-    err = refuse(tmp_path, edited_part(state_dicts, "d", add={"final_linear.2.weight": torch.zeros(1, 1)}))
+    err = refuse(
+        tmp_path, edited_part(state_dicts, "d", add={"final_linear.2.weight": torch.zeros(1, 1)})
+    )
     assert "unexpected (1): final_linear.2.weight" in err
 
 
 def test_misshaped_key(tmp_path, state_dicts):
-    err = refuse(tmp_path, edited_part(state_dicts, "g_ema", add={"to_rgb1.bias": torch.zeros(1, 4, 1, 1)}))
+    err = refuse(
+        tmp_path, edited_part(state_dicts, "g_ema", add={"to_rgb1.bias": torch.zeros(1, 4, 1, 1)})
+    )
     assert "mis-shaped (1): to_rgb1.bias [1, 4, 1, 1]" in err
 
 
@@ -79,7 +106,12 @@ def test_wrong_size_flag_is_refused(tmp_path, state_dicts):
 
 def test_blur_kernel_values_are_checked(tmp_path, state_dicts):
     kernel = state_dicts["g_ema"]["to_rgbs.0.upsample.kernel"]
-    bad = edited_part(state_dicts, "g_ema", drop=["convs.2.conv.blur.kernel"], add={"to_rgbs.0.upsample.kernel": kernel / 4})
+    bad = edited_part(
+        state_dicts,
+        "g_ema",
+        drop=["convs.2.conv.blur.kernel"],
+        add={"to_rgbs.0.upsample.kernel": kernel / 4},
+    )
     err = refuse(tmp_path, bad)
     assert "missing fixed kernels (1): convs.2.conv.blur.kernel" in err
     assert "differ from the expected blur kernel (1): to_rgbs.0.upsample.kernel" in err
@@ -98,4 +130,6 @@ def test_existing_output_needs_overwrite(tmp_path, state_dicts):
 def test_non_checkpoint_file_cli_exits_1_with_one_line(tmp_path):
     bogus = not_a_checkpoint(tmp_path / "notes.pt")
     argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "model")]
-    assert_not_a_checkpoint_message(command_refusal("convert.stylegan2", argv, unwritten=tmp_path / "model"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.stylegan2", argv, unwritten=tmp_path / "model"), bogus
+    )

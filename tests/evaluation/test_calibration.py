@@ -43,7 +43,10 @@ def embeddings(recognizer, dlib_faces):
 
 def test_positive_control_is_caught(embeddings):
     report = calibration.calibrated_report(
-        embeddings["originals"], embeddings["views"], {"anonymization": embeddings["barely_changed"]}, unit=False
+        embeddings["originals"],
+        embeddings["views"],
+        {"anonymization": embeddings["barely_changed"]},
+        unit=False,
     )
     assert report["gallery_size"] == len(embeddings["originals"])
     assert report["impostor"]["pairs"] == 6 and report["genuine"]["max"] < report["impostor"]["min"]
@@ -55,7 +58,10 @@ def test_positive_control_is_caught(embeddings):
 
 def test_negative_control_protects(embeddings):
     report = calibration.calibrated_report(
-        embeddings["originals"], embeddings["views"], {"anonymization": embeddings["noise"]}, unit=False
+        embeddings["originals"],
+        embeddings["views"],
+        {"anonymization": embeddings["noise"]},
+        unit=False,
     )
     assert all(row["protection_rate"] == 1.0 for row in report["at_far"].values())
     # Noise probes land on one gallery face at most by chance: well below every face found.
@@ -64,7 +70,9 @@ def test_negative_control_protects(embeddings):
 
 def test_roc_image_draws_each_curve(embeddings):
     originals = embeddings["originals"]
-    curves = {s: calibration.pair_distances(originals, embeddings[s], False) for s in ("views", "noise")}
+    curves = {
+        s: calibration.pair_distances(originals, embeddings[s], False) for s in ("views", "noise")
+    }
     picture = calibration.roc_image(curves, calibration.impostor_distances(originals, False))
     assert picture.shape == (640, 640 + 128, 3) and picture.dtype == np.uint8
     for colour in ((31, 119, 180), (255, 127, 14)):  # the first two palette colours, one per curve
@@ -76,10 +84,15 @@ def test_password_guessing_controls(embeddings):
     originals = embeddings["originals"]
     impostor = calibration.impostor_distances(originals, False)
     thresholds = {"0.01": calibration.threshold_at_far(impostor, 1e-2)}
-    caught = attacks.password_guessing(originals, np.stack([embeddings["noise"], embeddings["barely_changed"]]), thresholds, False)
+    caught = attacks.password_guessing(
+        originals, np.stack([embeddings["noise"], embeddings["barely_changed"]]), thresholds, False
+    )
     assert caught["guesses"] == 2 and caught["accepted"]["0.01"] == 1.0
     missed = attacks.password_guessing(originals, embeddings["noise"][None], thresholds, False)
-    assert missed["accepted"]["0.01"] == 0.0 and missed["best_distance_mean"] > caught["best_distance_mean"]
+    assert (
+        missed["accepted"]["0.01"] == 0.0
+        and missed["best_distance_mean"] > caught["best_distance_mean"]
+    )
 
 
 def test_linkability_controls(embeddings):
@@ -95,7 +108,11 @@ def test_linkability_controls(embeddings):
 @pytest.fixture(scope="module")
 def small_faces(dlib_faces):
     """The four faces at 112 px in [-1, 1]: the inverter trains on a CPU in seconds."""
-    return images.to_float(np.stack([np.asarray(Image.fromarray(f).resize((112, 112), Image.BILINEAR)) for f in dlib_faces]))
+    return images.to_float(
+        np.stack(
+            [np.asarray(Image.fromarray(f).resize((112, 112), Image.BILINEAR)) for f in dlib_faces]
+        )
+    )
 
 
 @pytest.mark.long  # two trainings at 112 px: minutes on a shared 2-core CPU

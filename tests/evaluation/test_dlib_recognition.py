@@ -22,7 +22,9 @@ def raw_l2(a, b):
 def test_descriptor_separates_people_and_matches_a_changed_copy(recognizer, dlib_faces):
     descriptors = recognizer(images.to_float(dlib_faces))
     assert descriptors.shape == (len(dlib_faces), 128)
-    between = np.linalg.norm(descriptors[:, None] - descriptors[None], axis=-1)[np.triu_indices(len(dlib_faces), 1)]
+    between = np.linalg.norm(descriptors[:, None] - descriptors[None], axis=-1)[
+        np.triu_indices(len(dlib_faces), 1)
+    ]
     assert between.min() > THRESHOLD, between
     changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in dlib_faces])))
     assert raw_l2(descriptors, changed).max() < THRESHOLD
@@ -33,16 +35,24 @@ def test_noise_is_undetected_and_unmatched(recognizer, dlib_faces):
     descriptors = recognizer(images.to_float(dlib_faces))
     before = recognizer.undetected
     noisy = recognizer(images.to_float(noise))
-    assert recognizer.undetected - before == len(dlib_faces)  # every noise image fell back to the whole frame
+    assert recognizer.undetected - before == len(
+        dlib_faces
+    )  # every noise image fell back to the whole frame
     assert raw_l2(descriptors, noisy).min() > THRESHOLD
 
 
 def test_paper_rate_uses_raw_distance_for_dlib(recognizer, dlib_faces):
     descriptors = recognizer(images.to_float(dlib_faces))
     changed = recognizer(images.to_float(np.stack([mildly_changed(f) for f in dlib_faces])))
-    assert recognition.recognition_report(descriptors, changed, THRESHOLD, unit=False)["l2"]["rate"] == 1.0
+    assert (
+        recognition.recognition_report(descriptors, changed, THRESHOLD, unit=False)["l2"]["rate"]
+        == 1.0
+    )
     shifted = np.roll(descriptors, 1, axis=0)  # each face against another person's
-    assert recognition.recognition_report(descriptors, shifted, THRESHOLD, unit=False)["l2"]["rate"] == 0.0
+    assert (
+        recognition.recognition_report(descriptors, shifted, THRESHOLD, unit=False)["l2"]["rate"]
+        == 0.0
+    )
 
 
 def test_table_three_with_real_dlib(dlib_faces):
@@ -54,11 +64,20 @@ def test_table_three_with_real_dlib(dlib_faces):
     assert result["detection_rate"] == 1.0 and result["pairs"] == len(dlib_faces)
     assert result["landmark_distance"] < 4.0 and result["box_distance"] < 6.0
     noise = DetectionUtility(DlibDetector())
-    noise.update(originals, np.random.default_rng(1).uniform(-1, 1, originals.shape).astype(np.float32))
+    noise.update(
+        originals, np.random.default_rng(1).uniform(-1, 1, originals.shape).astype(np.float32)
+    )
     assert noise.result()["detection_rate"] == 0.0 and noise.result()["landmark_distance"] is None
 
 
 def test_missing_extra_is_named(monkeypatch):
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n: None if n == "face_recognition_models" else find_spec(n))
-    assert dlib_recognition.unavailable() == f"face_recognition_models is not installed ({dlib_recognition.INSTALL_HINT})"
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda n: None if n == "face_recognition_models" else find_spec(n),
+    )
+    assert (
+        dlib_recognition.unavailable()
+        == f"face_recognition_models is not installed ({dlib_recognition.INSTALL_HINT})"
+    )

@@ -80,7 +80,9 @@ def test_frechet_distance_matches_pytorch_fid(np_rng):
     stats1.update(set1)
     stats2.update(set2)
     ours = fid.statistics_distance(stats1, stats2)
-    expected = calculate_frechet_distance(stats1.mean, stats1.covariance(), stats2.mean, stats2.covariance())
+    expected = calculate_frechet_distance(
+        stats1.mean, stats1.covariance(), stats2.mean, stats2.covariance()
+    )
     assert ours > 1.0
     assert relative_error(ours, expected) < 1e-10
 

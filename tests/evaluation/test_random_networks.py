@@ -43,8 +43,13 @@ def test_an_uncalibrated_facenet_hardly_tells_faces_apart_and_a_calibrated_one_d
     faces = random_networks.random_images(160, 4, seed=3)
     variables = jax.jit(module.init)(jax.random.key(0), faces)
     spread = {}
-    for name, v in (("init", variables), ("calibrated", random_networks.calibrated(module, variables, faces))):
-        embeddings = np.asarray(jax.jit(module.apply)(v, random_networks.random_images(160, 4, seed=4)))
+    for name, v in (
+        ("init", variables),
+        ("calibrated", random_networks.calibrated(module, variables, faces)),
+    ):
+        embeddings = np.asarray(
+            jax.jit(module.apply)(v, random_networks.random_images(160, 4, seed=4))
+        )
         spread[name] = float(np.linalg.norm(embeddings - embeddings.mean(0), axis=1).mean())
     # Unit embeddings: images apart by a good fraction of the unit sphere once calibrated.
     assert spread["calibrated"] > 0.3 and spread["calibrated"] > 5 * spread["init"]
@@ -61,7 +66,10 @@ def test_the_command_writes_a_folder_every_reader_knows_is_random(tmp_path, caps
         provenance = metric_networks.network_provenance(out / name)
         assert provenance["random"] and provenance["parts"], name
     networks = metric_networks.MetricNetworks.load(out, batch_size=2)
-    assert networks.record == record and networks.missing_recognisers[0] == metric_networks.FACENET_CASIA
+    assert (
+        networks.record == record
+        and networks.missing_recognisers[0] == metric_networks.FACENET_CASIA
+    )
     faces = np.tanh(np.random.default_rng(0).standard_normal((2, 256, 256, 3))).astype(np.float32)
     features = networks.inception(faces)
     assert np.isfinite(features).all() and np.abs(features[0] - features[1]).mean() > 1e-2
@@ -77,7 +85,9 @@ def test_a_folder_that_is_not_a_detector_is_refused_before_anything_is_written(t
     argv = ["--out", str(tmp_path / "metrics"), "--mtcnn", str(tmp_path / "not_mtcnn")]
     assert commands.exit_status(make_metric_networks.main, argv) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and "not_mtcnn" in err and "pnet" in err
+    assert (
+        err.count("\n") == 1 and err.startswith("error: ") and "not_mtcnn" in err and "pnet" in err
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_mtcnn"]
 
 
@@ -93,7 +103,12 @@ def test_converted_networks_have_no_record(tmp_path):
 
 
 def results_with(record, random_network: bool) -> dict:
-    part = {"part": "", "source": "random (test)" if random_network else "model_ir_se50.pth", "sha256": "00", "random": random_network}
+    part = {
+        "part": "",
+        "source": "random (test)" if random_network else "model_ir_se50.pth",
+        "sha256": "00",
+        "random": random_network,
+    }
     return {
         "provenance": {"arcface": {"parts": [part], "random": random_network}},
         "metric_networks_record": record,
@@ -108,8 +123,10 @@ def test_the_report_opens_with_a_bold_smoke_test_line_when_the_folder_says_rando
     assert lines[0].startswith("**Smoke test: the metric networks have random weights**")
     assert metric_networks.FOLDER_FILE in lines[0]
     # Converted networks: no such line (and no per-network warning either).
-    assert not any("Smoke test" in line or metric_networks.RANDOM_WEIGHTS in line
-                   for line in report.provenance_lines(results_with(None, random_network=False)))
+    assert not any(
+        "Smoke test" in line or metric_networks.RANDOM_WEIGHTS in line
+        for line in report.provenance_lines(results_with(None, random_network=False))
+    )
 
 
 def test_the_recorded_sources_say_random(tmp_path):

@@ -29,7 +29,11 @@ def test_celebahq_counts_subsets_and_determinism(tmp_path):
     folder = _image_folder(tmp_path / "celeba", 1010)
     first = splits.make_splits(folder, "celebahq", seed=0)
     lists = first.lists
-    assert {name: len(paths) for name, paths in lists.items()} == {"test": 1000, "rates200": 200, "diversity5": 5}
+    assert {name: len(paths) for name, paths in lists.items()} == {
+        "test": 1000,
+        "rates200": 200,
+        "diversity5": 5,
+    }
     assert (first.images_found, first.images_unused) == (1010, 10)
     assert set(lists["diversity5"]) <= set(lists["rates200"]) <= set(lists["test"])
     assert all(path.endswith(".png") and "/" in path for path in lists["test"])
@@ -45,7 +49,12 @@ def test_ffhq_refuses_too_few_images_unless_allowed(tmp_path):
         splits.make_splits(folder, "ffhq")
     lists = splits.make_splits(folder, "ffhq", seed=0, allow_fewer=True).lists
     # Scaled by 700 / 70000, rounded down, at least 1.
-    assert {name: len(paths) for name, paths in lists.items()} == {"test": 10, "train": 690, "rates200": 2, "diversity5": 1}
+    assert {name: len(paths) for name, paths in lists.items()} == {
+        "test": 10,
+        "train": 690,
+        "rates200": 2,
+        "diversity5": 1,
+    }
     assert set(lists["train"]).isdisjoint(lists["test"])
     assert set(lists["rates200"]) <= set(lists["test"])
 
@@ -60,17 +69,44 @@ def test_unknown_protocol_and_missing_folder_are_refused(tmp_path):
 def test_command_writes_lists_the_reader_loads(tmp_path, capsys):
     folder = _image_folder(tmp_path / "faces", 140)
     out = tmp_path / "lists"
-    make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--seed", "7", "--allow-fewer"])
+    make_splits.main(
+        [
+            "--images",
+            str(folder),
+            "--out",
+            str(out),
+            "--protocol",
+            "ffhq",
+            "--seed",
+            "7",
+            "--allow-fewer",
+        ]
+    )
     assert "wrote" in capsys.readouterr().out
     expected = splits.make_splits(folder, "ffhq", seed=7, allow_fewer=True).lists
     for name, relative in expected.items():
         text = (out / f"{name}.txt").read_text()
         assert text.startswith("# dbaf_jax.evaluation.splits protocol=ffhq seed=7")
-        assert splits.read_split(out / f"{name}.txt", folder) == [folder / path for path in relative]
+        assert splits.read_split(out / f"{name}.txt", folder) == [
+            folder / path for path in relative
+        ]
 
     with pytest.raises(OutputExistsError, match="test.txt"):
-        make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"])
-    make_splits.main(["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer", "--overwrite"])
+        make_splits.main(
+            ["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"]
+        )
+    make_splits.main(
+        [
+            "--images",
+            str(folder),
+            "--out",
+            str(out),
+            "--protocol",
+            "ffhq",
+            "--allow-fewer",
+            "--overwrite",
+        ]
+    )
     assert "seed=0" in (out / "test.txt").read_text()
 
 

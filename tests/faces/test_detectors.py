@@ -70,8 +70,12 @@ def test_dlib_points_are_mtcnns_five(today):
 
 def test_unavailable_names_the_missing_package(monkeypatch):
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name))
-    assert dlib_detectors.DlibDetector.unavailable().startswith("dlib is not installed (pip install -r requirements-eval.txt")
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name)
+    )
+    assert dlib_detectors.DlibDetector.unavailable().startswith(
+        "dlib is not installed (pip install -r requirements-eval.txt"
+    )
 
 
 def test_a_face_found_by_both_detectors_is_one_face(today):
@@ -80,24 +84,40 @@ def test_a_face_found_by_both_detectors_is_one_face(today):
     image = photo("office4.jpg")
     first, second = today.detect(image), dlib_detectors.DlibDetector("hog", 2).detect(image)
     merged = merge([first, second])
-    both = [i for i, box in enumerate(first.boxes) if (detector_recall.overlap_of_smaller(box, second.boxes) >= 0.5).any()]
+    both = [
+        i
+        for i, box in enumerate(first.boxes)
+        if (detector_recall.overlap_of_smaller(box, second.boxes) >= 0.5).any()
+    ]
     assert len(both) >= 8  # the two detectors agree on most of the twelve faces (9 measured)
-    only_second = sum(not (detector_recall.overlap_of_smaller(box, first.boxes) >= 0.5).any() for box in second.boxes)
+    only_second = sum(
+        not (detector_recall.overlap_of_smaller(box, first.boxes) >= 0.5).any()
+        for box in second.boxes
+    )
     assert len(merged.boxes) == len(first.boxes) + only_second
     for i in both:
-        same = np.flatnonzero(detector_recall.overlap_of_smaller(first.boxes[i], merged.boxes) >= 0.5)
+        same = np.flatnonzero(
+            detector_recall.overlap_of_smaller(first.boxes[i], merged.boxes) >= 0.5
+        )
         assert len(same) == 1
         np.testing.assert_array_equal(merged.landmarks[same[0]], first.landmarks[i])
 
 
 def found(boxes, sure):
     boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
-    return Detections(boxes, np.ones(len(boxes), np.float32), np.zeros((len(boxes), 5, 2), np.float32), np.asarray(sure, bool))
+    return Detections(
+        boxes,
+        np.ones(len(boxes), np.float32),
+        np.zeros((len(boxes), 5, 2), np.float32),
+        np.asarray(sure, bool),
+    )
 
 
 def test_merge_keeps_a_small_face_beside_a_large_one_and_is_sure_if_either_is():
     large = found([[100, 100, 200, 200]], [False])
-    near = found([[110, 105, 205, 210], [150, 150, 170, 170]], [True, True])  # the same face, and a small one inside its box
+    near = found(
+        [[110, 105, 205, 210], [150, 150, 170, 170]], [True, True]
+    )  # the same face, and a small one inside its box
     merged = merge([large, near])
     np.testing.assert_array_equal(merged.boxes, [[100, 100, 200, 200], [150, 150, 170, 170]])
     np.testing.assert_array_equal(merged.sure, [True, True])
@@ -108,12 +128,16 @@ def test_registry_names_what_did_not_run(mtcnn_dir, monkeypatch):
     with pytest.raises(ConfigError, match="expected names from mtcnn, dlib-hog, dlib-cnn"):
         registry.parse_names("mtcnn,retinaface")
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name)
+    )
     detector, notes = registry.build(mtcnn_dir)
     assert detector.name == "mtcnn" and notes == [
         "detector dlib-hog not run: dlib is not installed (pip install -r requirements-eval.txt); faces only it would find are not looked for"
     ]
-    with pytest.raises(ConfigError, match="--detectors dlib-hog: cannot run: dlib is not installed"):
+    with pytest.raises(
+        ConfigError, match="--detectors dlib-hog: cannot run: dlib is not installed"
+    ):
         registry.build(mtcnn_dir, ["mtcnn", "dlib-hog"])
 
 
@@ -125,13 +149,18 @@ def test_default_finds_the_faces_mtcnn_misses_and_its_measured_recall(default, t
     totals = {"default": 0, "today": 0}
     for name, boxes in labels.items():
         image = photo(name)
-        ours, theirs = (detector_recall.score(boxes, d.detect(image))["found"] for d in (default, today))
+        ours, theirs = (
+            detector_recall.score(boxes, d.detect(image))["found"] for d in (default, today)
+        )
         assert not (theirs & ~ours).any(), name
         totals["default"] += int(ours.sum())
         totals["today"] += int(theirs.sum())
         if name == "office5.jpg":
             assert ours[:2].all() and not theirs[:2].any()
-    assert totals == {"default": totals["default"], "today": MTCNN_FOUND} and totals["default"] >= DEFAULT_FOUND
+    assert (
+        totals == {"default": totals["default"], "today": MTCNN_FOUND}
+        and totals["default"] >= DEFAULT_FOUND
+    )
 
 
 def test_the_low_band_is_pixelated_and_counted(default):
@@ -143,26 +172,43 @@ def test_the_low_band_is_pixelated_and_counted(default):
     found_faces = faces.find(image)
     assert found_faces.doubtful and found_faces.faces
     assert found_faces.found == len(default.detect(image).boxes)
-    item = face_batches.Item(image, found_faces.faces, faces.crops(image, found_faces.faces),
-                             np.zeros((len(found_faces.faces), 1), np.float32), None, found_faces.to_hide)
+    item = face_batches.Item(
+        image,
+        found_faces.faces,
+        faces.crops(image, found_faces.faces),
+        np.zeros((len(found_faces.faces), 1), np.float32),
+        None,
+        found_faces.to_hide,
+    )
     (done,) = face_batches.processed([item], faces, lambda crops, keys: -crops, 8)
     result = photo_result(done, found_faces.too_small)
-    assert len(result.hidden) == len(found_faces.unusable) + len(found_faces.doubtful) and len(result.faces) == len(found_faces.faces)
+    assert len(result.hidden) == len(found_faces.unusable) + len(found_faces.doubtful) and len(
+        result.faces
+    ) == len(found_faces.faces)
     for box in found_faces.doubtful:
         x1, y1, x2, y2 = box.astype(int)
         region = result.photo[y1 + 1 : y2, x1 + 1 : x2]
         assert len({tuple(p) for p in region.reshape(-1, 3)}) <= paste.HIDE_CELLS**2
     recovering = photos.PhotoFaces(default, 64, hide_doubtful=False).find(image)
-    assert not recovering.doubtful and len(recovering.faces) + len(recovering.unusable) == found_faces.found
+    assert (
+        not recovering.doubtful
+        and len(recovering.faces) + len(recovering.unusable) == found_faces.found
+    )
 
 
 def test_video_tracks_hide_the_low_band():
     tracker = tracks.Tracker(25.0)
     points = np.array([[40, 50], [60, 50], [50, 60], [42, 70], [58, 70]], np.float32)
-    detections = Detections(np.array([[30, 35, 70, 80], [130, 35, 170, 80]], np.float32), np.ones(2, np.float32),
-                            np.stack([points, points + [100, 0]]), np.array([True, False]))
+    detections = Detections(
+        np.array([[30, 35, 70, 80], [130, 35, 170, 80]], np.float32),
+        np.ones(2, np.float32),
+        np.stack([points, points + [100, 0]]),
+        np.array([True, False]),
+    )
     tracker.add(detections)
-    assert len(tracker.tracks()) == 1 and [b.tolist() for b in tracker.unusable[0]] == [[130, 35, 170, 80]]
+    assert len(tracker.tracks()) == 1 and [b.tolist() for b in tracker.unusable[0]] == [
+        [130, 35, 170, 80]
+    ]
     recovering = tracks.Tracker(25.0, hide_doubtful=False)
     recovering.add(detections)
     assert len(recovering.tracks()) == 2 and not recovering.unusable

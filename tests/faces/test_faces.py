@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import metadata
-from dbaf_jax import images
+from dbaf_jax import images, metadata
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import align, paste, photos
 from tests.face_helpers import CANONICAL, similarity
@@ -17,7 +16,11 @@ from tests.face_helpers import CANONICAL, similarity
 def smooth_photo(height: int, width: int) -> np.ndarray:
     """A smooth uint8 test photo (bilinear sampling of it is close to exact)."""
     y, x = np.mgrid[0:height, 0:width].astype(np.float64)
-    channels = [np.sin(x / 23.0) + np.cos(y / 17.0), np.sin((x + y) / 31.0), np.cos((x - 2 * y) / 29.0)]
+    channels = [
+        np.sin(x / 23.0) + np.cos(y / 17.0),
+        np.sin((x + y) / 31.0),
+        np.cos((x - 2 * y) / 29.0),
+    ]
     return np.clip(np.rint(np.stack(channels, -1) * 60 + 128), 0, 255).astype(np.uint8)
 
 
@@ -33,17 +36,24 @@ def test_quad_follows_the_ffhq_recipe():
     assert align.quad_side(lm) == pytest.approx(240)
 
 
-@pytest.mark.parametrize("angle, scale, shift", [(0.3, 1.7, (40.0, -12.5)), (-1.2, 0.45, (300.0, 80.0)), (np.pi, 2.0, (5.0, 5.0))])
+@pytest.mark.parametrize(
+    "angle, scale, shift",
+    [(0.3, 1.7, (40.0, -12.5)), (-1.2, 0.45, (300.0, 80.0)), (np.pi, 2.0, (5.0, 5.0))],
+)
 def test_transform_of_moved_landmarks_undoes_the_move(angle, scale, shift):
     """Landmarks moved by a known similarity M give the transform T(canonical) composed with M^-1."""
     move = similarity(angle, scale, shift)
     base = align.alignment_transform(CANONICAL, 256)
     moved = align.alignment_transform(align.apply(move, CANONICAL), 256)
     points = np.random.default_rng(0).uniform(-50, 400, (20, 2))
-    np.testing.assert_allclose(align.apply(moved, align.apply(move, points)), align.apply(base, points), atol=1e-9)
+    np.testing.assert_allclose(
+        align.apply(moved, align.apply(move, points)), align.apply(base, points), atol=1e-9
+    )
     # The quad's corners land on the crop's outer pixel edges.
     corners = align.apply(moved, align.ffhq_quad(align.apply(move, CANONICAL)))
-    np.testing.assert_allclose(corners, [[-0.5, -0.5], [-0.5, 255.5], [255.5, 255.5], [255.5, -0.5]], atol=1e-9)
+    np.testing.assert_allclose(
+        corners, [[-0.5, -0.5], [-0.5, 255.5], [255.5, 255.5], [255.5, -0.5]], atol=1e-9
+    )
 
 
 def test_scaled_and_inverted_transforms():
@@ -52,14 +62,20 @@ def test_scaled_and_inverted_transforms():
     # A 64 px crop's pixel edges are a 256 px crop's, divided by 4.
     quarter = align.scaled(transform, 0.25)
     quad = align.ffhq_quad(CANONICAL)
-    np.testing.assert_allclose(align.apply(quarter, quad), [[-0.5, -0.5], [-0.5, 63.5], [63.5, 63.5], [63.5, -0.5]], atol=1e-9)
+    np.testing.assert_allclose(
+        align.apply(quarter, quad),
+        [[-0.5, -0.5], [-0.5, 63.5], [63.5, 63.5], [63.5, -0.5]],
+        atol=1e-9,
+    )
 
 
 def test_quarter_turn_crop_is_exact_and_goes_back():
     """A similarity of scale 1, a quarter turn and an integer shift moves pixels exactly:
     the crop is the rotated photo region, and warping it back restores every pixel."""
     photo = np.random.default_rng(1).integers(0, 256, (80, 90, 3), dtype=np.uint8)
-    transform = similarity(np.pi / 2, 1.0, (70.0, -10.0))  # photo (x, y) -> crop (70 - y, x - 10): rows 39-70
+    transform = similarity(
+        np.pi / 2, 1.0, (70.0, -10.0)
+    )  # photo (x, y) -> crop (70 - y, x - 10): rows 39-70
     crop = align.crop(photo, transform, 32)
     np.testing.assert_array_equal(crop, np.rot90(photo[39:71, 10:42], k=-1).astype(np.float32))
     back = align.warp(crop, transform, (32, 32), origin=(39, 10))
@@ -78,12 +94,15 @@ def reference_warp(image, transform, shape, origin, fill):
                 out[row, col] = fill
                 continue
             x, y = min(max(x, 0), width - 1), min(max(y, 0), height - 1)
-            x0, y0 = min(int(np.floor(x)), max(width - 2, 0)), min(int(np.floor(y)), max(height - 2, 0))
+            x0, y0 = (
+                min(int(np.floor(x)), max(width - 2, 0)),
+                min(int(np.floor(y)), max(height - 2, 0)),
+            )
             x1, y1 = min(x0 + 1, width - 1), min(y0 + 1, height - 1)
             fx, fy = x - x0, y - y0
             pixel = lambda r, c: image[r, c].astype(np.float64)  # noqa: E731
             top = pixel(y0, x0) * (1 - fx) + pixel(y0, x1) * fx
-            out[row, col] = (top * (1 - fy) + (pixel(y1, x0) * (1 - fx) + pixel(y1, x1) * fx) * fy)
+            out[row, col] = top * (1 - fy) + (pixel(y1, x0) * (1 - fx) + pixel(y1, x1) * fx) * fy
     return out
 
 
@@ -100,7 +119,9 @@ def test_warp_samples_every_pixel_as_stated(fill, size):
     expected = reference_warp(image, transform, (17, 13), (-3, 2), fill)
     assert got.dtype == np.float32 and got.shape == (17, 13, 3)
     if fill is not None and min(size) > 1:  # a line of pixels has no inside to land on
-        assert (expected == fill).all(axis=-1).any() and (expected != fill).any(axis=-1).any()  # both cases occur
+        assert (expected == fill).all(axis=-1).any() and (expected != fill).any(
+            axis=-1
+        ).any()  # both cases occur
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-3)  # float32 weights against float64
 
 
@@ -112,7 +133,9 @@ def test_alignment_then_inverse_returns_pixels_to_their_place():
     transform = align.alignment_transform(landmarks, 256)
     crop = align.crop(photo, transform, 256)
     top, left, bottom, right = paste.footprint(transform, 256, photo.shape)
-    back = align.warp(crop, transform, (bottom - top, right - left), origin=(top, left), fill=np.nan)
+    back = align.warp(
+        crop, transform, (bottom - top, right - left), origin=(top, left), fill=np.nan
+    )
     inside = ~np.isnan(back[..., 0])
     assert inside.sum() > 0.5 * (240 * 0.8) ** 2
     error = np.abs(back - photo[top:bottom, left:right])[inside]
@@ -123,7 +146,9 @@ def test_masks_are_soft_inside_and_zero_on_the_border():
     mask = paste.box_mask(64)
     assert mask.shape == (64, 64) and mask.dtype == np.float32
     assert mask[32, 32] == pytest.approx(1.0) and mask.max() <= 1.0 and mask.min() == 0.0
-    assert not mask[0].any() and not mask[-1].any() and not mask[:, 0].any() and not mask[:, -1].any()
+    assert (
+        not mask[0].any() and not mask[-1].any() and not mask[:, 0].any() and not mask[:, -1].any()
+    )
     assert 0 < mask[8, 32] < 1  # feathered, not a hard edge
     blob = np.zeros((64, 64), bool)
     blob[20:40, 25:45] = True
@@ -159,8 +184,16 @@ def test_pasting_many_faces_leaves_the_photo_given_unchanged():
     rng = np.random.default_rng(3)
     photo = rng.integers(0, 256, (220, 300, 3), dtype=np.uint8)
     given = photo.copy()
-    faces = [photos.AlignedFace(i, align.alignment_transform(align.apply(similarity(0.2 * i, 0.4, (40.0 + 70 * i, 30.0)), CANONICAL), 64), 64)
-             for i in range(3)]
+    faces = [
+        photos.AlignedFace(
+            i,
+            align.alignment_transform(
+                align.apply(similarity(0.2 * i, 0.4, (40.0 + 70 * i, 30.0)), CANONICAL), 64
+            ),
+            64,
+        )
+        for i in range(3)
+    ]
     results = rng.uniform(-1, 1, (3, 64, 64, 3)).astype(np.float32)
     masks = np.broadcast_to(paste.box_mask(64), (3, 64, 64))
     pasted = photos.PhotoFaces(None, 64).paste(photo, faces, results, masks)
@@ -175,10 +208,15 @@ def test_pasting_many_faces_leaves_the_photo_given_unchanged():
 def test_paste_outside_the_photo_changes_nothing():
     photo = np.full((50, 60, 3), 7, np.uint8)
     far = align.alignment_transform(CANONICAL + 1000, 64)
-    np.testing.assert_array_equal(paste.paste(photo, np.ones((64, 64, 3), np.float32), paste.box_mask(64), far), photo)
+    np.testing.assert_array_equal(
+        paste.paste(photo, np.ones((64, 64, 3), np.float32), paste.box_mask(64), far), photo
+    )
 
 
-@pytest.mark.parametrize("orientation, undo", [(3, lambda a: np.rot90(a, 2)), (6, lambda a: np.rot90(a, 1)), (8, lambda a: np.rot90(a, -1))])
+@pytest.mark.parametrize(
+    "orientation, undo",
+    [(3, lambda a: np.rot90(a, 2)), (6, lambda a: np.rot90(a, 1)), (8, lambda a: np.rot90(a, -1))],
+)
 def test_read_photo_applies_exif_orientation(tmp_path, orientation, undo):
     """A camera's rotated pixels with their EXIF orientation tag come out upright."""
     upright = np.random.default_rng(3).integers(0, 256, (30, 40, 3), dtype=np.uint8)
@@ -197,7 +235,9 @@ def face_entry(**replace):
 
 
 def test_face_metadata_round_trip_and_refusals():
-    face = photos.AlignedFace(2, np.array([[5.0, 0.5, -190.0], [-0.5, 5.0, -102.0]]), 256)  # a 51 px face at (60, 50)
+    face = photos.AlignedFace(
+        2, np.array([[5.0, 0.5, -190.0], [-0.5, 5.0, -102.0]]), 256
+    )  # a 51 px face at (60, 50)
     meta = metadata.photo_fields((100, 120, 3), [face])
     assert meta == {"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=2)]}
     (read,) = metadata.recorded_faces(meta, (100, 120, 3), 256)
@@ -210,17 +250,62 @@ def test_face_metadata_round_trip_and_refusals():
         ({"photo": {"height": 100, "width": 120}, "faces": ["x"]}, "exactly index"),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=-1)]}, "face index"),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=True)]}, "face index"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(size=128)]}, "input size 256"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1, 2, 3])]}, "6 finite"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1, 0, 0, 0, float("nan"), 0])]}, "6 finite"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1, 2, 0, 2, 4, 0])]}, "invertible"),
+        (
+            {"photo": {"height": 100, "width": 120}, "faces": [face_entry(size=128)]},
+            "input size 256",
+        ),
+        (
+            {"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1, 2, 3])]},
+            "6 finite",
+        ),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(transform=[1, 0, 0, 0, float("nan"), 0])],
+            },
+            "6 finite",
+        ),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(transform=[1, 2, 0, 2, 4, 0])],
+            },
+            "invertible",
+        ),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry()]}, "repeat"),
         ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(extra=1)]}, "exactly index"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[1e300, 0, 0, 0, 1e300, 0])]}, "within"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[100.0, 0, -5872, 0, 100.0, -4872])]}, "below the 8 px"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(transform=[5.0, 0.5, -900.0, -0.5, 5.0, -102.0])]}, "outside"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry(index=1)]}, "overlap"),
-        ({"photo": {"height": 100, "width": 120}, "faces": [face_entry(index=i) for i in range(12)]}, "at most 11"),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(transform=[1e300, 0, 0, 0, 1e300, 0])],
+            },
+            "within",
+        ),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(transform=[100.0, 0, -5872, 0, 100.0, -4872])],
+            },
+            "below the 8 px",
+        ),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(transform=[5.0, 0.5, -900.0, -0.5, 5.0, -102.0])],
+            },
+            "outside",
+        ),
+        (
+            {"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry(index=1)]},
+            "overlap",
+        ),
+        (
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(index=i) for i in range(12)],
+            },
+            "at most 11",
+        ),
     ]
     for meta, reason in bad:
         with pytest.raises(InputError, match=reason):
@@ -237,6 +322,9 @@ def test_one_photos_metadata_buys_no_more_faces_than_its_area_allows():
     most = metadata.max_recorded_faces(shape)
     assert most == 620 * 487 // (32 * 32)
     for count in (1024, most):
-        hostile = {"photo": {"height": 620, "width": 487}, "faces": [face_entry(index=i) for i in range(count)]}
+        hostile = {
+            "photo": {"height": 620, "width": 487},
+            "faces": [face_entry(index=i) for i in range(count)],
+        }
         with pytest.raises(InputError, match="at most|overlap"):
             metadata.recorded_faces(hostile, shape, 256)

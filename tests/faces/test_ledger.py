@@ -42,7 +42,9 @@ def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
     """The original face at the anonymized one's place fails (an anonymization that kept
     its likeness), a slightly changed copy of the published face (JPEG) matches."""
     published, original = face(1), face(1) * 0.9 + 0.05  # an anonymization that changed little
-    (anonymized,) = ledger.entries((100, 150), [3], [np.eye(2, 3) * 0.64], published[None], original[None])
+    (anonymized,) = ledger.entries(
+        (100, 150), [3], [np.eye(2, 3) * 0.64], published[None], original[None]
+    )
     assert anonymized.index == 3 and anonymized.separation > 0
     candidate = lambda crop: ledger.entries((100, 150), [0], [np.eye(2, 3) * 0.64], crop[None])[0]  # noqa: E731
     assert ledger.match([anonymized], candidate(original)) is None
@@ -50,20 +52,139 @@ def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
     assert ledger.match([anonymized], candidate(noisy)) == 0
 
 
-@pytest.mark.parametrize("line, words", [
-    ("{not json", "line 1"),
-    (json.dumps({"index": 0}), "list of entries"),
-    (json.dumps([{"index": -1, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1}]), "index"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 3, "separation": 0.1}]), "signature"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, "x"], "side": 1, "signature": [0] * 192, "separation": 0.1}]), "finite"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": -1}]), "finite"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "extra": 1}]), "exactly"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "ab"}]), "exactly"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "../x",
-                  "frame": 0}]), "run id"),
-    (json.dumps([{"index": 0, "aspect": 1, "centre": [0, 0], "side": 1, "signature": [0] * 192, "separation": 0.1, "clip": "ab",
-                  "frame": -3}]), "frame"),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("{not json", "line 1"),
+        (json.dumps({"index": 0}), "list of entries"),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": -1,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                    }
+                ]
+            ),
+            "index",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 3,
+                        "separation": 0.1,
+                    }
+                ]
+            ),
+            "signature",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, "x"],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                    }
+                ]
+            ),
+            "finite",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": -1,
+                    }
+                ]
+            ),
+            "finite",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                        "extra": 1,
+                    }
+                ]
+            ),
+            "exactly",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                        "clip": "ab",
+                    }
+                ]
+            ),
+            "exactly",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                        "clip": "../x",
+                        "frame": 0,
+                    }
+                ]
+            ),
+            "run id",
+        ),
+        (
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "aspect": 1,
+                        "centre": [0, 0],
+                        "side": 1,
+                        "signature": [0] * 192,
+                        "separation": 0.1,
+                        "clip": "ab",
+                        "frame": -3,
+                    }
+                ]
+            ),
+            "frame",
+        ),
+    ],
+)
 def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, words):
     path = tmp_path / "me.key.faces.jsonl"
     path.write_text(line + "\n")

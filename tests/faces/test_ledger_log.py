@@ -21,7 +21,12 @@ from dbaf_jax.faces import ledger
 def entries(count, first=0):
     """``count`` photo entries with key indices from ``first``."""
     rng = np.random.default_rng(first)
-    return [ledger.Entry(first + i, 1.5, (0.1 + 0.01 * i, 0.3), 0.05, rng.uniform(0, 1, ledger.GRID**2 * 3), 0.2) for i in range(count)]
+    return [
+        ledger.Entry(
+            first + i, 1.5, (0.1 + 0.01 * i, 0.3), 0.05, rng.uniform(0, 1, ledger.GRID**2 * 3), 0.2
+        )
+        for i in range(count)
+    ]
 
 
 def indices(path, notes=None):
@@ -87,7 +92,9 @@ def test_a_ledger_that_cannot_be_written_is_refused_before_work(tmp_path, monkey
         ledger.check_appendable(folder, 1)
     assert str(folder) in str(error.value)
     absent = tmp_path / "new.key.faces.jsonl"
-    assert ledger.check_appendable(absent, 10) is None and not absent.exists()  # probed, not left behind
+    assert (
+        ledger.check_appendable(absent, 10) is None and not absent.exists()
+    )  # probed, not left behind
     nowhere = tmp_path / "missing" / "k.key.faces.jsonl"
     with pytest.raises(OutputWriteError, match="No such file or directory"):
         ledger.check_appendable(nowhere, 1)
@@ -100,14 +107,25 @@ def test_a_ledger_that_cannot_be_written_is_refused_before_work(tmp_path, monkey
         f_bavail, f_frsize = 3, 4096
 
     monkeypatch.setattr(os, "fstatvfs", lambda fd: Full)
-    with pytest.raises(OutputWriteError, match=r"No space left on device: 12288 bytes free, about 20480 needed for 10 entries"):
+    with pytest.raises(
+        OutputWriteError,
+        match=r"No space left on device: 12288 bytes free, about 20480 needed for 10 entries",
+    ):
         ledger.check_appendable(tmp_path / "k.key.faces.jsonl", 10)
 
 
 def _private_tmpfs(options: str) -> bool:
     if shutil.which("unshare") is None:
         return False
-    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs -o {options} tmpfs /mnt"]
+    probe = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "sh",
+        "-c",
+        f"mount -t tmpfs -o {options} tmpfs /mnt",
+    ]
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
@@ -137,22 +155,46 @@ FULL_DISK = textwrap.dedent("""
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.skipif(not _private_tmpfs("size=64k"), reason="this machine does not let a process mount a private file system")
+@pytest.mark.skipif(
+    not _private_tmpfs("size=64k"),
+    reason="this machine does not let a process mount a private file system",
+)
 def test_a_real_full_disk_leaves_every_earlier_entry_readable(tmp_path):
     script = tmp_path / "full_disk.py"
     script.write_text(FULL_DISK)
-    command = f"mount -t tmpfs -o size=64k tmpfs /mnt && exec '{sys.executable}' '{script}' '{ROOT}'"
-    result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command], capture_output=True, text=True)
+    command = (
+        f"mount -t tmpfs -o size=64k tmpfs /mnt && exec '{sys.executable}' '{script}' '{ROOT}'"
+    )
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("refused: /mnt/me.key.faces.jsonl: cannot append") and "No space left on device" in lines[0], lines
+    assert (
+        lines[0].startswith("refused: /mnt/me.key.faces.jsonl: cannot append")
+        and "No space left on device" in lines[0]
+    ), lines
     assert lines[1] == "[0, 1, 5]"
 
 
-@pytest.mark.skipif(not _private_tmpfs("ro"), reason="this machine does not let a process mount a private file system")
+@pytest.mark.skipif(
+    not _private_tmpfs("ro"),
+    reason="this machine does not let a process mount a private file system",
+)
 def test_a_read_only_disk_is_refused_before_work():
-    command = (f"mount -t tmpfs -o ro tmpfs /mnt && exec '{sys.executable}' -c "
-               "'from pathlib import Path; from dbaf_jax.faces import ledger; ledger.check_appendable(Path(\"/mnt/k.key.faces.jsonl\"), 1)'")
-    result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command], capture_output=True, text=True)
-    assert result.returncode == 1 and "/mnt/k.key.faces.jsonl: the key file's face ledger cannot be written (Read-only file system)" \
-        in result.stderr, result.stderr
+    command = (
+        f"mount -t tmpfs -o ro tmpfs /mnt && exec '{sys.executable}' -c "
+        "'from pathlib import Path; from dbaf_jax.faces import ledger; ledger.check_appendable(Path(\"/mnt/k.key.faces.jsonl\"), 1)'"
+    )
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        result.returncode == 1
+        and "/mnt/k.key.faces.jsonl: the key file's face ledger cannot be written (Read-only file system)"
+        in result.stderr
+    ), result.stderr

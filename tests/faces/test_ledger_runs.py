@@ -32,7 +32,9 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ledger_runs")
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
+    faces = photos.PhotoFaces(
+        registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size
+    )
     (tmp / "photos").mkdir()
     for name in ("jf.jpg", "office3.jpg", "office5.jpg"):
         shutil.copy(DATA / name, tmp / "photos" / name)
@@ -58,13 +60,34 @@ def test_an_unwritable_ledger_is_refused_before_any_photo_or_frame(ws, tmp_path)
     tmp, double, _ = ws
     ledger.ledger_path(key_file(tmp_path)).mkdir()  # the ledger's path is a folder
     with pytest.raises(OutputWriteError, match="Is a directory") as error:
-        anonymize_photo_folder(double, Untouchable(), PASSWORD, tmp / "photos", tmp_path / "out", record=RECORD,
-                               face_ledger=ledger.ledger_path(tmp_path / "me.key"))
-    assert str(ledger.ledger_path(tmp_path / "me.key")) in str(error.value) and not (tmp_path / "out").exists()
+        anonymize_photo_folder(
+            double,
+            Untouchable(),
+            PASSWORD,
+            tmp / "photos",
+            tmp_path / "out",
+            record=RECORD,
+            face_ledger=ledger.ledger_path(tmp_path / "me.key"),
+        )
+    assert (
+        str(ledger.ledger_path(tmp_path / "me.key")) in str(error.value)
+        and not (tmp_path / "out").exists()
+    )
     with pytest.raises(OutputWriteError, match="Is a directory"):
-        runner.anonymize_video(double, Untouchable(), PASSWORD, tmp / "pan.mp4", tmp_path / "anon.mp4", 4, record=RECORD,
-                               face_ledger=ledger.ledger_path(tmp_path / "me.key"))
-    assert not (tmp_path / "anon.mp4").exists() and not sidecar.path_for(tmp_path / "anon.mp4").exists()
+        runner.anonymize_video(
+            double,
+            Untouchable(),
+            PASSWORD,
+            tmp / "pan.mp4",
+            tmp_path / "anon.mp4",
+            4,
+            record=RECORD,
+            face_ledger=ledger.ledger_path(tmp_path / "me.key"),
+        )
+    assert (
+        not (tmp_path / "anon.mp4").exists()
+        and not sidecar.path_for(tmp_path / "anon.mp4").exists()
+    )
 
 
 def fill_disk_after(monkeypatch, path, room):
@@ -101,10 +124,20 @@ def test_a_photo_whose_entries_cannot_be_written_is_not_written(ws, tmp_path, mo
 
     monkeypatch.setattr(ledger, "append", append_then_full)
     with pytest.raises(OutputWriteError, match="No space left on device") as error:
-        anonymize_photo_folder(double, faces, PASSWORD, tmp_path / "in", tmp_path / "out", batch_size=1, record=RECORD,
-                               face_ledger=path)
+        anonymize_photo_folder(
+            double,
+            faces,
+            PASSWORD,
+            tmp_path / "in",
+            tmp_path / "out",
+            batch_size=1,
+            record=RECORD,
+            face_ledger=path,
+        )
     message = str(error.value)
-    assert str(path) in message and "office3.jpg" in message and "were not written" in message, message
+    assert str(path) in message and "office3.jpg" in message and "were not written" in message, (
+        message
+    )
     monkeypatch.undo()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["jf.png"]
     assert len(ledger.read(path)) == appended[0] >= 1 and path.read_bytes().endswith(b"\n")
@@ -119,10 +152,31 @@ def test_a_clip_whose_entries_cannot_be_written_is_not_published(ws, tmp_path, m
     before = path.read_bytes()
     fill_disk_after(monkeypatch, path, 100)
     with pytest.raises(OutputWriteError, match="No space left on device") as error:
-        runner.anonymize_video(double, faces, PASSWORD, tmp / "pan.mp4", tmp_path / "anon.mp4", 4, record=RECORD, face_ledger=path)
+        runner.anonymize_video(
+            double,
+            faces,
+            PASSWORD,
+            tmp / "pan.mp4",
+            tmp_path / "anon.mp4",
+            4,
+            record=RECORD,
+            face_ledger=path,
+        )
     assert str(path) in str(error.value) and str(tmp_path / "anon.mp4") in str(error.value)
-    assert not (tmp_path / "anon.mp4").exists() and not sidecar.path_for(tmp_path / "anon.mp4").exists()
+    assert (
+        not (tmp_path / "anon.mp4").exists()
+        and not sidecar.path_for(tmp_path / "anon.mp4").exists()
+    )
     assert path.read_bytes() == before
     monkeypatch.undo()
-    report = runner.anonymize_video(double, faces, PASSWORD, tmp / "pan.mp4", tmp_path / "anon.mp4", 4, record=RECORD, face_ledger=path)
+    report = runner.anonymize_video(
+        double,
+        faces,
+        PASSWORD,
+        tmp / "pan.mp4",
+        tmp_path / "anon.mp4",
+        4,
+        record=RECORD,
+        face_ledger=path,
+    )
     assert report.faces > 0 and len(ledger.read(path)) > 1

@@ -19,7 +19,6 @@ from tests.face_helpers import CANONICAL, similarity
 from tests.paths import DATA
 
 
-
 def face(index: int, landmarks: np.ndarray) -> photos.AlignedFace:
     return photos.AlignedFace(index, align.alignment_transform(landmarks, CROP), CROP)
 
@@ -28,7 +27,9 @@ def test_corner_displacement_of_known_moves():
     """CANONICAL's quad is 240 photo pixels, so a face moved by 2 photo pixels moves every
     corner of its 256 crop by 2 * 256 / 240 crop pixels."""
     base = face(0, CANONICAL)
-    np.testing.assert_allclose(corner_displacement(base, face(0, CANONICAL + [2.0, 0.0])), 2 * CROP / 240, rtol=1e-12)
+    np.testing.assert_allclose(
+        corner_displacement(base, face(0, CANONICAL + [2.0, 0.0])), 2 * CROP / 240, rtol=1e-12
+    )
     # Scaled by 1.1 about the quad's centre: each corner moves out by 0.1 of the crop's half diagonal.
     centre = align.ffhq_quad(CANONICAL).mean(axis=0)
     grown = face(0, (CANONICAL - centre) * 1.1 + centre)
@@ -36,11 +37,20 @@ def test_corner_displacement_of_known_moves():
 
 
 def test_faces_pair_by_nearest_centre_and_order_is_counted():
-    left, right = face(0, CANONICAL), face(1, align.apply(similarity(0.0, 1.0, (400.0, 0.0)), CANONICAL))
+    left, right = (
+        face(0, CANONICAL),
+        face(1, align.apply(similarity(0.0, 1.0, (400.0, 0.0)), CANONICAL)),
+    )
     moved_left = face(0, CANONICAL + 3.0)
     paired = pair_faces([left, right], [right, moved_left])
     assert paired[0] is moved_left and paired[1] is right
-    swapped = compare([left, right], [photos.AlignedFace(0, right.transform, CROP), photos.AlignedFace(1, moved_left.transform, CROP)])
+    swapped = compare(
+        [left, right],
+        [
+            photos.AlignedFace(0, right.transform, CROP),
+            photos.AlignedFace(1, moved_left.transform, CROP),
+        ],
+    )
     assert (swapped.reference, swapped.found, swapped.in_order) == (2, 2, 0)
     # A face found nowhere near (more than a quarter of the crop away) is not a pair.
     assert pair_faces([left], [face(0, CANONICAL + 100.0)]) == [None]
@@ -54,7 +64,10 @@ def test_faces_pair_by_nearest_centre_and_order_is_counted():
 # office5.jpg 27.0 (23 to 46 pixels), jf.jpg 0.11 (one face of 452 pixels). Thin
 # margin elsewhere: office3.jpg's third face has an O-net probability of 0.738 at
 # quality 95 against the threshold of 0.7 (it is lost from quality 90 down).
-@pytest.mark.parametrize("name, min_face, count, bound", [("office3.jpg", 50, 4, 24.0), ("office5.jpg", 20, 10, 40.0), ("jf.jpg", 50, 1, 1.0)])
+@pytest.mark.parametrize(
+    "name, min_face, count, bound",
+    [("office3.jpg", 50, 4, 24.0), ("office5.jpg", 20, 10, 40.0), ("jf.jpg", 50, 1, 1.0)],
+)
 def test_jpeg95_finds_the_same_faces_in_the_same_order(real_detector, name, min_face, count, bound):
     faces = photos.PhotoFaces(real_detector, CROP, None, min_face)
     photo = images.read_photo(DATA / name)
@@ -64,6 +77,8 @@ def test_jpeg95_finds_the_same_faces_in_the_same_order(real_detector, name, min_
     found = compare(original, again)
     assert found.in_order == count  # each face paired with the face of its own index: the same key
     displacement = np.array([corner_displacement(a, b) for a, b in zip(original, again)])
-    print(f"{name}: {count} faces, corner displacement max {displacement.max():.2f} mean {displacement.mean():.2f} crop px")
+    print(
+        f"{name}: {count} faces, corner displacement max {displacement.max():.2f} mean {displacement.mean():.2f} crop px"
+    )
     np.testing.assert_array_equal(displacement, found.displacement)
     assert 0 < displacement.max() < bound

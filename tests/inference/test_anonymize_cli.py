@@ -24,18 +24,22 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import model_families
-from dbaf_jax import anonymize, commands, images, keys, model_directory, recover
+from dbaf_jax import anonymize, commands, images, keys, model_directory, model_families, recover
+from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
+from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.inference.aligned_folders import anonymize_folder, recover_folder
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import LATENTS_SUFFIX
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_SKIPPED
-from dbaf_jax.evaluation.protocol import as_stored
-from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.models import dbaf
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
-from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
+from tests.torch_reference.dbaf_pipeline import (
+    SIZE,
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 
 BATCH = 2
 # How far (mean 8-bit levels) a wrong password's image must be from the right one's.
@@ -59,8 +63,12 @@ def workspace(tmp_path_factory):
     faces = tmp / "faces"
     (faces / "sub").mkdir(parents=True)
     Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(faces / "a.png")
-    Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).save(faces / "b.jpg", quality=90)
-    Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(faces / "sub" / "c.png")
+    Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).save(
+        faces / "b.jpg", quality=90
+    )
+    Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(
+        faces / "sub" / "c.png"
+    )
     (faces / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
     (faces / "notes.txt").write_text("not an image\n")
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
@@ -70,15 +78,35 @@ def workspace(tmp_path_factory):
 
 def run_anonymize(ws, out, *extra):
     return anonymize.main(
-        ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(ws / "faces"), str(out),
-         "--batch-size", str(BATCH), "--aligned", *extra],
+        [
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / "password.txt"),
+            str(ws / "faces"),
+            str(out),
+            "--batch-size",
+            str(BATCH),
+            "--aligned",
+            *extra,
+        ],
     )
 
 
 def run_recover(ws, in_dir, out, password_file="password.txt", *extra):
     return recover.main(
-        ["--model", str(ws / "model"), "--password-file", str(ws / password_file), str(in_dir), str(out),
-         "--batch-size", str(BATCH), "--aligned", *extra],
+        [
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / password_file),
+            str(in_dir),
+            str(out),
+            "--batch-size",
+            str(BATCH),
+            "--aligned",
+            *extra,
+        ],
     )
 
 
@@ -99,9 +127,27 @@ def recovered(workspace, anonymized):
     ws = workspace
     return {
         # The converted reference model records latent recovery: image mode is asked for.
-        "right": run_recover(ws, ws / "anonymized", ws / "recovered_right", "password.txt", "--mode", "image", "--untrained-mode"),
-        "wrong": run_recover(ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt", "--mode", "image", "--untrained-mode"),
-        "latent": run_recover(ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"),
+        "right": run_recover(
+            ws,
+            ws / "anonymized",
+            ws / "recovered_right",
+            "password.txt",
+            "--mode",
+            "image",
+            "--untrained-mode",
+        ),
+        "wrong": run_recover(
+            ws,
+            ws / "anonymized",
+            ws / "recovered_wrong",
+            "wrong.txt",
+            "--mode",
+            "image",
+            "--untrained-mode",
+        ),
+        "latent": run_recover(
+            ws, ws / "anonymized", ws / "recovered_latent", "password.txt", "--mode", "latent"
+        ),
     }
 
 
@@ -124,7 +170,11 @@ def test_anonymize_writes_outputs_with_metadata(workspace, anonymized, anonymize
         assert meta["model"]["fingerprint"] == anonymizer.fingerprint
         record = keys.KeyRecord.from_dict(meta["key"])
         assert (record.kdf, record.version) == ("scrypt", keys.DERIVATION_VERSION)
-        assert (record.n, record.r, record.p) == (keys.DEFAULT_SCRYPT["n"], keys.DEFAULT_SCRYPT["r"], keys.DEFAULT_SCRYPT["p"])
+        assert (record.n, record.r, record.p) == (
+            keys.DEFAULT_SCRYPT["n"],
+            keys.DEFAULT_SCRYPT["r"],
+            keys.DEFAULT_SCRYPT["p"],
+        )
         assert len(bytes.fromhex(record.salt)) == keys.SALT_BYTES
     assert len({m["key"]["salt"] for m in metas}) == 1  # one run, one salt
 
@@ -136,9 +186,13 @@ def test_stored_record_rederives_the_key(workspace, anonymized, anonymizer):
     face = images.read_image(workspace / "faces" / "a.png", anonymizer.input_size)[None]
     stored = pixels(workspace / "anonymized" / "a.png")
     right, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(PASSWORD, record))
-    wrong, _ = anonymizer.anonymize(pad_batch(face, BATCH), anonymizer.key_for(WRONG_PASSWORD, record))
+    wrong, _ = anonymizer.anonymize(
+        pad_batch(face, BATCH), anonymizer.key_for(WRONG_PASSWORD, record)
+    )
     assert np.abs(images.to_uint8(right[0]).astype(np.int16) - stored).max() <= 1
-    assert np.abs(images.to_uint8(wrong[0]).astype(np.int16) - stored).mean() > WRONG_KEY_MEAN_LEVELS
+    assert (
+        np.abs(images.to_uint8(wrong[0]).astype(np.int16) - stored).mean() > WRONG_KEY_MEAN_LEVELS
+    )
 
 
 def test_recovery_with_right_and_wrong_password(workspace, recovered):
@@ -149,7 +203,10 @@ def test_recovery_with_right_and_wrong_password(workspace, recovered):
         meta = images.read_metadata(right_dir / name)
         assert (meta["operation"], meta["mode"]) == ("recover", "image")
         # A wrong password is no error: it gives another face.
-        assert np.abs(pixels(right_dir / name) - pixels(wrong_dir / name)).mean() > WRONG_KEY_MEAN_LEVELS
+        assert (
+            np.abs(pixels(right_dir / name) - pixels(wrong_dir / name)).mean()
+            > WRONG_KEY_MEAN_LEVELS
+        )
 
 
 def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer):
@@ -157,9 +214,13 @@ def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer)
     out = workspace / "recovered_latent"
     assert len(recovered["latent"].written) == 3
     assert images.read_metadata(out / "a.png")["mode"] == "latent"
-    record = keys.KeyRecord.from_dict(images.read_metadata(workspace / "anonymized" / "a.png")["key"])
+    record = keys.KeyRecord.from_dict(
+        images.read_metadata(workspace / "anonymized" / "a.png")["key"]
+    )
     key = anonymizer.key_for(PASSWORD, record)
-    face = pad_batch(images.read_image(workspace / "faces" / "a.png", anonymizer.input_size)[None], BATCH)
+    face = pad_batch(
+        images.read_image(workspace / "faces" / "a.png", anonymizer.input_size)[None], BATCH
+    )
 
     _, latents = anonymizer.anonymize(face, key, with_latents=True)
     in_memory = anonymizer.recover_from_latents(latents, key)[0]
@@ -172,7 +233,9 @@ def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer)
     @jax.jit
     def direct(variables, batch, key):
         encoding, _ = model.encode(variables, batch)
-        anonymized_identity = model.transform_identity(variables, encoding.identity_code, key[None, None])[0]
+        anonymized_identity = model.transform_identity(
+            variables, encoding.identity_code, key[None, None]
+        )[0]
         return model.recover_latent(variables, encoding, anonymized_identity, key[None, None])[0][0]
 
     directly = np.asarray(direct(variables, face, key))[0]
@@ -183,8 +246,11 @@ def test_latent_recovery_equals_recover_latent(workspace, recovered, anonymizer)
 def test_password_appears_nowhere(workspace, anonymized, recovered, capsys):
     secrets = [p.encode("utf-8") for p in (PASSWORD, WRONG_PASSWORD)]
     secrets += [p.encode("utf-16-le") for p in (PASSWORD, WRONG_PASSWORD)]
-    outputs = [p for d in ("anonymized", "recovered_right", "recovered_wrong", "recovered_latent", "model")
-               for p in (workspace / d).rglob("*")]
+    outputs = [
+        p
+        for d in ("anonymized", "recovered_right", "recovered_wrong", "recovered_latent", "model")
+        for p in (workspace / d).rglob("*")
+    ]
     assert len(outputs) > 10
     for path in outputs:
         assert PASSWORD not in str(path) and WRONG_PASSWORD not in str(path)
@@ -196,7 +262,10 @@ def test_password_appears_nowhere(workspace, anonymized, recovered, capsys):
     for report in recovered.values():
         report.print()
     printed = capsys.readouterr()
-    assert PASSWORD not in printed.err + printed.out and WRONG_PASSWORD not in printed.err + printed.out
+    assert (
+        PASSWORD not in printed.err + printed.out
+        and WRONG_PASSWORD not in printed.err + printed.out
+    )
 
 
 def snapshot(folder):
@@ -207,11 +276,20 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
     """The command: one `error:` line, exit status 1, nothing written."""
     out = workspace / "anonymized"
     before = snapshot(out)
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-            str(workspace / "faces"), str(out), "--aligned"]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(workspace / "faces"),
+        str(out),
+        "--aligned",
+    ]
     result = subprocess.run(
         [sys.executable, "-m", "dbaf_jax.anonymize", *args],
-        capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -233,7 +311,11 @@ def test_python_api_raises_output_exists(workspace, anonymized, anonymizer):
 
 @pytest.mark.parametrize(
     "content, reason",
-    [(b"", "empty first line"), (b"\n\nsecond line\n", "empty first line"), (b"caf\xe9 latin-1\n", "not UTF-8")],
+    [
+        (b"", "empty first line"),
+        (b"\n\nsecond line\n", "empty first line"),
+        (b"caf\xe9 latin-1\n", "not UTF-8"),
+    ],
 )
 def test_unusable_password_file(workspace, tmp_path, capsys, content, reason):
     path = tmp_path / "pw.txt"
@@ -241,13 +323,24 @@ def test_unusable_password_file(workspace, tmp_path, capsys, content, reason):
     with pytest.raises(PasswordFileError, match=reason):
         keys.read_password(path)
     # The command says so in one line and exits 1, before loading the model or writing anything.
-    args = ["--model", str(workspace / "model"), "--password-file", str(path), str(workspace / "faces"),
-            str(tmp_path / "out")]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(path),
+        str(workspace / "faces"),
+        str(tmp_path / "out"),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         commands.run_main(anonymize.main, args)
     assert exit_info.value.code == 1
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0] and reason in lines[0]
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("error: ")
+        and str(path) in lines[0]
+        and reason in lines[0]
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -266,7 +359,9 @@ def test_recover_skips_images_without_metadata(workspace, anonymized, tmp_path):
     folder.mkdir()
     (folder / "a.png").write_bytes((workspace / "anonymized" / "a.png").read_bytes())
     (folder / "plain.png").write_bytes((workspace / "faces" / "a.png").read_bytes())
-    report = run_recover(workspace, folder, tmp_path / "out", "password.txt", "--mode", "image", "--untrained-mode")
+    report = run_recover(
+        workspace, folder, tmp_path / "out", "password.txt", "--mode", "image", "--untrained-mode"
+    )
     assert [p.name for p in report.written] == ["a.png"]
     assert [s.path.name for s in report.skipped] == ["plain.png"]
     assert "no dbaf_jax metadata" in report.skipped[0].reason
@@ -278,11 +373,18 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
     for name in dbaf.NETWORKS:
         network = model_directory.load_network(workspace / "model" / name)
         model_directory.save_network(tmp_path / name, network.module, network.variables)
-    copy_model, copy_variables = model_families.load_family(dbaf.FAMILY, tmp_path, without_manifest=True)
-    assert model_directory.model_fingerprint(copy_model.networks(), copy_variables) == anonymizer.fingerprint
+    copy_model, copy_variables = model_families.load_family(
+        dbaf.FAMILY, tmp_path, without_manifest=True
+    )
+    assert (
+        model_directory.model_fingerprint(copy_model.networks(), copy_variables)
+        == anonymizer.fingerprint
+    )
     changed = jax.tree.map(lambda x: x, copy_variables)
     changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
-    assert model_directory.model_fingerprint(copy_model.networks(), changed) != anonymizer.fingerprint
+    assert (
+        model_directory.model_fingerprint(copy_model.networks(), changed) != anonymizer.fingerprint
+    )
 
 
 @pytest.fixture(scope="module")
@@ -299,43 +401,80 @@ def other_model(workspace):
 def cli(module, args):
     """A command in a fresh interpreter: (exit status, stderr lines)."""
     result = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     return result.returncode, result.stderr.strip().splitlines()
 
 
-def test_recover_runs_the_mode_the_model_was_trained_for_and_refuses_another(workspace, anonymized, recovered, tmp_path, capsys):
+def test_recover_runs_the_mode_the_model_was_trained_for_and_refuses_another(
+    workspace, anonymized, recovered, tmp_path, capsys
+):
     """The converted reference model records latent recovery (model.json): recover
     --aligned runs it without --mode and says so; image mode is refused in one line
     unless --untrained-mode, which warns."""
     assert model_directory.trained_recovery(workspace / "model") == "latent"
     report = run_recover(workspace, workspace / "anonymized", tmp_path / "default")
     assert report.notes[0] == "recovery mode: latent (the mode the model was trained for)"
-    latent = [path for path in report.written if (workspace / "recovered_latent" / path.name).exists()]
+    latent = [
+        path for path in report.written if (workspace / "recovered_latent" / path.name).exists()
+    ]
     assert latent  # the same files as the module's latent run, bit for bit
     for path in latent:
-        np.testing.assert_array_equal(pixels(path), pixels(workspace / "recovered_latent" / path.name))
+        np.testing.assert_array_equal(
+            pixels(path), pixels(workspace / "recovered_latent" / path.name)
+        )
     capsys.readouterr()
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-            str(workspace / "anonymized"), str(tmp_path / "image"), "--aligned", "--mode", "image"]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(workspace / "anonymized"),
+        str(tmp_path / "image"),
+        "--aligned",
+        "--mode",
+        "image",
+    ]
     assert commands.exit_status(recover.main, args) == 1
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "trained for latent recovery, not image recovery" in lines[0] and "--untrained-mode" in lines[0]
+    assert (
+        len(lines) == 1
+        and "trained for latent recovery, not image recovery" in lines[0]
+        and "--untrained-mode" in lines[0]
+    )
     assert not (tmp_path / "image").exists()
     assert [w for w in recovered["right"].warnings if "--untrained-mode runs it anyway" in w]
 
 
-def test_recovery_with_another_model_is_refused(workspace, anonymized, anonymizer, other_model, tmp_path, capsys):
+def test_recovery_with_another_model_is_refused(
+    workspace, anonymized, anonymizer, other_model, tmp_path, capsys
+):
     """Refused before anything is written, naming both fingerprints; with
     --ignore-model-mismatch it runs and warns."""
     other = FaceAnonymizer(other_model)
     assert other.fingerprint != anonymizer.fingerprint
-    args = ["--model", str(other_model), "--password-file", str(workspace / "password.txt"),
-            str(workspace / "anonymized"), str(tmp_path / "out"), "--aligned", "--batch-size", str(BATCH)]
+    args = [
+        "--model",
+        str(other_model),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(workspace / "anonymized"),
+        str(tmp_path / "out"),
+        "--aligned",
+        "--batch-size",
+        str(BATCH),
+    ]
     assert commands.exit_status(recover.main, args) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    assert anonymizer.fingerprint in lines[0] and other.fingerprint in lines[0] and "--ignore-model-mismatch" in lines[0]
+    assert (
+        anonymizer.fingerprint in lines[0]
+        and other.fingerprint in lines[0]
+        and "--ignore-model-mismatch" in lines[0]
+    )
     assert not (tmp_path / "out").exists()
     report = recover.main(args + ["--ignore-model-mismatch"])
     assert len(report.written) == 3
@@ -353,8 +492,15 @@ def test_unusable_folders_are_one_line(workspace, tmp_path, capsys, case):
     }[case]
     before = snapshot(tmp_path)
     for command in (anonymize.main, recover.main):
-        args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-                str(in_dir), str(out_dir), "--aligned"]
+        args = [
+            "--model",
+            str(workspace / "model"),
+            "--password-file",
+            str(workspace / "password.txt"),
+            str(in_dir),
+            str(out_dir),
+            "--aligned",
+        ]
         assert commands.exit_status(command, args) == 1
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "file" in lines[0], lines
@@ -367,7 +513,15 @@ def _mounts_read_only(path: Path) -> bool:
     file system over ``path`` (a user and mount namespace: nothing outside sees it)."""
     if shutil.which("unshare") is None:
         return False
-    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs -o ro tmpfs '{path}'"]
+    probe = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "sh",
+        "-c",
+        f"mount -t tmpfs -o ro tmpfs '{path}'",
+    ]
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
@@ -378,16 +532,26 @@ def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
     out = tmp_path / "read-only"
     out.mkdir()
     if not _mounts_read_only(out):
-        pytest.skip("this machine does not let a process mount a private file system (unshare --user --mount)")
+        pytest.skip(
+            "this machine does not let a process mount a private file system (unshare --user --mount)"
+        )
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     for module in ("dbaf_jax.anonymize", "dbaf_jax.recover"):
-        command = (f"mount -t tmpfs -o ro tmpfs '{out}' && exec '{sys.executable}' -m {module} --aligned"
-                   f" --model '{workspace / 'model'}' --password-file '{workspace / 'password.txt'}' '{workspace / 'faces'}' '{out}'")
-        result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command],
-                                capture_output=True, text=True, env=env)
+        command = (
+            f"mount -t tmpfs -o ro tmpfs '{out}' && exec '{sys.executable}' -m {module} --aligned"
+            f" --model '{workspace / 'model'}' --password-file '{workspace / 'password.txt'}' '{workspace / 'faces'}' '{out}'"
+        )
+        result = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert result.returncode == 1, result.stderr
         errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-        assert len(errors) == 1 and str(out) in errors[0] and "Read-only file system" in errors[0], result.stderr
+        assert (
+            len(errors) == 1 and str(out) in errors[0] and "Read-only file system" in errors[0]
+        ), result.stderr
         assert "Traceback" not in result.stderr and "processed" not in result.stderr, result.stderr
     assert list(out.iterdir()) == []
 
@@ -397,11 +561,27 @@ def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     succeeds; a run that meets a file the other made stops with one error line;
     every output is one whole PNG from a single run and nothing is left half-written."""
     out = tmp_path / "out"
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-            str(workspace / "faces"), str(out), "--aligned", "--batch-size", "1"]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(workspace / "faces"),
+        str(out),
+        "--aligned",
+        "--batch-size",
+        "1",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    runs = [subprocess.Popen([sys.executable, "-m", "dbaf_jax.anonymize", *args], stderr=subprocess.PIPE, text=True, env=env)
-            for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dbaf_jax.anonymize", *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     results = [(run.wait(), run.stderr.read()) for run in runs]
     # The folder holds a broken image, so a run that finishes exits EXIT_SKIPPED, not 0.
     finished = [code == EXIT_SKIPPED for code, _ in results]
@@ -430,7 +610,9 @@ def test_batches_are_padded_with_copies_of_their_last_image():
 
 
 def psnr(a, b):
-    return 10 * np.log10(4.0 / np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return 10 * np.log10(
+        4.0 / np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)
+    )
 
 
 @pytest.mark.slow
@@ -442,7 +624,9 @@ def test_bfloat16_inference_stays_close_to_float32(workspace, anonymizer):
     cosine 0.9937; the bounds leave room for other CPUs' rounding."""
     half = FaceAnonymizer(workspace / "model", dtype="bfloat16")
     assert half.fingerprint == anonymizer.fingerprint  # the weights are the same
-    faces = np.stack([images.read_image(workspace / "faces" / n, 256) for n in ("a.png", "sub/c.png")])
+    faces = np.stack(
+        [images.read_image(workspace / "faces" / n, 256) for n in ("a.png", "sub/c.png")]
+    )
     key = anonymizer.key_for(PASSWORD, keys.KeyRecord(salt="00" * keys.SALT_BYTES, n=2**10))
     full_anonymized, _ = anonymizer.anonymize(faces, key)
     half_anonymized, _ = half.anonymize(faces, key)
@@ -451,10 +635,18 @@ def test_bfloat16_inference_stays_close_to_float32(workspace, anonymizer):
     full_recovered = anonymizer.recover(stored[0], key)
     half_recovered = half.recover(stored[1], key)
     model, variables = anonymizer.model, anonymizer.variables
-    codes = [np.asarray(model.encode(variables, x)[0].identity_code).reshape(len(x), -1) for x in stored]
-    cosine = np.sum(codes[0] * codes[1], -1) / np.linalg.norm(codes[0], axis=-1) / np.linalg.norm(codes[1], axis=-1)
-    print(f"bf16 vs f32: anonymized {psnr(full_anonymized, half_anonymized):.1f} dB, "
-          f"recovered {psnr(full_recovered, half_recovered):.1f} dB, identity cosine {cosine.min():.4f}")
+    codes = [
+        np.asarray(model.encode(variables, x)[0].identity_code).reshape(len(x), -1) for x in stored
+    ]
+    cosine = (
+        np.sum(codes[0] * codes[1], -1)
+        / np.linalg.norm(codes[0], axis=-1)
+        / np.linalg.norm(codes[1], axis=-1)
+    )
+    print(
+        f"bf16 vs f32: anonymized {psnr(full_anonymized, half_anonymized):.1f} dB, "
+        f"recovered {psnr(full_recovered, half_recovered):.1f} dB, identity cosine {cosine.min():.4f}"
+    )
     assert psnr(full_anonymized, half_anonymized) > 30
     assert psnr(full_recovered, half_recovered) > 25
     assert cosine.min() > 0.99
@@ -467,7 +659,9 @@ def test_batch_split_over_devices_equals_one_device(workspace, anonymizer):
     assert anonymizer.batch_multiple == 1
     spread = FaceAnonymizer(workspace / "model", devices=jax.local_devices()[:4])
     assert spread.batch_multiple == 4 and spread.padded_size(3) == 4
-    faces = np.stack([images.read_image(workspace / "faces" / n, 256) for n in ("a.png", "b.jpg", "sub/c.png")])
+    faces = np.stack(
+        [images.read_image(workspace / "faces" / n, 256) for n in ("a.png", "b.jpg", "sub/c.png")]
+    )
     key = anonymizer.key_for(PASSWORD, keys.KeyRecord(salt="00" * keys.SALT_BYTES, n=2**10))
     one, one_latents = anonymizer.anonymize(faces, key, with_latents=True)
     four, four_latents = spread.anonymize(faces, key, with_latents=True)
@@ -479,15 +673,28 @@ def test_batch_split_over_devices_equals_one_device(workspace, anonymizer):
         # largest value (measured), so the bound is the usual 1e-4 of it.
         scale = np.abs(one_latents[name]).max()
         assert np.abs(four_latents[name] - one_latents[name]).max() < 1e-4 * scale, name
-    np.testing.assert_allclose(spread.recover_from_latents(four_latents, key), anonymizer.recover_from_latents(one_latents, key), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        spread.recover_from_latents(four_latents, key),
+        anonymizer.recover_from_latents(one_latents, key),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 # Issue 21 (docs/reliability.md): the output location, write failures, temporaries.
 
 
 def aligned_args(workspace, in_dir, out_dir, *extra):
-    return ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-            str(in_dir), str(out_dir), "--aligned", *extra]
+    return [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(in_dir),
+        str(out_dir),
+        "--aligned",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("where", ["the input folder", "inside the input folder"])
@@ -497,13 +704,17 @@ def test_output_in_the_input_folder_is_refused_before_work(workspace, tmp_path, 
     out = faces if where == "the input folder" else faces / "sub" / "out"
     before = snapshot(faces)
     for command in (anonymize.main, recover.main):
-        assert commands.exit_status(command, aligned_args(workspace, faces, out, "--overwrite")) == 1
+        assert (
+            commands.exit_status(command, aligned_args(workspace, faces, out, "--overwrite")) == 1
+        )
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"error: {out}: the output folder is") and str(faces) in line, line
         assert snapshot(faces) == before  # the originals are untouched
 
 
-def test_a_failed_write_is_one_line_naming_the_file_and_cause(workspace, anonymizer, tmp_path, capsys):
+def test_a_failed_write_is_one_line_naming_the_file_and_cause(
+    workspace, anonymizer, tmp_path, capsys
+):
     """A file-size limit makes every PNG write fail the way a full disk does: after the
     check of the folder (which writes a byte), during the run."""
     out = tmp_path / "out"
@@ -511,14 +722,20 @@ def test_a_failed_write_is_one_line_naming_the_file_and_cause(workspace, anonymi
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a killed process
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
-        status = commands.exit_status(lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, BATCH))
+        status = commands.exit_status(
+            lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, BATCH)
+        )
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
     assert status == 1
     stderr = capsys.readouterr().err
-    [line] = [line for line in stderr.splitlines() if line.startswith("error: ")]  # the rest is the progress bar
-    assert "Traceback" not in stderr and re.fullmatch(rf"error: {re.escape(str(out))}/\S+\.png: cannot write it \(File too large\)", line), line
+    [line] = [
+        line for line in stderr.splitlines() if line.startswith("error: ")
+    ]  # the rest is the progress bar
+    assert "Traceback" not in stderr and re.fullmatch(
+        rf"error: {re.escape(str(out))}/\S+\.png: cannot write it \(File too large\)", line
+    ), line
     assert [p for p in out.rglob("*") if p.is_file()] == []  # nothing torn, no temporary left
 
 
@@ -561,10 +778,14 @@ def _as_unprivileged_user(run):
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see _as_unprivileged_user
 @pytest.mark.parametrize("case", ["folder not writable", "parent not writable"])
-def test_a_folder_the_user_cannot_write_is_refused_before_work(workspace, anonymizer, tmp_path, case):
+def test_a_folder_the_user_cannot_write_is_refused_before_work(
+    workspace, anonymizer, tmp_path, case
+):
     """Permission denied, as an unprivileged user: one InputError naming the folder and
     the system's reason, before any image is read or written."""
-    shared = Path(tempfile.mkdtemp(prefix="dbaf-unprivileged-"))  # readable by nobody, unlike tmp_path
+    shared = Path(
+        tempfile.mkdtemp(prefix="dbaf-unprivileged-")
+    )  # readable by nobody, unlike tmp_path
     try:
         shutil.copytree(workspace / "faces", shared / "faces")
         locked = shared / "locked"
@@ -573,7 +794,9 @@ def test_a_folder_the_user_cannot_write_is_refused_before_work(workspace, anonym
         for path in (shared, *(p for p in shared.rglob("*"))):
             path.chmod(0o755 if path.is_dir() else 0o644)
         locked.chmod(0o555)
-        message = _as_unprivileged_user(lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, BATCH))
+        message = _as_unprivileged_user(
+            lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, BATCH)
+        )
         assert message == f"{out}: cannot write to the output folder (Permission denied)", message
         assert list(locked.iterdir()) == []
     finally:
@@ -587,7 +810,9 @@ def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anony
     out = tmp_path / "out"
     (out / "sub").mkdir(parents=True)
     pixels_of_a_face = (workspace / "anonymized" / "a.png").read_bytes()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = [out / f".a.png.{dead}.0123abcd.partial", out / "sub" / ".c.png.89abcdef.partial"]
     running = out / f".b.png.{os.getpid()}.00000000.partial"
     for path in stale + [running]:
@@ -595,7 +820,8 @@ def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anony
     report = recover_folder(anonymizer, PASSWORD, workspace / "anonymized", out, BATCH)
     assert not any(path.exists() for path in stale) and running.exists()
     assert sorted(report.notes) == sorted(
-        f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)" for path in stale
+        f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)"
+        for path in stale
     )
 
 
@@ -608,8 +834,18 @@ def test_recover_killed_while_writing_leaves_nothing_readable(workspace, anonymi
     for i in range(48):
         shutil.copy(workspace / "anonymized" / "a.png", many / f"{i:02d}.png")
     out = tmp_path / "out"
-    run = subprocess.Popen([sys.executable, "-m", "dbaf_jax.recover", *aligned_args(workspace, many, out, "--batch-size", "1", "--mode", "image", "--untrained-mode")],
-                           stderr=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dbaf_jax.recover",
+            *aligned_args(
+                workspace, many, out, "--batch-size", "1", "--mode", "image", "--untrained-mode"
+            ),
+        ],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     try:
         while run.poll() is None and not any(p.suffix == ".png" for p in out.glob("*")):
             time.sleep(0.01)
@@ -628,17 +864,34 @@ def damaged_sidecars(good: dict[str, np.ndarray]) -> dict[str, tuple[object, str
     refusal must contain)."""
     maps = sorted(name for name in good if name.startswith("attribute_map_"))
     return {
-        "missing_map": ({k: v for k, v in good.items() if k != maps[-1]}, f"missing ['{maps[-1]}']"),
+        "missing_map": (
+            {k: v for k, v in good.items() if k != maps[-1]},
+            f"missing ['{maps[-1]}']",
+        ),
         "extra_array": ({**good, "extra": np.zeros(3, np.float32)}, "unexpected ['extra']"),
-        "wrong_shape": ({**good, "attribute_code": good["attribute_code"][..., :-1]}, "attribute_code is float32"),
-        "extra_row": ({**good, "attribute_code": good["attribute_code"][None]}, "attribute_code is float32"),
-        "nan": ({**good, maps[0]: np.full_like(good[maps[0]], np.nan)}, f"{maps[0]} holds NaN or infinite values"),
-        "integer": ({**good, "attribute_code": good["attribute_code"].astype(np.int32)}, "attribute_code is int32"),
+        "wrong_shape": (
+            {**good, "attribute_code": good["attribute_code"][..., :-1]},
+            "attribute_code is float32",
+        ),
+        "extra_row": (
+            {**good, "attribute_code": good["attribute_code"][None]},
+            "attribute_code is float32",
+        ),
+        "nan": (
+            {**good, maps[0]: np.full_like(good[maps[0]], np.nan)},
+            f"{maps[0]} holds NaN or infinite values",
+        ),
+        "integer": (
+            {**good, "attribute_code": good["attribute_code"].astype(np.int32)},
+            "attribute_code is int32",
+        ),
         "text": (b"not an archive\n", "not a NumPy .npz archive"),
     }
 
 
-def test_a_damaged_sidecar_skips_only_its_own_image(workspace, anonymized, recovered, anonymizer, tmp_path):
+def test_a_damaged_sidecar_skips_only_its_own_image(
+    workspace, anonymized, recovered, anonymizer, tmp_path
+):
     """One latent recovery run over three intact images and one per kind of damaged
     sidecar: each damaged one is skipped naming its sidecar and the fault; the intact
     ones are recovered as in a run without the damaged ones."""
@@ -660,7 +913,14 @@ def test_a_damaged_sidecar_skips_only_its_own_image(workspace, anonymized, recov
     reasons = {item.path.stem: item.reason for item in report.skipped}
     assert sorted(reasons) == sorted(faults)
     for fault, (_, words) in faults.items():
-        assert reasons[fault].startswith(f"{source / fault}{LATENTS_SUFFIX}: ") and words in reasons[fault], reasons[fault]
-    assert sorted(str(p.relative_to(out)) for p in report.written) == ["a.png", "b.png", "sub/c.png"]
+        assert (
+            reasons[fault].startswith(f"{source / fault}{LATENTS_SUFFIX}: ")
+            and words in reasons[fault]
+        ), reasons[fault]
+    assert sorted(str(p.relative_to(out)) for p in report.written) == [
+        "a.png",
+        "b.png",
+        "sub/c.png",
+    ]
     for name in ("a.png", "b.png", "sub/c.png"):
         assert np.abs(pixels(out / name) - pixels(workspace / "recovered_latent" / name)).max() <= 1

@@ -16,9 +16,14 @@ def item(number: int, faces: int, shape=(48, 64)) -> face_batches.Item:
     (number * 10 + face), which the step's output reads back."""
     rng = np.random.default_rng(number)
     pixels = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
-    placed = [photos.AlignedFace(i, np.array([[1.0, 0, -2 - 15 * i], [0, 1.0, -4]]), SIZE) for i in range(faces)]
+    placed = [
+        photos.AlignedFace(i, np.array([[1.0, 0, -2 - 15 * i], [0, 1.0, -4]]), SIZE)
+        for i in range(faces)
+    ]
     face_keys = np.array([number * 10 + i for i in range(faces)], np.float32)
-    crops = np.broadcast_to(face_keys[:, None, None, None] / 100, (faces, SIZE, SIZE, 3)).astype(np.float32)
+    crops = np.broadcast_to(face_keys[:, None, None, None] / 100, (faces, SIZE, SIZE, 3)).astype(
+        np.float32
+    )
     return face_batches.Item(pixels, placed, crops, face_keys if faces else None, tag=number)
 
 
@@ -49,7 +54,9 @@ def test_faces_are_batched_across_images_and_come_back_in_order():
         np.testing.assert_array_equal(d.results, -d.item.crops)
         changed = (d.pixels != d.item.pixels).any(axis=-1)
         assert changed.any() == bool(d.item.faces)
-        assert not changed[:, 2 + 15 * len(d.item.faces) + SIZE :].any()  # right of the last face: untouched
+        assert not changed[
+            :, 2 + 15 * len(d.item.faces) + SIZE :
+        ].any()  # right of the last face: untouched
     # The second batch is dispatched before the first batch's images are pasted and handed on.
     assert events.index(("step", 2)) < events.index(("done", 0))
 
@@ -60,7 +67,11 @@ def test_waiting_images_are_bounded_by_count_and_bytes():
     list(face_batches.processed(items, photos.PhotoFaces(None, SIZE), step, 8, max_items=4))
     assert [len(set(call)) for call in step.calls] == [4, 2]
     step = Recorder([])
-    list(face_batches.processed(items, photos.PhotoFaces(None, SIZE), step, 8, max_bytes=3 * items[0].pixels.nbytes))
+    list(
+        face_batches.processed(
+            items, photos.PhotoFaces(None, SIZE), step, 8, max_bytes=3 * items[0].pixels.nbytes
+        )
+    )
     assert [len(set(call)) for call in step.calls] == [3, 3]
 
 

@@ -19,10 +19,16 @@ from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.video import clip, sidecar
 from tests.cli_helpers import PASSWORD, pixels, temper_
 from tests.paths import DATA
-from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+from tests.torch_reference.dbaf_pipeline import (
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 from tests.video_clips import pan_frames, write_clip
 
-pytestmark = pytest.mark.slow  # a model conversion, MTCNN on photos and clips, and their compiles: minutes
+pytestmark = (
+    pytest.mark.slow
+)  # a model conversion, MTCNN on photos and clips, and their compiles: minutes
 CONTROL_NAME = "flat\x1b[2Kname.png"
 
 
@@ -31,7 +37,10 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("media")
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(4))
-    run(convert_main, convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"))
+    run(
+        convert_main,
+        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
+    )
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     plain = tmp / "plain"  # a folder of real photos plus a clip: everything is processed
@@ -60,9 +69,23 @@ def ws(tmp_path_factory):
 
 
 def cli(command, ws, in_dir, out, *extra):
-    untrained = ["--untrained-mode"] if command is recover else []  # the converted reference model records latent recovery
-    return command.main(["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(in_dir), str(out),
-                         "--batch-size", "4", *untrained, *extra])
+    untrained = (
+        ["--untrained-mode"] if command is recover else []
+    )  # the converted reference model records latent recovery
+    return command.main(
+        [
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / "password.txt"),
+            str(in_dir),
+            str(out),
+            "--batch-size",
+            "4",
+            *untrained,
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,23 +95,43 @@ def plain_run(ws):
 
 def test_one_command_anonymizes_the_photos_and_the_clip_of_a_folder(ws, plain_run):
     out = ws / "plain_out"
-    assert sorted(p.name for p in plain_run.written) == ["office3.png", "pan.mp4", "pan.mp4.dbaf.json"]
+    assert sorted(p.name for p in plain_run.written) == [
+        "office3.png",
+        "pan.mp4",
+        "pan.mp4.dbaf.json",
+    ]
     assert plain_run.status == 0 and not plain_run.skipped and plain_run.faces >= 1
     (outcome,) = plain_run.clips
     assert outcome.frames == 6 and outcome.faces >= 1
     recorded = sidecar.read(out / "pan.mp4.dbaf.json")
     assert recorded.frames == 6 and recorded.tracks
-    source = np.stack([f.pixels for f in clip.frames(ws / "plain" / "pan.mp4", clip.probe(ws / "plain" / "pan.mp4"))]).astype(int)
-    made = np.stack([f.pixels for f in clip.frames(out / "pan.mp4", clip.probe(out / "pan.mp4"))]).astype(int)
+    source = np.stack(
+        [
+            f.pixels
+            for f in clip.frames(ws / "plain" / "pan.mp4", clip.probe(ws / "plain" / "pan.mp4"))
+        ]
+    ).astype(int)
+    made = np.stack(
+        [f.pixels for f in clip.frames(out / "pan.mp4", clip.probe(out / "pan.mp4"))]
+    ).astype(int)
     assert np.abs(made - source).max() > 40  # the faces changed
 
 
-def test_recover_takes_the_clip_with_its_sidecar_and_names_what_it_passes_over(ws, plain_run, capsys):
+def test_recover_takes_the_clip_with_its_sidecar_and_names_what_it_passes_over(
+    ws, plain_run, capsys
+):
     report = cli(recover, ws, ws / "plain_out", ws / "plain_back")
     assert sorted(p.name for p in report.written) == ["office3.png", "pan.mp4"]
     assert [item.path.name for item in report.passed_over] == ["pan.mp4.dbaf.json"]
-    assert report.status == 0 and len(report.clips) == 1 and report.clips[0].faces == plain_run.clips[0].faces
-    assert "pan.mp4.dbaf.json: the sidecar of the clip pan.mp4: read with it" in capsys.readouterr().err
+    assert (
+        report.status == 0
+        and len(report.clips) == 1
+        and report.clips[0].faces == plain_run.clips[0].faces
+    )
+    assert (
+        "pan.mp4.dbaf.json: the sidecar of the clip pan.mp4: read with it"
+        in capsys.readouterr().err
+    )
 
 
 def test_anonymized_inputs_are_refused_unless_asked(ws, plain_run):
@@ -96,7 +139,10 @@ def test_anonymized_inputs_are_refused_unless_asked(ws, plain_run):
     assert report.status == EXIT_SKIPPED and not report.written
     why = {item.path.name: item.reason for item in report.skipped}
     assert sorted(why) == ["office3.png", "pan.mp4"]
-    assert "already an output of anonymize" in why["office3.png"] and "--allow-anonymized-input" in why["office3.png"]
+    assert (
+        "already an output of anonymize" in why["office3.png"]
+        and "--allow-anonymized-input" in why["office3.png"]
+    )
     assert "already an output of anonymize (it has a sidecar)" in why["pan.mp4"]
     single = ws / "one_anonymized"
     single.mkdir()
@@ -110,12 +156,23 @@ def test_every_file_not_processed_is_named_and_counted(ws, capsys):
     err = capsys.readouterr().err
     assert sorted(p.name for p in report.written) == ["face0.png", "flat\x1b[2Kname.png", "jf.png"]
     why = {item.path.name: item.reason for item in report.skipped}
-    assert sorted(why) == ["broken.jpg", "dangling.jpg", "loop1.jpg", "loop2.jpg", "moving.gif", "notes.txt", "out.jpg", "to_folder"]
+    assert sorted(why) == [
+        "broken.jpg",
+        "dangling.jpg",
+        "loop1.jpg",
+        "loop2.jpg",
+        "moving.gif",
+        "notes.txt",
+        "out.jpg",
+        "to_folder",
+    ]
     assert "holds 2 frames" in why["moving.gif"] and "cannot read image" in why["broken.jpg"]
     assert report.status == EXIT_SKIPPED
     for name in why:  # each named in the summary
         assert f"{name}: " in err or f"{name}:" in err
-    assert "\x1b" not in err and "flat\\x1b[2Kname" in err  # the control character escaped wherever the name is printed
+    assert (
+        "\x1b" not in err and "flat\\x1b[2Kname" in err
+    )  # the control character escaped wherever the name is printed
     # TIFF and GIF photos: their faces found and anonymized, written as PNGs that carry the recovery record.
     for name, source in (("jf.png", "jf.tif"), ("face0.png", "face0.gif")):
         meta = images.read_metadata(ws / "mixed_out" / name)
@@ -129,7 +186,11 @@ def test_a_folder_with_files_but_nothing_written_is_not_success(ws):
     only.mkdir()
     (only / "readme.txt").write_text("hello\n")
     report = cli(anonymize, ws, only, ws / "only_text_out")
-    assert report.status == EXIT_SKIPPED and not report.written and [i.path.name for i in report.skipped] == ["readme.txt"]
+    assert (
+        report.status == EXIT_SKIPPED
+        and not report.written
+        and [i.path.name for i in report.skipped] == ["readme.txt"]
+    )
 
 
 def test_a_clip_cut_short_is_noted_and_not_success(ws):
@@ -149,8 +210,17 @@ def test_resume_keeps_complete_clips_and_makes_one_without_its_sidecar_again(ws,
     out = ws / "resumed"
     shutil.copytree(ws / "plain_out", out)
     report = cli(anonymize, ws, ws / "plain", out, "--resume")
-    assert report.status == 0 and not report.written and sorted(p.name for p in report.kept) == ["office3.png", "pan.mp4"]
+    assert (
+        report.status == 0
+        and not report.written
+        and sorted(p.name for p in report.kept) == ["office3.png", "pan.mp4"]
+    )
     (out / "pan.mp4.dbaf.json").unlink()  # killed between the clip and its sidecar
     report = cli(anonymize, ws, ws / "plain", out, "--resume")
-    assert sorted(p.name for p in report.written) == ["pan.mp4", "pan.mp4.dbaf.json"] and [p.name for p in report.kept] == ["office3.png"]
-    assert sidecar.read(out / "pan.mp4.dbaf.json").made.record == sidecar.read(ws / "plain_out" / "pan.mp4.dbaf.json").made.record
+    assert sorted(p.name for p in report.written) == ["pan.mp4", "pan.mp4.dbaf.json"] and [
+        p.name for p in report.kept
+    ] == ["office3.png"]
+    assert (
+        sidecar.read(out / "pan.mp4.dbaf.json").made.record
+        == sidecar.read(ws / "plain_out" / "pan.mp4.dbaf.json").made.record
+    )

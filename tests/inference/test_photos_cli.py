@@ -22,20 +22,25 @@ from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import anonymize, commands, images, keys, metadata, new_key, recover
+from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.faces import align, ledger, paste, photos
+from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.planning import crop_path
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
-from dbaf_jax.errors import ModelDirectoryError
-from dbaf_jax.faces import align, ledger, paste, photos
-from dbaf_jax.faces.detectors.base import Detections
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.conversion import convert_parser
 from tests.parity import random_reference
-from tests.torch_reference import parsers as reference_parsers
-from tests.torch_reference.dbaf_pipeline import SIZE, convert_args, reduced_reference, save_reference_files
 from tests.paths import DATA
+from tests.torch_reference import parsers as reference_parsers
+from tests.torch_reference.dbaf_pipeline import (
+    SIZE,
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 
 MIN_FACE = "50"  # office3.jpg's four faces have FFHQ quads of 53 to 67 pixels
 BATCH = 2
@@ -49,7 +54,10 @@ def workspace(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("photos")
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(4))
-    run(convert_main, convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"))
+    run(
+        convert_main,
+        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
+    )
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     folder = tmp / "photos"
     folder.mkdir()
@@ -71,8 +79,22 @@ def workspace(tmp_path_factory):
 def cli(command, ws, in_dir, out, password="password.txt", *extra):
     # The converted reference model records latent recovery; photos recover from the image.
     untrained = ["--untrained-mode"] if command is recover else []
-    return command.main(["--model", str(ws / "model"), "--password-file", str(ws / password), str(in_dir), str(out),
-                         "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, *untrained, *extra])
+    return command.main(
+        [
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / password),
+            str(in_dir),
+            str(out),
+            "--batch-size",
+            str(BATCH),
+            "--min-face-size",
+            MIN_FACE,
+            *untrained,
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,15 +109,25 @@ def faces(workspace, anonymizer):
 
 @pytest.fixture(scope="module")
 def anonymized(workspace):
-    return cli(anonymize, workspace, workspace / "photos", workspace / "anonymized", "password.txt", "--save-crops",
-               "--key-file", str(workspace / "fixed.key"))
+    return cli(
+        anonymize,
+        workspace,
+        workspace / "photos",
+        workspace / "anonymized",
+        "password.txt",
+        "--save-crops",
+        "--key-file",
+        str(workspace / "fixed.key"),
+    )
 
 
 @pytest.fixture(scope="module")
 def recovered(workspace, anonymized):
     ws = workspace
     return {
-        "right": cli(recover, ws, ws / "anonymized", ws / "recovered_right", "password.txt", "--save-crops"),
+        "right": cli(
+            recover, ws, ws / "anonymized", ws / "recovered_right", "password.txt", "--save-crops"
+        ),
         "wrong": cli(recover, ws, ws / "anonymized", ws / "recovered_wrong", "wrong.txt"),
     }
 
@@ -108,7 +140,10 @@ def recorded(path, size):
 def mask_in_photo(faces, shape):
     """Where any face's box mask reaches in the photo (the mask at the generator's size)."""
     mask = paste.box_mask(SIZE)[..., None]
-    alpha = [align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0] for f in faces]
+    alpha = [
+        align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0]
+        for f in faces
+    ]
     return np.max(alpha, axis=0)
 
 
@@ -116,14 +151,21 @@ def test_every_face_anonymized_and_nothing_else(workspace, anonymized, anonymize
     out = workspace / "anonymized"
     assert sorted(p.name for p in anonymized.written) == ["empty.png", "office3.png", "rotated.png"]
     assert not anonymized.skipped
-    original = np.asarray(Image.open(workspace / "photos" / "office3.jpg").convert("RGB")).astype(np.int16)
+    original = np.asarray(Image.open(workspace / "photos" / "office3.jpg").convert("RGB")).astype(
+        np.int16
+    )
     result = pixels(out / "office3.png")
     assert result.shape == original.shape  # the photo keeps its size
     meta, faces = recorded(out / "office3.png", anonymizer.input_size)
-    assert meta["operation"] == "anonymize" and meta["model"]["fingerprint"] == anonymizer.fingerprint
+    assert (
+        meta["operation"] == "anonymize" and meta["model"]["fingerprint"] == anonymizer.fingerprint
+    )
     assert sorted(f.index for f in faces) == [0, 1, 2, 3]
     # Faces numbered left to right.
-    centres = [align.apply(align.invert(f.transform), [[127.5, 127.5]])[0, 0] for f in sorted(faces, key=lambda f: f.index)]
+    centres = [
+        align.apply(align.invert(f.transform), [[127.5, 127.5]])[0, 0]
+        for f in sorted(faces, key=lambda f: f.index)
+    ]
     assert centres == sorted(centres)
     alpha = mask_in_photo(faces, original.shape)
     np.testing.assert_array_equal(result[alpha == 0], original[alpha == 0])
@@ -139,7 +181,9 @@ def test_every_face_anonymized_and_nothing_else(workspace, anonymized, anonymize
 def test_exif_rotated_photo_comes_out_upright(workspace, anonymized, anonymizer):
     upright = images.read_photo(workspace / "photos" / "rotated.jpg")
     result = pixels(workspace / "anonymized" / "rotated.png")
-    assert result.shape == upright.shape and upright.shape[0] > upright.shape[1]  # portrait, as jf.jpg
+    assert (
+        result.shape == upright.shape and upright.shape[0] > upright.shape[1]
+    )  # portrait, as jf.jpg
     _, (face,) = recorded(workspace / "anonymized" / "rotated.png", anonymizer.input_size)
     # The face was found in the upright photo: its eyes lie level (the transform barely rotates).
     assert abs(np.arctan2(face.transform[1, 0], face.transform[0, 0])) < 0.2
@@ -148,7 +192,9 @@ def test_exif_rotated_photo_comes_out_upright(workspace, anonymized, anonymizer)
 
 
 def test_photo_without_faces_is_copied_and_reported(workspace, anonymized):
-    np.testing.assert_array_equal(pixels(workspace / "anonymized" / "empty.png"), pixels(workspace / "photos" / "empty.png"))
+    np.testing.assert_array_equal(
+        pixels(workspace / "anonymized" / "empty.png"), pixels(workspace / "photos" / "empty.png")
+    )
     assert images.read_metadata(workspace / "anonymized" / "empty.png")["faces"] == []
     assert any("empty.png: no face found, copied unchanged" in note for note in anonymized.notes)
     assert not any("office3.png: no face" in note for note in anonymized.notes)
@@ -156,7 +202,9 @@ def test_photo_without_faces_is_copied_and_reported(workspace, anonymized):
 
 def test_recover_says_the_metadata_records_no_face(recovered):
     notes = recovered["right"].notes
-    assert any("empty.png: its metadata records no face; copied unchanged" in note for note in notes)
+    assert any(
+        "empty.png: its metadata records no face; copied unchanged" in note for note in notes
+    )
     assert not any("no face found" in note for note in notes)
 
 
@@ -164,11 +212,25 @@ def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
-    report = anonymize.main(["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"),
-                             str(folder), str(tmp_path / "out"), "--min-face-size", "60", "--batch-size", str(BATCH)])
+    report = anonymize.main(
+        [
+            "--model",
+            str(workspace / "model"),
+            "--password-file",
+            str(workspace / "password.txt"),
+            str(folder),
+            str(tmp_path / "out"),
+            "--min-face-size",
+            "60",
+            "--batch-size",
+            str(BATCH),
+        ]
+    )
     assert report.faces == 2 and report.faces_left == 2 and report.faces_found == 4
     assert [n for n in report.notes if "2 face(s) below --min-face-size left as they were" in n]
-    assert report.status == EXIT_FACES_LEFT  # leaving a face is the user's choice, and the exit status says it happened
+    assert (
+        report.status == EXIT_FACES_LEFT
+    )  # leaving a face is the user's choice, and the exit status says it happened
     _, faces = recorded(tmp_path / "out" / "office3.png", anonymizer.input_size)
     assert len(faces) == 2
 
@@ -186,7 +248,9 @@ def aligned_round_trip(anonymizer, workspace, face, seed, tmp_path):
     return (anonymizer.recover(np.repeat(read_back, BATCH, 0), key)[0] + 1) * 127.5
 
 
-def test_recovery_matches_the_aligned_round_trip(workspace, anonymized, recovered, anonymizer, tmp_path):
+def test_recovery_matches_the_aligned_round_trip(
+    workspace, anonymized, recovered, anonymizer, tmp_path
+):
     """Each face of the recovered photo, cropped at the generator's size, against the same
     face's aligned-crop round trip: closer with the right password than with a wrong one.
 
@@ -204,21 +268,39 @@ def test_recovery_matches_the_aligned_round_trip(workspace, anonymized, recovere
     for name in ("right", "wrong"):
         photo = pixels(workspace / f"recovered_{name}" / "office3.png").astype(np.uint8)
         scores[name] = [
-            psnr(align.crop(photo, align.scaled(f.transform, SIZE / f.size), SIZE), aligned_round_trip(anonymizer, workspace, f, seed, tmp_path), interior)
+            psnr(
+                align.crop(photo, align.scaled(f.transform, SIZE / f.size), SIZE),
+                aligned_round_trip(anonymizer, workspace, f, seed, tmp_path),
+                interior,
+            )
             for f in faces
         ]
-    print("face PSNR photo vs aligned round trip, right:", np.round(scores["right"], 2), "wrong:", np.round(scores["wrong"], 2))
+    print(
+        "face PSNR photo vs aligned round trip, right:",
+        np.round(scores["right"], 2),
+        "wrong:",
+        np.round(scores["wrong"], 2),
+    )
     assert np.mean(scores["right"]) > np.mean(scores["wrong"]) + 2
     assert pixels(workspace / "recovered_right" / "empty.png").shape == (120, 160, 3)
 
 
 def per_face(step, crops, face_keys):
     """``step(batch, keys)`` on each crop alone, zero-padded to the commands' batch (one compiled shape)."""
-    return np.stack([step(pad_batch(crops[i : i + 1], BATCH), pad_batch(np.asarray(face_keys[i : i + 1]), BATCH))[0]
-                     for i in range(len(crops))])
+    return np.stack(
+        [
+            step(
+                pad_batch(crops[i : i + 1], BATCH),
+                pad_batch(np.asarray(face_keys[i : i + 1]), BATCH),
+            )[0]
+            for i in range(len(crops))
+        ]
+    )
 
 
-def test_each_face_is_the_model_on_its_own_region_with_its_own_key(workspace, anonymized, recovered, anonymizer, faces):
+def test_each_face_is_the_model_on_its_own_region_with_its_own_key(
+    workspace, anonymized, recovered, anonymizer, faces
+):
     """The photo path stage by stage, each stage against the model run on its exact input.
 
     Anonymize: face i's saved crop is the model's anonymization of the original photo's
@@ -232,22 +314,35 @@ def test_each_face_is_the_model_on_its_own_region_with_its_own_key(workspace, an
     meta, recorded_faces = recorded(out, anonymizer.input_size)
     seed = keys.derive_seed(PASSWORD, keys.KeyRecord.from_dict(meta["key"]))
     face_keys = anonymizer.face_keys(seed, [f.index for f in recorded_faces])
-    expected = per_face(lambda b, k: anonymizer.anonymize(b, k)[0], faces.crops(original, recorded_faces), face_keys)
+    expected = per_face(
+        lambda b, k: anonymizer.anonymize(b, k)[0], faces.crops(original, recorded_faces), face_keys
+    )
     saved = np.stack([pixels(crop_path(out, f.index)) for f in recorded_faces])
     assert np.abs(saved - images.to_uint8(expected)).max() <= 1
 
     recovery_inputs = faces.crops(pixels(out).astype(np.uint8), recorded_faces)
     expected = images.to_uint8(per_face(anonymizer.recover, recovery_inputs, face_keys))
-    saved = np.stack([pixels(crop_path(workspace / "recovered_right" / "office3.png", f.index)) for f in recorded_faces])
+    saved = np.stack(
+        [
+            pixels(crop_path(workspace / "recovered_right" / "office3.png", f.index))
+            for f in recorded_faces
+        ]
+    )
     assert np.abs(saved - expected).max() <= 1
     interior = paste.box_mask(SIZE) > 0.999
     scores = {}
     for name in ("right", "wrong"):
         photo = pixels(workspace / f"recovered_{name}" / "office3.png").astype(np.uint8)
-        scores[name] = [psnr(align.crop(photo, align.scaled(f.transform, SIZE / f.size), SIZE), e, interior)
-                        for f, e in zip(recorded_faces, expected)]
-    print("face PSNR photo vs the model on its recovery input, right:", np.round(scores["right"], 2),
-          "wrong:", np.round(scores["wrong"], 2))
+        scores[name] = [
+            psnr(align.crop(photo, align.scaled(f.transform, SIZE / f.size), SIZE), e, interior)
+            for f, e in zip(recorded_faces, expected)
+        ]
+    print(
+        "face PSNR photo vs the model on its recovery input, right:",
+        np.round(scores["right"], 2),
+        "wrong:",
+        np.round(scores["wrong"], 2),
+    )
     # Measured: right 54.8 to 58.6 dB, wrong 11.2 to 14.5 dB.
     assert min(scores["right"]) > 45 and max(scores["wrong"]) < 20
 
@@ -257,27 +352,50 @@ def test_parser_masks_paste_faces_only_inside_them(workspace, anonymizer, faces,
     to stay small): pixels outside every face's mask are unchanged, pixels where a mask
     is 1 are replaced, and each mask is the parser's, feathered: 0 on the crop's border,
     and no pixel at 1 touches one at 0 (the edge passes through values in between)."""
-    network = convert_parser("bisenet", random_reference(reference_parsers.BiSeNet(), seed=3), tmp_path)
-    parsed = photos.PhotoFaces(faces.detector, faces.size, paste.FaceParser(network, parse_size=128), faces.min_face_size)
+    network = convert_parser(
+        "bisenet", random_reference(reference_parsers.BiSeNet(), seed=3), tmp_path
+    )
+    parsed = photos.PhotoFaces(
+        faces.detector, faces.size, paste.FaceParser(network, parse_size=128), faces.min_face_size
+    )
     photo = images.read_photo(DATA / "office3.jpg")
     seed = keys.derive_seed(PASSWORD, keys.read_key_file(workspace / "fixed.key"))
     result = anonymizer.anonymize_photo(photo, seed, parsed, BATCH)
     assert len(result.faces) == 4
     masks = parsed.masks(parsed.crops(photo, result.faces), result.crops)
-    print("parser mask: mean", masks.mean(axis=(1, 2)).round(3), "max", masks.max(axis=(1, 2)).round(3))
+    print(
+        "parser mask: mean",
+        masks.mean(axis=(1, 2)).round(3),
+        "max",
+        masks.max(axis=(1, 2)).round(3),
+    )
     for mask in masks:
-        assert not mask[0].any() and not mask[-1].any() and not mask[:, 0].any() and not mask[:, -1].any()
-        assert ((mask > 0) & (mask < 1)).any() and not np.allclose(mask, paste.box_mask(SIZE), atol=0.05)
+        assert (
+            not mask[0].any()
+            and not mask[-1].any()
+            and not mask[:, 0].any()
+            and not mask[:, -1].any()
+        )
+        assert ((mask > 0) & (mask < 1)).any() and not np.allclose(
+            mask, paste.box_mask(SIZE), atol=0.05
+        )
         full, empty = mask == 1, mask == 0
         assert not (full[1:] & empty[:-1]).any() and not (full[:-1] & empty[1:]).any()
         assert not (full[:, 1:] & empty[:, :-1]).any() and not (full[:, :-1] & empty[:, 1:]).any()
-    alpha = [align.warp(m[..., None], align.scaled(f.transform, SIZE / f.size), photo.shape[:2], fill=0.0)[..., 0]
-             for f, m in zip(result.faces, masks)]
+    alpha = [
+        align.warp(
+            m[..., None], align.scaled(f.transform, SIZE / f.size), photo.shape[:2], fill=0.0
+        )[..., 0]
+        for f, m in zip(result.faces, masks)
+    ]
     alpha = np.max(alpha, axis=0)
     np.testing.assert_array_equal(result.photo[alpha == 0], photo[alpha == 0])
     replaced = alpha > 0.999
     print("photo pixels replaced:", replaced.sum(), "touched:", (alpha > 0).sum())
-    assert replaced.sum() > 200 and np.abs(result.photo[replaced].astype(np.int16) - photo[replaced]).mean() > 10
+    assert (
+        replaced.sum() > 200
+        and np.abs(result.photo[replaced].astype(np.int16) - photo[replaced]).mean() > 10
+    )
 
 
 class RecordedDetector:
@@ -301,12 +419,22 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
-    cli(anonymize, workspace, folder, tmp_path / "anonymized", "password.txt", "--key-file", str(key_file))
+    cli(
+        anonymize,
+        workspace,
+        folder,
+        tmp_path / "anonymized",
+        "password.txt",
+        "--key-file",
+        str(key_file),
+    )
     meta = images.read_metadata(tmp_path / "anonymized" / "office3.png")
     assert keys.KeyRecord.from_dict(meta["key"]) == keys.read_key_file(key_file)
     stripped = tmp_path / "stripped"
     stripped.mkdir()
-    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(stripped / "office3.png")
+    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(
+        stripped / "office3.png"
+    )
     with pytest.raises(ValueError, match="no dbaf_jax metadata"):
         images.read_metadata(stripped / "office3.png")
 
@@ -314,12 +442,24 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     report = cli(recover, workspace, stripped, tmp_path / "none")
     assert not report.written and "pass a key file" in report.skipped[0].reason
 
-    with_metadata = recover_photo_folder(anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", BATCH)
+    with_metadata = recover_photo_folder(
+        anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", BATCH
+    )
     original = images.read_photo(folder / "office3.jpg")
-    redetecting = photos.PhotoFaces(RecordedDetector(faces.detector.detect(original)), faces.size, None, faces.min_face_size)
+    redetecting = photos.PhotoFaces(
+        RecordedDetector(faces.detector.detect(original)), faces.size, None, faces.min_face_size
+    )
     record = keys.read_key_file(key_file)
-    without = recover_photo_folder(anonymizer, redetecting, PASSWORD, stripped, tmp_path / "rec_key", BATCH, record=record,
-                                   face_ledger=ledger.read(ledger.ledger_path(key_file)))
+    without = recover_photo_folder(
+        anonymizer,
+        redetecting,
+        PASSWORD,
+        stripped,
+        tmp_path / "rec_key",
+        BATCH,
+        record=record,
+        face_ledger=ledger.read(ledger.ledger_path(key_file)),
+    )
     assert without.faces == with_metadata.faces == 4 and without.unverified == 0
     # The same keys: within each face's ledger disc (what recovery without metadata may
     # change) the pixels are the metadata recovery's, outside it the shared copy's.
@@ -328,10 +468,14 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     inside = np.zeros(given.shape[:2], bool)
     for entry in ledger.read(ledger.ledger_path(key_file)):
         (cx, cy), radius = ledger.region(entry, given.shape)
-        inside |= np.hypot(xx - cx, yy - cy) <= radius - 3  # near the disc's edge the warp blends crop pixels
+        inside |= (
+            np.hypot(xx - cx, yy - cy) <= radius - 3
+        )  # near the disc's edge the warp blends crop pixels
     # Not every pixel: where a neighbour's box mask reaches into a disc, the metadata
     # recovery blends over that neighbour's full paste and this one over its disc-limited one.
-    assert (by_key[inside] == pixels(tmp_path / "rec_meta" / "office3.png")[inside]).all(axis=-1).mean() > 0.999
+    assert (by_key[inside] == pixels(tmp_path / "rec_meta" / "office3.png")[inside]).all(
+        axis=-1
+    ).mean() > 0.999
     outside = ~inside
     for entry in ledger.read(ledger.ledger_path(key_file)):
         (cx, cy), radius = ledger.region(entry, given.shape)
@@ -340,12 +484,22 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     assert images.read_metadata(tmp_path / "rec_key" / "office3.png")["detected"] is True
 
     # The command with the real detector runs the same path on the stripped copy.
-    report = cli(recover, workspace, stripped, tmp_path / "rec_cli", "password.txt", "--key-file", str(key_file))
+    report = cli(
+        recover,
+        workspace,
+        stripped,
+        tmp_path / "rec_cli",
+        "password.txt",
+        "--key-file",
+        str(key_file),
+    )
     assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
     assert report.faces + report.unverified == report.faces_found
 
 
-def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(workspace, anonymizer, faces, tmp_path):
+def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(
+    workspace, anonymizer, faces, tmp_path
+):
     """The original photo (never anonymized, no metadata) given to recover with the key
     file: MTCNN finds its four faces, none matches the key file's face ledger, so no
     pixel changes and all four are reported. Without a ledger nothing is recovered
@@ -358,10 +512,20 @@ def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(wor
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     original = images.read_photo(folder / "office3.jpg")
     Image.fromarray(original).save(never / "office3.png")
-    cli(anonymize, workspace, folder, tmp_path / "anonymized", "password.txt", "--key-file", str(key_file))
+    cli(
+        anonymize,
+        workspace,
+        folder,
+        tmp_path / "anonymized",
+        "password.txt",
+        "--key-file",
+        str(key_file),
+    )
     assert len(ledger.read(ledger.ledger_path(key_file))) == 4
 
-    report = cli(recover, workspace, never, tmp_path / "out", "password.txt", "--key-file", str(key_file))
+    report = cli(
+        recover, workspace, never, tmp_path / "out", "password.txt", "--key-file", str(key_file)
+    )
     np.testing.assert_array_equal(pixels(tmp_path / "out" / "office3.png"), original)
     assert (report.faces_found, report.faces, report.unverified) == (4, 0, 4)
     assert [n for n in report.notes if "4 detected face(s) not verified as anonymized" in n]
@@ -369,16 +533,30 @@ def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(wor
 
     elsewhere = tmp_path / "elsewhere.key"  # the same salt, no ledger
     keys.write_key_file(elsewhere, keys.KeyRecord(salt="3c" * keys.SALT_BYTES))
-    report = cli(recover, workspace, never, tmp_path / "out2", "password.txt", "--key-file", str(elsewhere))
+    report = cli(
+        recover, workspace, never, tmp_path / "out2", "password.txt", "--key-file", str(elsewhere)
+    )
     np.testing.assert_array_equal(pixels(tmp_path / "out2" / "office3.png"), original)
     assert report.unverified == 4 and [n for n in report.notes if "no face ledger" in n]
 
     jpeg = tmp_path / "jpeg"
     jpeg.mkdir()
-    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(jpeg / "office3.jpg", quality=90)
-    redetecting = photos.PhotoFaces(RecordedDetector(faces.detector.detect(original)), faces.size, None, 0.0)
-    report = recover_photo_folder(anonymizer, redetecting, PASSWORD, jpeg, tmp_path / "rec_jpeg", BATCH,
-                                  record=keys.read_key_file(key_file), face_ledger=ledger.read(ledger.ledger_path(key_file)))
+    Image.fromarray(pixels(tmp_path / "anonymized" / "office3.png").astype(np.uint8)).save(
+        jpeg / "office3.jpg", quality=90
+    )
+    redetecting = photos.PhotoFaces(
+        RecordedDetector(faces.detector.detect(original)), faces.size, None, 0.0
+    )
+    report = recover_photo_folder(
+        anonymizer,
+        redetecting,
+        PASSWORD,
+        jpeg,
+        tmp_path / "rec_jpeg",
+        BATCH,
+        record=keys.read_key_file(key_file),
+        face_ledger=ledger.read(ledger.ledger_path(key_file)),
+    )
     assert (report.faces, report.unverified) == (4, 0)
 
 
@@ -387,7 +565,9 @@ def test_malformed_face_metadata_is_skipped(workspace, anonymized, tmp_path):
     folder.mkdir()
     meta = images.read_metadata(workspace / "anonymized" / "office3.png")
     meta["faces"][0]["transform"] = [1, 2, 0, 2, 4, 0]
-    images.write_png(folder / "bad.png", pixels(workspace / "anonymized" / "office3.png").astype(np.uint8), meta)
+    images.write_png(
+        folder / "bad.png", pixels(workspace / "anonymized" / "office3.png").astype(np.uint8), meta
+    )
     report = cli(recover, workspace, folder, tmp_path / "out")
     assert not report.written and "invertible" in report.skipped[0].reason
 
@@ -399,8 +579,16 @@ def test_every_small_face_is_anonymized_by_default(workspace, anonymizer, tmp_pa
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office5.jpg").write_bytes((DATA / "office5.jpg").read_bytes())
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
-            str(tmp_path / "out"), "--batch-size", str(BATCH)]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(folder),
+        str(tmp_path / "out"),
+        "--batch-size",
+        str(BATCH),
+    ]
     assert commands.exit_status(anonymize.main, args) == 0
     original = images.read_photo(folder / "office5.jpg").astype(np.int16)
     result = pixels(tmp_path / "out" / "office5.png")
@@ -437,18 +625,32 @@ def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymize
     region = result.photo[int(y1) + 1 : int(y2), int(x1) + 1 : int(x2)]
     cells = {tuple(p) for p in region.reshape(-1, 3)}
     assert len(cells) <= paste.HIDE_CELLS**2  # flat blocks: the face's detail is gone
-    assert np.abs(region.astype(np.int16) - photo[int(y1) + 1 : int(y2), int(x1) + 1 : int(x2)]).mean() > 5
+    assert (
+        np.abs(region.astype(np.int16) - photo[int(y1) + 1 : int(y2), int(x1) + 1 : int(x2)]).mean()
+        > 5
+    )
     hidden_only = paste.hide(photo, found.boxes[0])
     outside = np.all(hidden_only == photo, axis=-1)
     grown = paste.HIDE_MARGIN * max(x2 - x1, y2 - y1)
     rows, cols = np.nonzero(~outside)
-    assert rows.min() >= y1 - grown - 1 and rows.max() <= y2 + grown + 1 and cols.min() >= x1 - grown - 1 and cols.max() <= x2 + grown + 1
+    assert (
+        rows.min() >= y1 - grown - 1
+        and rows.max() <= y2 + grown + 1
+        and cols.min() >= x1 - grown - 1
+        and cols.max() <= x2 + grown + 1
+    )
 
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
-    report = anonymize_photo_folder(anonymizer, hiding, PASSWORD, folder, tmp_path / "out", BATCH, strict=True)
-    assert report.faces_hidden == 1 and report.faces == len(found.boxes) - 1 and report.faces_found == len(found.boxes)
+    report = anonymize_photo_folder(
+        anonymizer, hiding, PASSWORD, folder, tmp_path / "out", BATCH, strict=True
+    )
+    assert (
+        report.faces_hidden == 1
+        and report.faces == len(found.boxes) - 1
+        and report.faces_found == len(found.boxes)
+    )
     assert report.status == EXIT_FALLBACK
     assert any("1 face(s) the model cannot take" in note for note in report.notes)
 
@@ -465,8 +667,17 @@ def test_outputs_name_no_path_or_user(workspace, tmp_path):
     folder.mkdir()
     (folder / "jf.jpg").write_bytes((DATA / "jf.jpg").read_bytes())
     (folder / "broken.jpg").write_bytes(b"not a jpeg")
-    args = ["--model", str(home / "model"), "--password-file", str(home / "password.txt"), str(folder), str(home / "out"),
-            "--batch-size", str(BATCH), "--save-crops"]
+    args = [
+        "--model",
+        str(home / "model"),
+        "--password-file",
+        str(home / "password.txt"),
+        str(folder),
+        str(home / "out"),
+        "--batch-size",
+        str(BATCH),
+        "--save-crops",
+    ]
     assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
     outputs = sorted((home / "out").rglob("*"))
     assert len(outputs) == 2  # the photo and its face's crop
@@ -479,13 +690,18 @@ def test_outputs_name_no_path_or_user(workspace, tmp_path):
 
 
 def test_missing_detector_names_the_command_that_writes_it(anonymizer, tmp_path):
-    with pytest.raises(ModelDirectoryError, match=rf"convert.mtcnn --out {tmp_path / 'dets'} writes {tmp_path / 'dets' / 'mtcnn'}"):
+    with pytest.raises(
+        ModelDirectoryError,
+        match=rf"convert.mtcnn --out {tmp_path / 'dets'} writes {tmp_path / 'dets' / 'mtcnn'}",
+    ):
         load_photo_faces(anonymizer, tmp_path / "dets")
     with pytest.raises(ModelDirectoryError, match=rf"convert.mtcnn --out {tmp_path} writes it"):
         load_photo_faces(anonymizer, tmp_path / "mtcnn")
 
 
-def test_resume_continues_an_interrupted_run_to_the_same_outputs(workspace, anonymized, anonymizer, faces, tmp_path):
+def test_resume_continues_an_interrupted_run_to_the_same_outputs(
+    workspace, anonymized, anonymizer, faces, tmp_path
+):
     """The state an interrupted run leaves (outputs are written atomically, so some
     photos are done, one maybe without all its crops, the rest absent) is continued by
     --resume to the outputs of the uninterrupted run (the `anonymized` fixture): the
@@ -497,27 +713,55 @@ def test_resume_continues_an_interrupted_run_to_the_same_outputs(workspace, anon
     for name in ("empty.png", "office3.jpg"):
         (partial / name).write_bytes((workspace / "photos" / name).read_bytes())
     out = tmp_path / "out"
-    anonymize_photo_folder(anonymizer, faces, PASSWORD, partial, out, BATCH, record=fixed, save_crops=True)
+    anonymize_photo_folder(
+        anonymizer, faces, PASSWORD, partial, out, BATCH, record=fixed, save_crops=True
+    )
     crop_path(out / "office3.png", 2).unlink()  # killed between the photo and its crops
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(workspace / "photos"),
-            str(out), "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, "--save-crops"]
-    assert commands.exit_status(anonymize.main, args) == 1  # outputs exist: refused without --resume
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(workspace / "photos"),
+        str(out),
+        "--batch-size",
+        str(BATCH),
+        "--min-face-size",
+        MIN_FACE,
+        "--save-crops",
+    ]
+    assert (
+        commands.exit_status(anonymize.main, args) == 1
+    )  # outputs exist: refused without --resume
     report = anonymize.main([*args, "--resume"])
     assert [p.name for p in report.kept] == ["empty.png"]
-    assert sorted(p.name for p in report.written) == ["office3.png", "rotated.png"] and not report.skipped
-    expected = sorted(p.relative_to(workspace / "anonymized") for p in (workspace / "anonymized").rglob("*.png"))
+    assert (
+        sorted(p.name for p in report.written) == ["office3.png", "rotated.png"]
+        and not report.skipped
+    )
+    expected = sorted(
+        p.relative_to(workspace / "anonymized") for p in (workspace / "anonymized").rglob("*.png")
+    )
     assert sorted(p.relative_to(out) for p in out.rglob("*.png")) == expected
     for path in expected:
         np.testing.assert_array_equal(pixels(out / path), pixels(workspace / "anonymized" / path))
-        assert images.read_metadata(out / path) == images.read_metadata(workspace / "anonymized" / path)
+        assert images.read_metadata(out / path) == images.read_metadata(
+            workspace / "anonymized" / path
+        )
 
 
 def test_a_run_that_skipped_every_input_fails(workspace, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "a.jpg").write_bytes(b"not a jpeg")
-    args = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(folder),
-            str(tmp_path / "out")]
+    args = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(folder),
+        str(tmp_path / "out"),
+    ]
     assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
 
 
@@ -530,12 +774,29 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path)
     for i in range(6):
         shutil.copy(DATA / "office3.jpg", photos_dir / f"{i}.jpg")
     key_file = str(workspace / "fixed.key")
-    cli(anonymize, workspace, photos_dir, tmp_path / "whole", "password.txt", "--key-file", key_file)
+    cli(
+        anonymize, workspace, photos_dir, tmp_path / "whole", "password.txt", "--key-file", key_file
+    )
     out = tmp_path / "resumed"
-    argv = ["--model", str(workspace / "model"), "--password-file", str(workspace / "password.txt"), str(photos_dir), str(out),
-            "--batch-size", str(BATCH), "--min-face-size", MIN_FACE, "--key-file", key_file]
-    killed = subprocess.Popen([sys.executable, "-m", "dbaf_jax.anonymize", *argv], stderr=subprocess.DEVNULL,
-                              env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    argv = [
+        "--model",
+        str(workspace / "model"),
+        "--password-file",
+        str(workspace / "password.txt"),
+        str(photos_dir),
+        str(out),
+        "--batch-size",
+        str(BATCH),
+        "--min-face-size",
+        MIN_FACE,
+        "--key-file",
+        key_file,
+    ]
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "dbaf_jax.anonymize", *argv],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     try:
         while killed.poll() is None and not list(out.glob("[0-9].png")):
             time.sleep(0.01)
@@ -544,10 +805,14 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path)
         killed.wait()
     done = sorted(p.name for p in out.glob("[0-9].png"))
     assert done and len(done) < 6, "the run was not killed part-way"
-    report = cli(anonymize, workspace, photos_dir, out, "password.txt", "--key-file", key_file, "--resume")
+    report = cli(
+        anonymize, workspace, photos_dir, out, "password.txt", "--key-file", key_file, "--resume"
+    )
     assert report.status == 0 and sorted(p.name for p in report.kept) == done
     for i in range(6):
         whole, resumed = tmp_path / "whole" / f"{i}.png", out / f"{i}.png"
         np.testing.assert_array_equal(pixels(resumed), pixels(whole))
         assert images.read_metadata(resumed) == images.read_metadata(whole)
-    assert sorted(p.name for p in out.iterdir()) == [f"{i}.png" for i in range(6)]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"{i}.png" for i in range(6)
+    ]  # no temporary left

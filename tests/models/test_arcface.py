@@ -12,7 +12,13 @@ import torch
 from convert.arcface import main
 from dbaf_jax.models.arcface import ArcFace, preprocess
 from tests.conversion import (
-    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    convert,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
 )
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.arcface import Backbone, extract_feats
@@ -28,17 +34,27 @@ def reference(tmp_path_factory):
     net = randomize_irse_(Backbone(50, width_scale=WIDTH), seed=3)
     tmp = tmp_path_factory.mktemp("arcface")
     ckpt = save(net.state_dict(), tmp / "model_ir_se50.pth")
-    return net, ckpt, convert(main, ["--ckpt", str(ckpt), "--width-scale", str(WIDTH)], tmp / "models", "arcface")
+    return (
+        net,
+        ckpt,
+        convert(
+            main, ["--ckpt", str(ckpt), "--width-scale", str(WIDTH)], tmp / "models", "arcface"
+        ),
+    )
 
 
 # 320 is first pooled to 256, as the reference does: the quick suite runs that one.
 @pytest.mark.parametrize("size", [pytest.param(256, marks=pytest.mark.slow), 320])
 def test_embedding_and_maps_match_torch(reference, size):
     net, _, converted = reference
-    images = np.tanh(np.random.default_rng(size).standard_normal((2, size, size, 3))).astype(np.float32)
+    images = np.tanh(np.random.default_rng(size).standard_normal((2, size, size, 3))).astype(
+        np.float32
+    )
     with torch.no_grad():
         expected = extract_feats(net, nchw(images))
-    actual = jax.jit(lambda v, x: converted.module.apply(v, x, return_maps=True))(converted.variables, images)
+    actual = jax.jit(lambda v, x: converted.module.apply(v, x, return_maps=True))(
+        converted.variables, images
+    )
     errors = []
     for k, (a, e) in enumerate(zip(actual.maps, expected[:-1])):
         assert_parity(a, nhwc(e), name=f"map h{k}")
@@ -49,7 +65,9 @@ def test_embedding_and_maps_match_torch(reference, size):
     # The plain call (the reference Backbone.forward on the preprocessed input) gives the same embedding.
     with torch.no_grad():
         plain = net(nchw(preprocess(images)))
-    assert_parity(converted.module.apply(converted.variables, images), plain.numpy(), name="forward")
+    assert_parity(
+        converted.module.apply(converted.variables, images), plain.numpy(), name="forward"
+    )
     print(f"max relative error ({size}): {max(errors):.2e}")
 
 
@@ -63,17 +81,28 @@ def test_input_gradient_matches_torch(reference):
     def jax_gradient(variables, dtype):
         def loss(x):
             features = converted.module.apply(variables, x, return_maps=True)
-            return (features.embedding * target.astype(dtype)).sum() + sum(jnp.abs(m).mean() for m in features.maps)
+            return (features.embedding * target.astype(dtype)).sum() + sum(
+                jnp.abs(m).mean() for m in features.maps
+            )
 
         return jax.jit(jax.grad(loss))(images.astype(dtype))
 
-    x_t = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).requires_grad_(True)  # float64: the exact reference
+    x_t = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).requires_grad_(
+        True
+    )  # float64: the exact reference
     features = extract_feats(copy.deepcopy(net).double(), x_t)
-    ((features[-1] * torch.from_numpy(target)).sum() + sum(m.abs().mean() for m in features[:-1])).backward()
+    (
+        (features[-1] * torch.from_numpy(target)).sum() + sum(m.abs().mean() for m in features[:-1])
+    ).backward()
     expected = nhwc(x_t.grad)
     with jax.enable_x64(True):
-        as_float64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, converted.variables)
-        assert_parity(jax_gradient(as_float64, np.float64), expected, tol=1e-6, name="float64 input gradient")
+        as_float64 = jax.tree.map(
+            lambda a: jnp.asarray(a, jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+            converted.variables,
+        )
+        assert_parity(
+            jax_gradient(as_float64, np.float64), expected, tol=1e-6, name="float64 input gradient"
+        )
     grad = jax_gradient(converted.variables, np.float32)
     # 2e-2, not 1e-4: on some CPUs (an AMX Xeon, 2026-11-26) XLA's float32 gradient through
     # the deepest blocks of this random network departs from the float64 one by up to 1.6%
@@ -99,11 +128,17 @@ def test_full_size_layout():
     assert len(leaves) == len(sd) - len(tracked)
     assert sum(x.size for x in leaves) == sum(v.numel() for k, v in sd.items() if k not in tracked)
     out = jax.eval_shape(
-        lambda v, x: ArcFace().apply(v, x, return_maps=True), variables, jnp.zeros((2, 1024, 1024, 3))
+        lambda v, x: ArcFace().apply(v, x, return_maps=True),
+        variables,
+        jnp.zeros((2, 1024, 1024, 3)),
     )
     assert out.embedding.shape == (2, 512)
     assert [m.shape for m in out.maps] == [
-        (2, 112, 112, 64), (2, 56, 56, 64), (2, 28, 28, 128), (2, 14, 14, 256), (2, 7, 7, 512)
+        (2, 112, 112, 64),
+        (2, 56, 56, 64),
+        (2, 28, 28, 128),
+        (2, 14, 14, 256),
+        (2, 7, 7, 512),
     ]
 
 
@@ -126,14 +161,20 @@ def test_refuses_unexpected_key(reference, tmp_path):
 
 def test_refuses_misshaped_key(reference, tmp_path):
     misshaped = {
-        "output_layer.3.weight": torch.zeros(512, 100), "body.7.shortcut_layer.0.weight": torch.zeros(64, 32, 3, 3)
+        "output_layer.3.weight": torch.zeros(512, 100),
+        "body.7.shortcut_layer.0.weight": torch.zeros(64, 32, 3, 3),
     }
     err = _refusal(reference, tmp_path, add=misshaped)
     assert "mis-shaped (2)" in err
-    assert "output_layer.3.weight [512, 100]" in err and "body.7.shortcut_layer.0.weight [64, 32, 3, 3]" in err
+    assert (
+        "output_layer.3.weight [512, 100]" in err
+        and "body.7.shortcut_layer.0.weight [64, 32, 3, 3]" in err
+    )
 
 
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     bogus = not_a_checkpoint(tmp_path / "model_ir_se50.pth")
     argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(command_refusal("convert.arcface", argv, unwritten=tmp_path / "models"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.arcface", argv, unwritten=tmp_path / "models"), bogus
+    )

@@ -11,7 +11,12 @@ from convert.common import to_numpy
 from convert.dbaf import cid_variables
 from dbaf_jax.models.cid import CID
 from tests.conversion import (
-    assert_not_a_checkpoint_message, convert_state_dict, edited, layout_refusal, not_a_checkpoint, read_state_dict,
+    assert_not_a_checkpoint_message,
+    convert_state_dict,
+    edited,
+    layout_refusal,
+    not_a_checkpoint,
+    read_state_dict,
     refusal,
 )
 from tests.parity import assert_parity, randomize_, relative_error
@@ -24,7 +29,10 @@ N_LATENT = 14
 
 def torch_cid(seed=0):
     ref = DisentanglementId(
-        dim=SMALL["style_dim"], depth=SMALL["depth"], heads=SMALL["heads"], dim_head=SMALL["head_dim"],
+        dim=SMALL["style_dim"],
+        depth=SMALL["depth"],
+        heads=SMALL["heads"],
+        dim_head=SMALL["head_dim"],
         mlp_dim=SMALL["mlp_dim"],
     )
     return randomize_(ref, seed=seed, scale=0.5).eval()
@@ -36,14 +44,20 @@ def jitted(module):
 
 
 def codes(batch, seed=1):
-    return np.random.default_rng(seed).normal(size=(batch, N_LATENT, SMALL["style_dim"])).astype(np.float32)
+    return (
+        np.random.default_rng(seed)
+        .normal(size=(batch, N_LATENT, SMALL["style_dim"]))
+        .astype(np.float32)
+    )
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     ref = torch_cid()
     ckpt = tmp_path_factory.mktemp("cid") / "best_model_w_disentanglement.pth"
-    return ref, convert_state_dict(cid_variables, CID(**SMALL, attention="batch"), ref.state_dict(), ckpt)
+    return ref, convert_state_dict(
+        cid_variables, CID(**SMALL, attention="batch"), ref.state_dict(), ckpt
+    )
 
 
 def test_batch_attention_matches_reference(converted):
@@ -51,8 +65,10 @@ def test_batch_attention_matches_reference(converted):
     assert net.module.attention == "batch"
     c = codes(4)
     attention_out = {}
-    hook = ref.layers[0].transformer.layers[0][0].register_forward_hook(
-        lambda m, i, o: attention_out.update(a=o.detach().numpy())
+    hook = (
+        ref.layers[0]
+        .transformer.layers[0][0]
+        .register_forward_hook(lambda m, i, o: attention_out.update(a=o.detach().numpy()))
     )
     with torch.no_grad():
         expected = ref(torch.from_numpy(c)).numpy()
@@ -86,7 +102,10 @@ def test_outputs_and_batch_mates(converted):
     out = {}
     for mode in ("single", "tokens", "batch"):
         apply = jitted(net.module.clone(attention=mode))
-        out[mode] = np.asarray(apply(net.variables, c)[0]), np.asarray(apply(net.variables, mixed)[0])
+        out[mode] = (
+            np.asarray(apply(net.variables, c)[0]),
+            np.asarray(apply(net.variables, mixed)[0]),
+        )
         assert out[mode][0].shape == (4, N_LATENT, SMALL["style_dim"])
     for mode in ("single", "tokens"):
         np.testing.assert_allclose(out[mode][1][0], out[mode][0][0], rtol=0, atol=1e-5)
@@ -165,7 +184,9 @@ def test_refuses_missing_unexpected_and_misshaped_keys():
     module = CID(**SMALL, attention="single")
 
     def refuse(**edits):
-        return layout_refusal(lambda sd: cid_variables(sd, module, "bad.pth"), edited(good, **edits))
+        return layout_refusal(
+            lambda sd: cid_variables(sd, module, "bad.pth"), edited(good, **edits)
+        )
 
     missing = refuse(drop=["layers.1.transformer.layers.0.1.fn.net.3.bias"])
     assert "missing (1): layers.1.transformer.layers.0.1.fn.net.3.bias" in missing
@@ -202,5 +223,7 @@ def test_scanned_blocks_give_the_unrolled_outputs_and_gradients(converted):
     train_a, _ = jitted(scanned)(net.variables, c, deterministic=False, rngs={"dropout": key(0)})
     train_b, _ = jitted(scanned)(net.variables, c, deterministic=False, rngs={"dropout": key(1)})
     assert relative_error(train_a, attribute) > 1e-3 and relative_error(train_a, train_b) > 1e-3
-    plain, _ = jitted(scanned.clone(dropout=0.0))(net.variables, c, deterministic=False, rngs={"dropout": key(0)})
+    plain, _ = jitted(scanned.clone(dropout=0.0))(
+        net.variables, c, deterministic=False, rngs={"dropout": key(0)}
+    )
     assert_parity(plain, attribute, tol=1e-6)

@@ -25,9 +25,7 @@ from convert.dbaf import (
     main,
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
-from dbaf_jax import model_families
-from dbaf_jax import model_directory
-from dbaf_jax import keys
+from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.anonymize import FaceAnonymizer
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
@@ -37,7 +35,12 @@ from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
 from dbaf_jax.train import networks, stages
 from tests.conversion import (
-    assert_not_a_checkpoint_message, command_refusal, edited, not_a_checkpoint, refusal, save
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
 )
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference import e4e as torch_e4e
@@ -57,7 +60,9 @@ from tests.torch_reference.dbaf_pipeline import (
 )
 
 PASSWORD = "tr0ub4dor & 3"
-RECORD = keys.KeyRecord(salt="00112233445566778899aabbccddeeff", n=2**10)  # cheap scrypt for the test
+RECORD = keys.KeyRecord(
+    salt="00112233445566778899aabbccddeeff", n=2**10
+)  # cheap scrypt for the test
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,9 @@ def test_anonymize_and_latent_recovery_match_reference(converted, images):
 
     # The key: password -> seed -> z -> the ORIGINAL generator's mapping, repeated 4/4/2.
     key = anonymizer.key_for(PASSWORD, RECORD)
-    z = torch.from_numpy(keys.key_latents(keys.derive_seed(PASSWORD, RECORD), len(GROUPS), STYLE_DIM))
+    z = torch.from_numpy(
+        keys.key_latents(keys.derive_seed(PASSWORD, RECORD), len(GROUPS), STYLE_DIM)
+    )
     with torch.no_grad():
         key_t = ref.key(z)
     assert key.shape == (N_LATENT, STYLE_DIM)
@@ -109,9 +116,13 @@ def test_anonymize_and_latent_recovery_match_reference(converted, images):
     # The recovered latents themselves, from the same saved latents: with random weights
     # MAAR's maps dominate the images, so a wrong latent could hide behind a similar image.
     maps = tuple(latents[f"attribute_map_{k}"] for k in range(len(ENCODER_MAP_CHANNELS)))
-    original = dbaf.Encoding(None, latents["attribute_code"], None, maps)  # what latent recovery reads
+    original = dbaf.Encoding(
+        None, latents["attribute_code"], None, maps
+    )  # what latent recovery reads
     recover = jax.jit(anonymizer.model.recover_latent)
-    _, recovered_latents = recover(anonymizer.variables, original, latents["anonymized_identity"], key[None, None])
+    _, recovered_latents = recover(
+        anonymizer.variables, original, latents["anonymized_identity"], key[None, None]
+    )
     errors = {}
     for i in range(len(images)):
         with torch.no_grad():
@@ -120,7 +131,10 @@ def test_anonymize_and_latent_recovery_match_reference(converted, images):
         pairs = {
             "attribute_code": (latents["attribute_code"][i], attr_t[0].numpy()),
             "anonymized_identity": (latents["anonymized_identity"][i], anon_id_t[0].numpy()),
-            **{f"attribute_map_{k}": (latents[f"attribute_map_{k}"][i], nhwc(m)[0]) for k, m in enumerate(maps_t)},
+            **{
+                f"attribute_map_{k}": (latents[f"attribute_map_{k}"][i], nhwc(m)[0])
+                for k, m in enumerate(maps_t)
+            },
             "anonymized": (anonymized[i], nhwc(anon_t)[0]),
             "recovered_latents": (recovered_latents[0, i], rec_latents_t[0].numpy()),
             "recovered": (recovered[i], nhwc(rec_t)[0]),
@@ -165,7 +179,9 @@ def error_of(files, out, extra=(), **replace):
 
 def edited_file(tmp_path, files, name, **edits):
     """A copy of reference file ``name`` with its state_dict edited (see `edited`)."""
-    return save(edited(torch.load(files[name], weights_only=True), **edits), tmp_path / f"edited_{name}.pth")
+    return save(
+        edited(torch.load(files[name], weights_only=True), **edits), tmp_path / f"edited_{name}.pth"
+    )
 
 
 def test_refuses_missing_unexpected_and_misshaped_keys(converted, tmp_path):
@@ -194,7 +210,9 @@ def test_refuses_networks_that_do_not_fit(converted, tmp_path):
 
 def test_refuses_latent_groups_that_do_not_add_up(converted, tmp_path):
     _, files, _ = converted
-    assert "do not add up to its 10 latents" in error_of(files, tmp_path / "out", extra=["--latent-groups", "4,4,6"])
+    assert "do not add up to its 10 latents" in error_of(
+        files, tmp_path / "out", extra=["--latent-groups", "4,4,6"]
+    )
 
 
 def test_refuses_to_overwrite_or_mix(converted, tmp_path):
@@ -212,12 +230,16 @@ def test_non_checkpoint_file_exits_1_with_one_line(converted, tmp_path):
     _, files, _ = converted
     bogus = not_a_checkpoint(tmp_path / "best_model_id_mlp.pth")
     args = convert_args(files, tmp_path / "out", kria=bogus)
-    assert_not_a_checkpoint_message(command_refusal("convert.dbaf", args, unwritten=tmp_path / "out"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.dbaf", args, unwritten=tmp_path / "out"), bogus
+    )
 
 
 def shapes_of(module: torch.nn.Module) -> dict:
     """A state_dict of shape-only stand-ins (no memory) for a module built on the meta device."""
-    return {k: np.broadcast_to(np.float32(0), tuple(v.shape)) for k, v in module.state_dict().items()}
+    return {
+        k: np.broadcast_to(np.float32(0), tuple(v.shape)) for k, v in module.state_dict().items()
+    }
 
 
 @pytest.mark.slow
@@ -229,16 +251,27 @@ def test_full_size_layout():
     cid = infer_cid(cid_sd, "cid", None, heads=14)
     maar, maar_in = infer_maar(maar_sd, "maar")
     kria = infer_kria(kria_sd, "kria", cid.groups)
-    assert cid == CID(attention="batch")  # the reference's CID: 14 latents 4/4/6, depth 6, 14 x 64 heads
+    assert cid == CID(
+        attention="batch"
+    )  # the reference's CID: 14 latents 4/4/6, depth 6, 14 x 64 heads
     assert maar == MAAR() and maar_in == (512, 256, 128)
     assert kria == KRIA()
     e4e, generator = Encoder4Editing(), Generator()
     assert encoder_map_channels(e4e) == (512, 256, 128)
-    modules = {"e4e": e4e, "generator": generator, "decoder": generator, "cid": cid, "maar": maar, "kria": kria}
+    modules = {
+        "e4e": e4e,
+        "generator": generator,
+        "decoder": generator,
+        "cid": cid,
+        "maar": maar,
+        "kria": kria,
+    }
     assert compatibility_problems(modules, maar_in) == []
 
     # The pipeline at 256 px, shapes only.
-    model = dbaf.DBAF(e4e=e4e, cid=cid, maar=maar, decoder=generator, kria=kria, key_generator=generator).for_inference()
+    model = dbaf.DBAF(
+        e4e=e4e, cid=cid, maar=maar, decoder=generator, kria=kria, key_generator=generator
+    ).for_inference()
     images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
     codes = jax.ShapeDtypeStruct((2, 14, 512), jnp.float32)
     variables = {
@@ -249,13 +282,17 @@ def test_full_size_layout():
     }
     variables[dbaf.KEY_GENERATOR] = variables["decoder"]
     features = jax.eval_shape(e4e.apply, variables["e4e"], images)
-    variables["maar"] = jax.eval_shape(maar.init, jax.random.key(0), features.c3, features.c2, features.c1)
+    variables["maar"] = jax.eval_shape(
+        maar.init, jax.random.key(0), features.c3, features.c2, features.c1
+    )
 
     def anonymize_and_recover(variables, images, z):
         key = model.key_from_z(variables, z)
         encoding, _ = model.encode(variables, images)
         anonymized = model.anonymize(variables, encoding, key[None])
-        recovered, _ = model.recover_latent(variables, encoding, anonymized.identity_code[0], key[None])
+        recovered, _ = model.recover_latent(
+            variables, encoding, anonymized.identity_code[0], key[None]
+        )
         return anonymized.images[0], recovered[0], encoding.attribute_maps
 
     z = jax.ShapeDtypeStruct((1, 3, 512), jnp.float32)
@@ -285,10 +322,14 @@ def test_full_size_conversion_fits_stage2():
         "discriminator": infer_discriminator(discriminator_sd, "d"),
     }
     stage1_config = stage1.get_config("reference")
-    stage1_exports = stages.build(stage1_config, stages.build_networks(stage1_config), optimizers=None).exported_networks()
+    stage1_exports = stages.build(
+        stage1_config, stages.build_networks(stage1_config), optimizers=None
+    ).exported_networks()
     assert set(inferred) == set(stage1_exports)
     built = networks.modules(stages.build_networks(stage2.get_config("reference")))
     for name, module in inferred.items():
-        expected = {k: v for k, v in model_directory.module_config(built[name]).items() if k != "dtype"}
+        expected = {
+            k: v for k, v in model_directory.module_config(built[name]).items() if k != "dtype"
+        }
         found = {k: v for k, v in model_directory.module_config(module).items() if k != "dtype"}
         assert found == expected, name

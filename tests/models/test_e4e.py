@@ -13,7 +13,13 @@ from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.nn.resize import adaptive_avg_pool2d
 from tests.conversion import (
-    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    convert,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
 )
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import e4e as torch_e4e
@@ -30,7 +36,9 @@ def make_psp(encoder_cls, seed):
     torch.manual_seed(seed)
     encoder = randomize_irse_(encoder_cls(SIZE, STYLE_DIM, WIDTH), seed=seed)
     decoder = TorchGenerator(SIZE, STYLE_DIM, 2, width_scale=DECODER_WIDTH)
-    decoder = reset_fixed_kernels_(randomize_(decoder, seed=seed + 1)).eval()  # blur kernels stay fixed
+    decoder = reset_fixed_kernels_(
+        randomize_(decoder, seed=seed + 1)
+    ).eval()  # blur kernels stay fixed
     n_latent = 2 * int(np.log2(SIZE)) - 2
     latent_avg = torch.randn(n_latent, STYLE_DIM, generator=torch.Generator().manual_seed(seed + 2))
     return torch_e4e.PSP(encoder, decoder, latent_avg)
@@ -57,7 +65,9 @@ def convert_encoder(ckpt, out):
 def e4e(tmp_path_factory):
     psp = make_psp(torch_e4e.Encoder4Editing, seed=0)
     tmp = tmp_path_factory.mktemp("e4e")
-    return psp, *convert_encoder(save_checkpoint(tmp / "e4e_ffhq_encode_256.pt", psp), tmp / "models")
+    return psp, *convert_encoder(
+        save_checkpoint(tmp / "e4e_ffhq_encode_256.pt", psp), tmp / "models"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,21 +122,29 @@ def test_reconstruction_matches_torch_psp_pipeline(e4e, images):
     @jax.jit
     def reconstruct(encoder_vars, decoder_vars, x):
         codes = encoder.module.apply(encoder_vars, x).codes
-        generated = decoder.module.apply(decoder_vars, codes)  # the stored noise: randomize_noise=False
+        generated = decoder.module.apply(
+            decoder_vars, codes
+        )  # the stored noise: randomize_noise=False
         return adaptive_avg_pool2d(generated, (256, 256)), codes  # pSp's face_pool
 
     actual_images, actual_codes = reconstruct(encoder.variables, decoder.variables, images)
     assert actual_images.shape == (2, 256, 256, 3)
     assert_parity(actual_codes, expected_codes.numpy(), name="codes")
     assert_parity(actual_images, nhwc(expected_images), name="image")
-    print(f"reconstruction relative error: {relative_error(actual_images, nhwc(expected_images)):.2e}")
+    print(
+        f"reconstruction relative error: {relative_error(actual_images, nhwc(expected_images)):.2e}"
+    )
 
 
 def test_network_records(e4e):
     _, encoder, decoder = e4e
     assert encoder.info["kind"] == "e4e:Encoder4Editing"
     assert encoder.info["config"] == {
-        "input_size": 256, "num_layers": 50, "style_dim": STYLE_DIM, "stylegan_size": SIZE, "width_scale": WIDTH
+        "input_size": 256,
+        "num_layers": 50,
+        "style_dim": STYLE_DIM,
+        "stylegan_size": SIZE,
+        "width_scale": WIDTH,
     }
     assert encoder.variables["buffers"]["latent_avg"].shape == (10, STYLE_DIM)
     assert decoder.info["kind"] == "stylegan2:Generator"
@@ -141,15 +159,22 @@ def test_full_size_layout():
     tracked = [k for k in sd if k.endswith("num_batches_tracked")]
     module = Encoder4Editing()
     variables = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, 256, 256, 3)))
-    assert len(jax.tree.leaves(variables["params"])) + len(jax.tree.leaves(variables["batch_stats"])) == len(sd) - len(
-        tracked
-    )
+    assert len(jax.tree.leaves(variables["params"])) + len(
+        jax.tree.leaves(variables["batch_stats"])
+    ) == len(sd) - len(tracked)
     n_weights = sum(v.numel() for k, v in sd.items() if k not in tracked)
-    assert sum(x.size for x in jax.tree.leaves({k: variables[k] for k in ("params", "batch_stats")})) == n_weights
+    assert (
+        sum(x.size for x in jax.tree.leaves({k: variables[k] for k in ("params", "batch_stats")}))
+        == n_weights
+    )
     assert round(n_weights / 1e6, 1) == 209.5
     out = jax.eval_shape(module.apply, variables, jnp.zeros((2, 256, 256, 3)))
     assert out.codes.shape == (2, 14, 512)
-    assert (out.c3.shape, out.c2.shape, out.c1.shape) == ((2, 16, 16, 512), (2, 32, 32, 256), (2, 64, 64, 128))
+    assert (out.c3.shape, out.c2.shape, out.c1.shape) == (
+        (2, 16, 16, 512),
+        (2, 32, 32, 256),
+        (2, 64, 64, 128),
+    )
     assert Encoder4Editing(stylegan_size=1024).n_styles == 18
 
 
@@ -165,7 +190,11 @@ def refuse(tmp_path, psp, **kwargs):
 
 
 def test_refuses_missing_keys(tmp_path, psp_reference):
-    err = refuse(tmp_path, psp_reference, drop=["encoder.styles.8.convs.10.bias", "decoder.convs.3.noise.weight"])
+    err = refuse(
+        tmp_path,
+        psp_reference,
+        drop=["encoder.styles.8.convs.10.bias", "decoder.convs.3.noise.weight"],
+    )
     assert "missing (1): styles.8.convs.10.bias" in err
     assert "missing (1): convs.3.noise.weight" in err
 
@@ -179,7 +208,8 @@ def test_refuses_unexpected_key(tmp_path, psp_reference):
 
 def test_refuses_misshaped_keys(tmp_path, psp_reference):
     err = refuse(
-        tmp_path, psp_reference,
+        tmp_path,
+        psp_reference,
         add={"encoder.latlayer1.weight": torch.zeros(128, 64, 3, 3)},
         latent_avg=torch.zeros(3, STYLE_DIM),
     )
@@ -195,4 +225,6 @@ def test_refuses_single_style_encoder(tmp_path, psp_reference):
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     bogus = not_a_checkpoint(tmp_path / "e4e_ffhq_encode_256.pt")
     argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(command_refusal("convert.e4e", argv, unwritten=tmp_path / "models"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.e4e", argv, unwritten=tmp_path / "models"), bogus
+    )

@@ -14,15 +14,31 @@ from facenet_pytorch.models.inception_resnet_v1 import InceptionResnetV1 as Torc
 from convert.facenet import main
 from dbaf_jax.models.facenet import InceptionResnetV1
 from tests.conversion import (
-    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    convert,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
 )
 from tests.parity import assert_parity, relative_error
-from tests.torch_reference.metric_networks import FACENET_IDENTITIES, facenet_input, random_facenet, random_images
+from tests.torch_reference.metric_networks import (
+    FACENET_IDENTITIES,
+    facenet_input,
+    random_facenet,
+    random_images,
+)
 
-FILES = {"vggface2": "20180402-114759-vggface2.pt", "casia_webface": "20180408-102900-casia-webface.pt"}
+FILES = {
+    "vggface2": "20180402-114759-vggface2.pt",
+    "casia_webface": "20180408-102900-casia-webface.pt",
+}
 
 
-def torch_embedding_and_features(net: TorchInceptionResnetV1, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def torch_embedding_and_features(
+    net: TorchInceptionResnetV1, x: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """The L2-normalised embedding and last_bn's output before the normalisation."""
     captured = []
     hook = net.last_bn.register_forward_hook(lambda module, args, out: captured.append(out))
@@ -61,8 +77,10 @@ def test_embedding_matches_facenet_pytorch(vggface2, size):
     np.testing.assert_allclose(np.linalg.norm(embedding, axis=-1), 1.0, rtol=1e-5)
     # The two faces' embeddings differ at order one: the parity above checks the path from the image.
     assert relative_error(expected_embedding[0], expected_embedding[1]) > 0.1
-    print(f"relative error ({size}): features {relative_error(features, expected_features):.2e}, "
-          f"embedding {relative_error(embedding, expected_embedding):.2e}")
+    print(
+        f"relative error ({size}): features {relative_error(features, expected_features):.2e}, "
+        f"embedding {relative_error(embedding, expected_embedding):.2e}"
+    )
 
 
 def test_casia_webface_layout_converts_to_its_own_directory(tmp_path):
@@ -82,13 +100,18 @@ def test_network_record_drops_the_classifier(vggface2):
     assert converted.info["kind"] == "facenet:InceptionResnetV1"
     assert converted.info["config"] == {}
     assert set(converted.variables) == {"params", "batch_stats"}
-    assert not any("logits" in "/".join(str(k) for k in path) for path, _ in
-                   jax.tree_util.tree_leaves_with_path(converted.variables))
+    assert not any(
+        "logits" in "/".join(str(k) for k in path)
+        for path, _ in jax.tree_util.tree_leaves_with_path(converted.variables)
+    )
 
 
 def test_variants_differ_only_in_the_classifier():
     layouts = {
-        name: {k: tuple(v.shape) for k, v in TorchInceptionResnetV1(classify=True, num_classes=n).state_dict().items()}
+        name: {
+            k: tuple(v.shape)
+            for k, v in TorchInceptionResnetV1(classify=True, num_classes=n).state_dict().items()
+        }
         for name, n in FACENET_IDENTITIES.items()
     }
     vgg, casia = layouts["vggface2"], layouts["casia_webface"]
@@ -99,10 +122,14 @@ def test_variants_differ_only_in_the_classifier():
 def test_full_size_layout():
     state_dict = TorchInceptionResnetV1().state_dict()  # the embedding network only
     tracked = [k for k in state_dict if k.endswith("num_batches_tracked")]
-    variables = jax.eval_shape(InceptionResnetV1().init, jax.random.key(0), jnp.zeros((1, 160, 160, 3)))
+    variables = jax.eval_shape(
+        InceptionResnetV1().init, jax.random.key(0), jnp.zeros((1, 160, 160, 3))
+    )
     leaves = jax.tree.leaves(variables)
     assert len(leaves) == len(state_dict) - len(tracked)
-    assert sum(x.size for x in leaves) == sum(v.numel() for k, v in state_dict.items() if k not in tracked)
+    assert sum(x.size for x in leaves) == sum(
+        v.numel() for k, v in state_dict.items() if k not in tracked
+    )
     out = jax.eval_shape(InceptionResnetV1().apply, variables, jnp.zeros((2, 250, 250, 3)))
     assert out.shape == (2, 512)
 
@@ -110,7 +137,9 @@ def test_full_size_layout():
 def _refusal(vggface2, tmp_path, **edits):
     net, _, _ = vggface2
     bad = save(edited(net.state_dict(), **edits), tmp_path / "bad.pt")
-    return refusal(main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models")
+    return refusal(
+        main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models"
+    )
 
 
 def test_refuses_missing_key(vggface2, tmp_path):
@@ -124,15 +153,29 @@ def test_refuses_unexpected_key(vggface2, tmp_path):
 
 
 def test_refuses_misshaped_key(vggface2, tmp_path):
-    misshaped = {"last_linear.weight": torch.zeros(512, 1024), "mixed_7a.branch0.1.conv.weight": torch.zeros(384, 256, 1, 1)}
+    misshaped = {
+        "last_linear.weight": torch.zeros(512, 1024),
+        "mixed_7a.branch0.1.conv.weight": torch.zeros(384, 256, 1, 1),
+    }
     err = _refusal(vggface2, tmp_path, add=misshaped)
     assert "mis-shaped (2)" in err
-    assert "last_linear.weight [512, 1024]" in err and "mixed_7a.branch0.1.conv.weight [384, 256, 1, 1]" in err
+    assert (
+        "last_linear.weight [512, 1024]" in err
+        and "mixed_7a.branch0.1.conv.weight [384, 256, 1, 1]" in err
+    )
 
 
 def test_refuses_an_unknown_classifier(vggface2, tmp_path):
-    err = _refusal(vggface2, tmp_path, add={"logits.weight": torch.zeros(100, 512), "logits.bias": torch.zeros(100)})
-    assert "logits.weight [100, 512]" in err and "8631 (vggface2)" in err and "10575 (casia_webface)" in err
+    err = _refusal(
+        vggface2,
+        tmp_path,
+        add={"logits.weight": torch.zeros(100, 512), "logits.bias": torch.zeros(100)},
+    )
+    assert (
+        "logits.weight [100, 512]" in err
+        and "8631 (vggface2)" in err
+        and "10575 (casia_webface)" in err
+    )
 
 
 def test_refuses_a_file_without_classifier(vggface2, tmp_path):
@@ -143,4 +186,6 @@ def test_refuses_a_file_without_classifier(vggface2, tmp_path):
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     bogus = not_a_checkpoint(tmp_path / FILES["vggface2"])
     argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(command_refusal("convert.facenet", argv, unwritten=tmp_path / "models"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.facenet", argv, unwritten=tmp_path / "models"), bogus
+    )

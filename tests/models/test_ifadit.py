@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from configs import ifadit as ifadit_config
-from dbaf_jax import model_families
-from dbaf_jax import keys, model_directory
+from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.sif import SecureIdentityFlow, bounded_log_scale
-from dbaf_jax.train import networks as networks_lib, stages
+from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import stages
 from dbaf_jax.train.ifadit.networks import IFADITNetworks
 
 IDENTITY_DIM = 512
@@ -38,7 +38,9 @@ def flow():
     """A full-size flow (the paper's 512-d identity and key) with random weights, and inputs."""
     sif = SecureIdentityFlow(identity_dim=IDENTITY_DIM, key_dim=KEY_DIM)
     rng = np.random.default_rng(0)
-    identity = unit(jnp.asarray(rng.standard_normal((6, IDENTITY_DIM)), jnp.float32))  # ArcFace-like unit vectors
+    identity = unit(
+        jnp.asarray(rng.standard_normal((6, IDENTITY_DIM)), jnp.float32)
+    )  # ArcFace-like unit vectors
     key, other_key = (jnp.asarray(rng.standard_normal((6, KEY_DIM)), jnp.float32) for _ in range(2))
     variables = sif.init(jax.random.PRNGKey(0), identity, key)
     return sif, variables, identity, key, other_key
@@ -88,7 +90,9 @@ def test_keys_give_different_anonymized_identities(flow):
 
 def test_bounded_log_scale():
     s = jnp.asarray([-1e4, -1.0, 0.0, 1.0, 1e4])
-    np.testing.assert_allclose(bounded_log_scale(s, 2.0), 2.0 * np.tanh(np.asarray(s) / 2.0), atol=1e-6)
+    np.testing.assert_allclose(
+        bounded_log_scale(s, 2.0), 2.0 * np.tanh(np.asarray(s) / 2.0), atol=1e-6
+    )
 
 
 def full_size_networks() -> IFADITNetworks:
@@ -100,7 +104,9 @@ def test_full_size_shapes():
     """The paper's sizes (256 px, 512-d identity and key, 14 W+ rows) by abstract evaluation."""
     nets = full_size_networks()
     model = nets.model
-    variables = jax.eval_shape(lambda r: networks_lib.init_variables(nets, r, 256), jax.random.PRNGKey(0))
+    variables = jax.eval_shape(
+        lambda r: networks_lib.init_variables(nets, r, 256), jax.random.PRNGKey(0)
+    )
     images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
     key_z = jax.ShapeDtypeStruct((3, 1, 1, 512), jnp.float32)  # K = 3 keys shared by the batch
     assert model.key_shape == (1, 512)
@@ -123,7 +129,9 @@ def tiny():
     """The tiny config's model (64 px) with random weights."""
     nets = stages.build_networks(ifadit_config.get_config("phase2,tiny"))
     model = nets.model
-    variables = networks_lib.init_variables(nets, jax.random.PRNGKey(1), 64, tuple(model.networks()))
+    variables = networks_lib.init_variables(
+        nets, jax.random.PRNGKey(1), 64, tuple(model.networks())
+    )
     return model, variables
 
 
@@ -162,11 +170,17 @@ def test_background_refinement_keeps_the_background(tiny):
     expected = mask * np.asarray(refined.generated) + (1 - mask) * np.asarray(images)
     np.testing.assert_allclose(refined.images, expected, atol=1e-5)
     background = mask[..., 0] == 0
-    np.testing.assert_array_equal(np.asarray(refined.images)[0][background], np.asarray(images)[background])
+    np.testing.assert_array_equal(
+        np.asarray(refined.images)[0][background], np.asarray(images)[background]
+    )
     # The default (inference) path refines; without a parser nothing is blended.
-    np.testing.assert_allclose(jax.jit(model.anonymize_images)(variables, images, key), refined.images, atol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(model.anonymize_images)(variables, images, key), refined.images, atol=1e-6
+    )
     plain = dataclasses.replace(model, parser=None)
-    np.testing.assert_allclose(jax.jit(plain.anonymize_images)(variables, images, key), refined.generated, atol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(plain.anonymize_images)(variables, images, key), refined.generated, atol=1e-6
+    )
 
 
 @pytest.mark.slow  # the tiny model's initialisation and programs compile for minutes on a CPU
@@ -179,9 +193,13 @@ def test_recovery_inverts_the_flow_on_the_read_identity(tiny):
     identity = model.identity(variables, images)
     anonymized_identity = model.transform_identity(variables, identity, key)[0]
     compensated = model.apply("icl", variables, anonymized_identity)
-    np.testing.assert_array_equal(compensated, anonymized_identity)  # the ICL starts as the identity map
+    np.testing.assert_array_equal(
+        compensated, anonymized_identity
+    )  # the ICL starts as the identity map
     back = model.transform_identity(variables, compensated, key, inverse=True)[0]
-    np.testing.assert_allclose(back, identity, atol=4e-6 * float(jnp.max(jnp.abs(anonymized_identity))))
+    np.testing.assert_allclose(
+        back, identity, atol=4e-6 * float(jnp.max(jnp.abs(anonymized_identity)))
+    )
 
 
 @pytest.mark.slow  # the tiny model's initialisation and programs compile for minutes on a CPU
@@ -192,7 +210,9 @@ def test_model_directory_round_trip(tiny, tmp_path):
     loaded, loaded_variables = model_families.load_family(ifadit.FAMILY, tmp_path)
     assert loaded.networks() == model.networks()
     fingerprint = model_directory.model_fingerprint
-    assert fingerprint(loaded.networks(), loaded_variables) == fingerprint(model.networks(), variables)
+    assert fingerprint(loaded.networks(), loaded_variables) == fingerprint(
+        model.networks(), variables
+    )
     # A DBAF loader refuses it, naming the family.
     from dbaf_jax.models import dbaf
 

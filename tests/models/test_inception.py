@@ -17,10 +17,20 @@ from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.nn.pool import avg_pool2d, max_pool2d
 from dbaf_jax.nn.resize import resize_bilinear
 from tests.conversion import (
-    assert_not_a_checkpoint_message, command_refusal, convert, edited, not_a_checkpoint, refusal, save
+    assert_not_a_checkpoint_message,
+    command_refusal,
+    convert,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
 )
 from tests.parity import assert_parity, nchw, nhwc, relative_error
-from tests.torch_reference.metric_networks import pytorch_fid_model, random_fid_inception_state_dict, random_images
+from tests.torch_reference.metric_networks import (
+    pytorch_fid_model,
+    random_fid_inception_state_dict,
+    random_images,
+)
 
 FILE = "pt_inception-2015-12-05-6726825d.pth"
 
@@ -77,9 +87,15 @@ def test_downsampling_differs_from_jax_image_resize():
 @pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 0), (3, 1, 1), (3, 2, 1)])
 def test_pools_match_torch(np_rng, kernel, stride, padding):
     x = np_rng.standard_normal((2, 9, 8, 3)).astype(np.float32)
-    assert_parity(max_pool2d(x, kernel, stride, padding), nhwc(F.max_pool2d(nchw(x), kernel, stride, padding)), tol=1e-6)
+    assert_parity(
+        max_pool2d(x, kernel, stride, padding),
+        nhwc(F.max_pool2d(nchw(x), kernel, stride, padding)),
+        tol=1e-6,
+    )
     for count_include_pad in (True, False):
-        expected = nhwc(F.avg_pool2d(nchw(x), kernel, stride, padding, count_include_pad=count_include_pad))
+        expected = nhwc(
+            F.avg_pool2d(nchw(x), kernel, stride, padding, count_include_pad=count_include_pad)
+        )
         assert_parity(avg_pool2d(x, kernel, stride, padding, count_include_pad), expected, tol=1e-6)
 
 
@@ -93,18 +109,27 @@ def test_network_record(reference):
 def test_full_size_layout(reference):
     _, ckpt, _ = reference
     state_dict = torch.load(ckpt, weights_only=True)
-    converted_keys = [k for k in state_dict if not k.endswith("num_batches_tracked") and not k.startswith("fc.")]
-    variables = jax.eval_shape(FIDInceptionV3().init, jax.random.key(0), jnp.zeros((1, 299, 299, 3)))
+    converted_keys = [
+        k for k in state_dict if not k.endswith("num_batches_tracked") and not k.startswith("fc.")
+    ]
+    variables = jax.eval_shape(
+        FIDInceptionV3().init, jax.random.key(0), jnp.zeros((1, 299, 299, 3))
+    )
     leaves = jax.tree.leaves(variables)
     assert len(leaves) == len(converted_keys)
     assert sum(x.size for x in leaves) == sum(state_dict[k].numel() for k in converted_keys)
-    assert jax.eval_shape(FIDInceptionV3().apply, variables, jnp.zeros((3, 128, 128, 3))).shape == (3, 2048)
+    assert jax.eval_shape(FIDInceptionV3().apply, variables, jnp.zeros((3, 128, 128, 3))).shape == (
+        3,
+        2048,
+    )
 
 
 def _refusal(reference, tmp_path, **edits):
     _, ckpt, _ = reference
     bad = save(edited(torch.load(ckpt, weights_only=True), **edits), tmp_path / "bad.pth")
-    return refusal(main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models")
+    return refusal(
+        main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models"
+    )
 
 
 def test_refuses_missing_key(reference, tmp_path):
@@ -132,4 +157,6 @@ def test_refuses_misshaped_key(reference, tmp_path):
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     bogus = not_a_checkpoint(tmp_path / FILE)
     argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(command_refusal("convert.inception", argv, unwritten=tmp_path / "models"), bogus)
+    assert_not_a_checkpoint_message(
+        command_refusal("convert.inception", argv, unwritten=tmp_path / "models"), bogus
+    )

@@ -33,7 +33,9 @@ def convert_body(torch_body, width_scale, input_hw):
     module = IRSEBody(width_scale=width_scale)
     expected = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, *input_hw, 3)))
     sd = to_numpy(torch_body.state_dict(), "reference")
-    return module, map_state_dict(sd, irse_body_rules((), 50, width_scale), expected, "reference", ignore=IGNORED)
+    return module, map_state_dict(
+        sd, irse_body_rules((), 50, width_scale), expected, "reference", ignore=IGNORED
+    )
 
 
 @pytest.mark.parametrize("input_hw", [(32, 32), (29, 35)])  # odd sizes exercise stride-2 padding
@@ -54,8 +56,13 @@ def test_body_parity_every_unit(input_hw):
 
 
 def test_full_size_shapes():
-    out = jax.eval_shape(IRSEBody().init_with_output, jax.random.key(0), jnp.zeros((2, 256, 256, 3)))[0]
+    out = jax.eval_shape(
+        IRSEBody().init_with_output, jax.random.key(0), jnp.zeros((2, 256, 256, 3))
+    )[0]
     assert out.stem.shape == (2, 256, 256, 64)
     assert [out.units[i].shape for i in stage_ends(50)] == [
-        (2, 128, 128, 64), (2, 64, 64, 128), (2, 32, 32, 256), (2, 16, 16, 512)
+        (2, 128, 128, 64),
+        (2, 64, 64, 128),
+        (2, 32, 32, 256),
+        (2, 16, 16, 512),
     ]

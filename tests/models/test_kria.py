@@ -22,7 +22,9 @@ GROUPS = (4, 4, 6)
 def converted(tmp_path_factory):
     ref = reduced_kria(seed=0, dim=DIM, groups=GROUPS)
     ckpt = tmp_path_factory.mktemp("kria") / "best_model_id_mlp.pth"
-    return ref, convert_state_dict(kria_variables, KRIA(style_dim=DIM, groups=GROUPS), ref.state_dict(), ckpt)
+    return ref, convert_state_dict(
+        kria_variables, KRIA(style_dim=DIM, groups=GROUPS), ref.state_dict(), ckpt
+    )
 
 
 def test_matches_reference(converted):
@@ -31,7 +33,11 @@ def test_matches_reference(converted):
     identity = rng.normal(size=(3, 14, DIM)).astype(np.float32)
     key = rng.normal(size=(3, 14, DIM)).astype(np.float32)
     hidden = {}
-    hook = ref.mapper[2].model[2].register_forward_hook(lambda m, i, o: hidden.update(fine=o.detach().numpy()))
+    hook = (
+        ref.mapper[2]
+        .model[2]
+        .register_forward_hook(lambda m, i, o: hidden.update(fine=o.detach().numpy()))
+    )
     with torch.no_grad():
         expected = ref(torch.from_numpy(np.concatenate([identity, key], axis=-1))).numpy()
     hook.remove()
@@ -44,7 +50,9 @@ def test_matches_reference(converted):
     # Recovery as the reference trains it: KRIA applied again with the same key.
     with torch.no_grad():
         twice = ref(torch.cat([torch.from_numpy(expected), torch.from_numpy(key)], dim=-1)).numpy()
-    assert_parity(net.module.apply(net.variables, actual, key), twice, name="KRIA(KRIA(I, key), key)")
+    assert_parity(
+        net.module.apply(net.variables, actual, key), twice, name="KRIA(KRIA(I, key), key)"
+    )
 
 
 def test_one_key_broadcasts_over_the_batch(converted):
@@ -80,7 +88,9 @@ def test_refuses_missing_unexpected_and_misshaped_keys():
     module = KRIA(style_dim=DIM, groups=GROUPS)
 
     def refuse(**edits):
-        return layout_refusal(lambda sd: kria_variables(sd, module, "bad.pth"), edited(good, **edits))
+        return layout_refusal(
+            lambda sd: kria_variables(sd, module, "bad.pth"), edited(good, **edits)
+        )
 
     assert "missing (1): mapper.1.model.7.bias" in refuse(drop=["mapper.1.model.7.bias"])
     unexpected = refuse(add={"mapper.1.model.8.weight": np.zeros((DIM, DIM), np.float32)})

@@ -10,7 +10,14 @@ import torch
 
 from convert.lpips import default_lin_path, main
 from dbaf_jax.models.lpips import LPIPS, normalize_channels
-from tests.conversion import assert_not_a_checkpoint_message, convert, edited, not_a_checkpoint, refusal, save
+from tests.conversion import (
+    assert_not_a_checkpoint_message,
+    convert,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
+)
 from tests.parity import assert_parity, nchw, nhwc
 from tests.torch_reference.metric_networks import reference_lpips, torchvision_trunk_state_dict
 
@@ -20,7 +27,9 @@ SIZE = 64
 def convert_reference(net: str, seed: int, tmp_path):
     ref = reference_lpips(net, seed)
     trunk_file = save(torchvision_trunk_state_dict(ref), tmp_path / f"{net}_trunk.pth")
-    return ref, convert(main, ["--net", net, "--trunk", str(trunk_file)], tmp_path / "models", f"lpips_{net}")
+    return ref, convert(
+        main, ["--net", net, "--trunk", str(trunk_file)], tmp_path / "models", f"lpips_{net}"
+    )
 
 
 def image_pairs(batch: int, seed: int):
@@ -60,7 +69,9 @@ def test_gradient_parity_alex(tmp_path):
     images0, images1 = image_pairs(2, 2)
     x0 = nchw(images0).requires_grad_(True)
     ref(x0, nchw(images1)).mean().backward()
-    grad = jax.jit(jax.grad(lambda x: network.module.apply(network.variables, x, images1).mean()))(images0)
+    grad = jax.jit(jax.grad(lambda x: network.module.apply(network.variables, x, images1).mean()))(
+        images0
+    )
     assert_parity(grad, nhwc(x0.grad), name="d lpips / d image")
 
 
@@ -68,7 +79,9 @@ def test_channel_normalization_gradient_is_finite_at_zero():
     features = jnp.zeros((1, 2, 2, 4)).at[0, 0, 0].set(jnp.array([1.0, -2.0, 0.5, 0.0]))
     grad = jax.grad(lambda f: normalize_channels(f).sum())(features)
     assert np.isfinite(np.asarray(grad)).all()
-    np.testing.assert_allclose(normalize_channels(features)[0, 0, 0], features[0, 0, 0] / (math.sqrt(5.25) + 1e-10))
+    np.testing.assert_allclose(
+        normalize_channels(features)[0, 0, 0], features[0, 0, 0] / (math.sqrt(5.25) + 1e-10)
+    )
 
 
 @pytest.mark.parametrize("net, size", [("alex", 256), ("vgg", 256)])
@@ -111,12 +124,16 @@ def test_refuses_missing_key(alex_trunk_state, tmp_path):
 
 
 def test_refuses_unexpected_key(alex_trunk_state, tmp_path):
-    err = refuse_trunk(edited(alex_trunk_state, add={"features.13.weight": torch.zeros(3)}), tmp_path)
+    err = refuse_trunk(
+        edited(alex_trunk_state, add={"features.13.weight": torch.zeros(3)}), tmp_path
+    )
     assert "unexpected (1): features.13.weight" in err
 
 
 def test_refuses_misshaped_key(alex_trunk_state, tmp_path):
-    err = refuse_trunk(edited(alex_trunk_state, add={"features.6.weight": torch.zeros(384, 192, 5, 5)}), tmp_path)
+    err = refuse_trunk(
+        edited(alex_trunk_state, add={"features.6.weight": torch.zeros(384, 192, 5, 5)}), tmp_path
+    )
     assert "mis-shaped (1): features.6.weight [384, 192, 5, 5]" in err
 
 

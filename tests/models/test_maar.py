@@ -31,7 +31,9 @@ SIZES = (4, 8, 16)
 
 def feature_maps(batch=2, seed=0):
     rng = np.random.default_rng(seed)
-    return [rng.normal(size=(batch, s, s, c)).astype(np.float32) for s, c in zip(SIZES, IN_CHANNELS)]
+    return [
+        rng.normal(size=(batch, s, s, c)).astype(np.float32) for s, c in zip(SIZES, IN_CHANNELS)
+    ]
 
 
 def torch_maar():
@@ -44,7 +46,9 @@ def converted(tmp_path_factory):
     """The converted network of `torch_maar` (Flax variables are immutable: safe to share)."""
     ckpt = tmp_path_factory.mktemp("maar") / "best_model_attr_block.pth"
     module = MAAR(channels=CHANNELS, reduction=REDUCTION)
-    return convert_state_dict(maar_variables, module, torch_maar().state_dict(), ckpt, in_channels=IN_CHANNELS)
+    return convert_state_dict(
+        maar_variables, module, torch_maar().state_dict(), ckpt, in_channels=IN_CHANNELS
+    )
 
 
 def test_eval_mode_matches_reference(converted):
@@ -86,8 +90,13 @@ def test_train_mode_statistics_span_the_global_batch_when_sharded(converted):
     maps = feature_maps(batch=8, seed=3)
     sharded = [jax.device_put(m, NamedSharding(mesh, PartitionSpec("data"))) for m in maps]
     step = jax.jit(lambda v, *m: net.module.apply(v, *m, train=True, mutable=["batch_stats"]))
-    (expected, expected_stats), (actual, actual_stats) = step(net.variables, *maps), step(net.variables, *sharded)
-    for a, e in zip(jax.tree.leaves((actual, actual_stats)), jax.tree.leaves((expected, expected_stats))):
+    (expected, expected_stats), (actual, actual_stats) = (
+        step(net.variables, *maps),
+        step(net.variables, *sharded),
+    )
+    for a, e in zip(
+        jax.tree.leaves((actual, actual_stats)), jax.tree.leaves((expected, expected_stats))
+    ):
         assert_parity(a, e, tol=1e-6)
 
 
@@ -101,12 +110,16 @@ def test_paper_variant_follows_equations_6_to_8():
     p = jax.tree.map(np.asarray, variables["params"])
     x = maps[2] @ p["conv_c1"]["kernel"][0, 0] + p["conv_c1"]["bias"]
     d = x.shape[-1]
-    pooled = np.repeat(x.max(-1, keepdims=True) + x.mean(-1, keepdims=True), d, axis=-1)  # Psi_CME + Psi_CAE
+    pooled = np.repeat(
+        x.max(-1, keepdims=True) + x.mean(-1, keepdims=True), d, axis=-1
+    )  # Psi_CME + Psi_CAE
     sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     attention = p["attention_c1"]
     m_prime = sigmoid(pooled @ attention["kernel"] + attention["bias"])  # (6)
     summary = np.concatenate([m_prime.max(axis=(1, 2)), m_prime.mean(axis=(1, 2))], axis=-1)
-    m_bar = sigmoid(summary @ attention["spatial_mlp"]["kernel"] + attention["spatial_mlp"]["bias"])  # (7)
+    m_bar = sigmoid(
+        summary @ attention["spatial_mlp"]["kernel"] + attention["spatial_mlp"]["bias"]
+    )  # (7)
     expected = m_bar[:, None, None, :] * m_prime * x  # (8)
     assert_parity(outputs[2], expected, name="paper c1")
     assert [o.shape for o in outputs] == [(2, s, s, CHANNELS) for s in SIZES]
@@ -129,7 +142,13 @@ def test_maps_replace_generator_noise_inputs_3_to_8():
     m16, m32, m64 = (jnp.full((1, s, s, 512), s, jnp.float32) for s in (16, 32, 64))
     noise = dbaf_at(256, MAAR()).noise_inputs((m16, m32, m64))
     assert sorted(noise) == [3, 4, 5, 6, 7, 8]
-    assert noise[3] is m16 and noise[4] is m16 and noise[5] is m32 and noise[6] is m32 and noise[8] is m64
+    assert (
+        noise[3] is m16
+        and noise[4] is m16
+        and noise[5] is m32
+        and noise[6] is m32
+        and noise[8] is m64
+    )
 
 
 def test_a_map_that_fits_no_noise_input_is_refused_at_build_time():
@@ -143,20 +162,30 @@ def test_a_map_that_fits_no_noise_input_is_refused_at_build_time():
 
 def test_full_size_shapes_parameter_count_and_generator_fit():
     module = MAAR()
-    maps = [jax.ShapeDtypeStruct((2, s, s, c), jnp.float32) for s, c in zip((16, 32, 64), (512, 256, 128))]
+    maps = [
+        jax.ShapeDtypeStruct((2, s, s, c), jnp.float32)
+        for s, c in zip((16, 32, 64), (512, 256, 128))
+    ]
     variables = jax.eval_shape(module.init, jax.random.key(0), *maps)
     outputs = jax.eval_shape(module.apply, variables, *maps)
     assert [o.shape for o in outputs] == [(2, 16, 16, 512), (2, 32, 32, 512), (2, 64, 64, 512)]
     with torch.device("meta"):
         reference = AttrBlock()
-    n_reference = sum(t.numel() for k, t in reference.state_dict().items() if not k.endswith("num_batches_tracked"))
+    n_reference = sum(
+        t.numel()
+        for k, t in reference.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    )
     assert sum(a.size for a in jax.tree.leaves(variables)) == n_reference
     generator = Generator()
     latents = jax.ShapeDtypeStruct((2, 14, 512), jnp.float32)
     gen_variables = jax.eval_shape(generator.init, jax.random.key(0), latents)
     noise_inputs = dbaf_at(256, module).noise_inputs
     image = jax.eval_shape(
-        lambda v, w, m: generator.apply(v, w, noise=noise_inputs(m)), gen_variables, latents, outputs
+        lambda v, w, m: generator.apply(v, w, noise=noise_inputs(m)),
+        gen_variables,
+        latents,
+        outputs,
     )
     assert image.shape == (2, 256, 256, 3)
 

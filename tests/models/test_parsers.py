@@ -11,7 +11,14 @@ import torch.nn.functional as F
 
 from convert.parser import main
 from dbaf_jax.models.parsers import BiSeNet, UNetParser, bisenet_inputs, resize_nearest
-from tests.conversion import assert_not_a_checkpoint_message, convert_parser, edited, not_a_checkpoint, refusal, save
+from tests.conversion import (
+    assert_not_a_checkpoint_message,
+    convert_parser,
+    edited,
+    not_a_checkpoint,
+    refusal,
+    save,
+)
 from tests.parity import assert_parity, nchw, nhwc, random_reference
 from tests.torch_reference import parsers as reference
 
@@ -20,7 +27,9 @@ def capture(module: torch.nn.Module, names: list[str]) -> dict:
     """Forward hooks recording the outputs of the named submodules."""
     outputs = {}
     for name in names:
-        module.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: outputs.__setitem__(name, o))
+        module.get_submodule(name).register_forward_hook(
+            lambda m, i, o, name=name: outputs.__setitem__(name, o)
+        )
     return outputs
 
 
@@ -33,11 +42,17 @@ def test_unet_parity(tmp_path, np_rng):
     with torch.no_grad():
         logits_ref = ref(nchw(images))
 
-    apply = jax.jit(lambda v, x: network.module.apply(v, x, capture_intermediates=True, mutable=["intermediates"]))
+    apply = jax.jit(
+        lambda v, x: network.module.apply(
+            v, x, capture_intermediates=True, mutable=["intermediates"]
+        )
+    )
     logits, state = apply(network.variables, images)
     assert logits.shape == (2, 64, 64, 19)
     for name, ref_map in ref_maps.items():
-        assert_parity(state["intermediates"][name]["__call__"][0], nhwc(ref_map), name=f"unet {name}")
+        assert_parity(
+            state["intermediates"][name]["__call__"][0], nhwc(ref_map), name=f"unet {name}"
+        )
     assert_parity(logits, nhwc(logits_ref), name="unet logits")
 
 
@@ -51,12 +66,18 @@ def test_bisenet_parity(tmp_path, np_rng):
     with torch.no_grad():
         outputs_ref = ref(nchw(images))
 
-    apply = jax.jit(lambda v, x: network.module.apply(
-        v, x, with_aux=True, capture_intermediates=True, mutable=["intermediates"]))
+    apply = jax.jit(
+        lambda v, x: network.module.apply(
+            v, x, with_aux=True, capture_intermediates=True, mutable=["intermediates"]
+        )
+    )
     outputs, state = apply(network.variables, images)
     intermediates = state["intermediates"]
-    for name, ours, theirs in zip(("resnet 1/8", "context 1/8", "context 1/16"),
-                                  intermediates["context_path"]["__call__"][0], ref_maps["cp"]):
+    for name, ours, theirs in zip(
+        ("resnet 1/8", "context 1/8", "context 1/16"),
+        intermediates["context_path"]["__call__"][0],
+        ref_maps["cp"],
+    ):
         assert_parity(ours, nhwc(theirs), name=f"bisenet {name}")
     assert_parity(intermediates["ffm"]["__call__"][0], nhwc(ref_maps["ffm"]), name="bisenet ffm")
     for name, ours, theirs in zip(("logits", "aux 1/8", "aux 1/16"), outputs, outputs_ref):
@@ -76,13 +97,18 @@ def test_resize_nearest_matches_torch(in_size, out_size, np_rng):
 def test_bisenet_inputs_are_imagenet_normalised(np_rng):
     images = np_rng.uniform(-1, 1, (1, 4, 4, 3)).astype(np.float32)
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
-    np.testing.assert_allclose(bisenet_inputs(images), ((images + 1) / 2 - mean) / std, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        bisenet_inputs(images), ((images + 1) / 2 - mean) / std, rtol=1e-6, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("module, size, n_params", [
-    (UNetParser(), 256, 1_944_355),
-    (BiSeNet(), 512, 13_300_416),
-])
+@pytest.mark.parametrize(
+    "module, size, n_params",
+    [
+        (UNetParser(), 256, 1_944_355),
+        (BiSeNet(), 512, 13_300_416),
+    ],
+)
 def test_full_size_shapes(module, size, n_params):
     images = jax.ShapeDtypeStruct((2, size, size, 3), jnp.float32)
     kwargs = {"with_aux": True} if isinstance(module, BiSeNet) else {}
@@ -110,7 +136,9 @@ def refuse_state(kind, state, tmp_path) -> str:
 
 
 def test_refuses_missing_key(unet_state, tmp_path):
-    err = refuse_state("unet", edited(unet_state, drop=["up_concat2.conv.conv1.1.running_var"]), tmp_path)
+    err = refuse_state(
+        "unet", edited(unet_state, drop=["up_concat2.conv.conv1.1.running_var"]), tmp_path
+    )
     assert "missing (1): up_concat2.conv.conv1.1.running_var" in err
 
 
@@ -122,7 +150,9 @@ def test_refuses_unexpected_key(unet_state, tmp_path):
 def test_refuses_misshaped_key(unet_state, tmp_path):
     """A ConvTranspose weight stored (Cout, Cin) instead of (Cin, Cout)."""
     transposed = unet_state["up_concat4.up.weight"].transpose(0, 1)
-    err = refuse_state("unet", edited(unet_state, add={"up_concat4.up.weight": transposed}), tmp_path)
+    err = refuse_state(
+        "unet", edited(unet_state, add={"up_concat4.up.weight": transposed}), tmp_path
+    )
     assert "mis-shaped (1): up_concat4.up.weight [128, 256, 2, 2]" in err
 
 

@@ -16,7 +16,13 @@ import torch
 from convert import stylegan2 as convert_stylegan2
 from convert.common import sub_dict, to_numpy
 from dbaf_jax.model_directory import load_network
-from dbaf_jax.models.stylegan2 import Discriminator, Generator, ModulatedConv2d, noise_resolution, truncate
+from dbaf_jax.models.stylegan2 import (
+    Discriminator,
+    Generator,
+    ModulatedConv2d,
+    noise_resolution,
+    truncate,
+)
 from dbaf_jax.nn.upfirdn import make_kernel, upfirdn2d
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import stylegan2 as ref
@@ -43,7 +49,12 @@ def converted(tmp_path_factory):
     directory = tmp_path_factory.mktemp("stylegan2")
     ckpt = directory / "stylegan2-test.pt"
     torch.save(
-        {"g_ema": g_ema.state_dict(), "g": g.state_dict(), "d": d.state_dict(), "args": argparse.Namespace(size=SIZE)},
+        {
+            "g_ema": g_ema.state_dict(),
+            "g": g.state_dict(),
+            "d": d.state_dict(),
+            "args": argparse.Namespace(size=SIZE),
+        },
         ckpt,
     )
     convert_stylegan2.main(["--ckpt", str(ckpt), "--out", str(directory / "model")])
@@ -59,17 +70,27 @@ def converted(tmp_path_factory):
 
 
 def w_plus(seed, batch, n_latent=2 * 6 - 2):
-    return np.random.default_rng(seed).standard_normal((batch, n_latent, STYLE_DIM)).astype(np.float32)
+    return (
+        np.random.default_rng(seed).standard_normal((batch, n_latent, STYLE_DIM)).astype(np.float32)
+    )
 
 
 def run_generator(network, latents, **kwargs):
-    image, state = network.module.apply(network.variables, jnp.asarray(latents), mutable=["intermediates"], **kwargs)
+    image, state = network.module.apply(
+        network.variables, jnp.asarray(latents), mutable=["intermediates"], **kwargs
+    )
     return np.asarray(image), {k: np.asarray(v[0]) for k, v in state["intermediates"].items()}
 
 
 def test_converted_generator_config(converted):
     module = converted["generator"].module
-    assert (module.size, module.style_dim, module.n_mlp, module.channel_multiplier, module.width_scale) == (
+    assert (
+        module.size,
+        module.style_dim,
+        module.n_mlp,
+        module.channel_multiplier,
+        module.width_scale,
+    ) == (
         SIZE,
         STYLE_DIM,
         N_MLP,
@@ -101,7 +122,9 @@ def test_mapping_network_matches_torch(converted):
         expected = converted["torch_g_ema"].style(torch.from_numpy(z))
     assert_parity(w, expected.numpy(), name="w")
     # map needs the parameters only, not the noise buffers.
-    w_params_only = network.module.apply({"params": network.variables["params"]}, jnp.asarray(z), method=Generator.map)
+    w_params_only = network.module.apply(
+        {"params": network.variables["params"]}, jnp.asarray(z), method=Generator.map
+    )
     np.testing.assert_array_equal(w_params_only, w)
 
 
@@ -113,7 +136,9 @@ def test_z_input_with_truncation_matches_torch(converted):
     psi = 0.7
     gen = network.module
     w = gen.apply(network.variables, jnp.asarray(z), method=Generator.map)
-    w_avg = gen.apply(network.variables, jnp.asarray(z_many), method=Generator.map).mean(0, keepdims=True)
+    w_avg = gen.apply(network.variables, jnp.asarray(z_many), method=Generator.map).mean(
+        0, keepdims=True
+    )
     w_t = truncate(w, w_avg, psi)
     image = gen.apply(network.variables, jnp.repeat(w_t[:, None], gen.n_latent, axis=1))
     with torch.no_grad():
@@ -131,14 +156,21 @@ def test_feature_maps_replacing_noise_3_to_8_match_torch(converted):
     network, torch_g = converted["generator"], converted["torch_g_ema"]
     gen = network.module
     rng = np.random.default_rng(3)
-    maps = {res: rng.standard_normal((2, res, res, gen.channels(res))).astype(np.float32) for res in (16, 32, 64)}
+    maps = {
+        res: rng.standard_normal((2, res, res, gen.channels(res))).astype(np.float32)
+        for res in (16, 32, 64)
+    }
     noise = {i: maps[noise_resolution(i)] for i in range(3, 9)}
     noise[1] = rng.standard_normal((2, 8, 8, 1)).astype(np.float32)  # a plain noise map too
     latents = w_plus(4, 2)
-    image, features = run_generator(network, latents, noise={i: jnp.asarray(v) for i, v in noise.items()})
+    image, features = run_generator(
+        network, latents, noise={i: jnp.asarray(v) for i, v in noise.items()}
+    )
     with torch.no_grad():
         expected, expected_features = torch_g(
-            torch.from_numpy(latents), noise={i: nchw(v) for i, v in noise.items()}, return_features=True
+            torch.from_numpy(latents),
+            noise={i: nchw(v) for i, v in noise.items()},
+            return_features=True,
         )
     assert_parity(image, nhwc(expected), name="image")
     for name in ("features_16", "features_32", "features_64"):
@@ -151,9 +183,15 @@ def test_randomize_noise_draws_from_the_noise_rng(converted):
     network = converted["generator"]
     gen, latents = network.module, jnp.asarray(w_plus(5, 2))
     fixed = gen.apply(network.variables, latents)
-    a = gen.apply(network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(0)})
-    b = gen.apply(network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(0)})
-    c = gen.apply(network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(1)})
+    a = gen.apply(
+        network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(0)}
+    )
+    b = gen.apply(
+        network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(0)}
+    )
+    c = gen.apply(
+        network.variables, latents, randomize_noise=True, rngs={"noise": jax.random.key(1)}
+    )
     np.testing.assert_array_equal(a, b)
     assert relative_error(a, c) > 1e-3 and relative_error(a, fixed) > 1e-3
 
@@ -170,16 +208,21 @@ def _per_sample_modulated_conv(x, style, kernel, demodulate, upsample):
         # PyTorch: conv2d / conv_transpose2d on the sample, weight as (out, in, k, k) / (in, out, k, k).
         xb = nchw(x[b : b + 1])
         if upsample:
-            y = torch.nn.functional.conv_transpose2d(xb, torch.from_numpy(w.transpose(2, 3, 0, 1).copy()), stride=2)
+            y = torch.nn.functional.conv_transpose2d(
+                xb, torch.from_numpy(w.transpose(2, 3, 0, 1).copy()), stride=2
+            )
             y = ref.upfirdn2d(y, ref.blur_kernel(4.0), pad=(1, 1))
         else:
-            y = torch.nn.functional.conv2d(xb, torch.from_numpy(w.transpose(3, 2, 0, 1).copy()), padding=k // 2)
+            y = torch.nn.functional.conv2d(
+                xb, torch.from_numpy(w.transpose(3, 2, 0, 1).copy()), padding=k // 2
+            )
         outs.append(nhwc(y)[0])
     return np.stack(outs)
 
 
 @pytest.mark.parametrize(
-    "kernel_size,demodulate,upsample", [(3, True, False), (3, True, True), (1, False, False), (3, False, True)]
+    "kernel_size,demodulate,upsample",
+    [(3, True, False), (3, True, True), (1, False, False), (3, False, True)],
 )
 def test_modulated_conv_equals_per_sample_weight_definition(kernel_size, demodulate, upsample):
     layer = ModulatedConv2d(5, kernel_size, demodulate=demodulate, upsample=upsample)
@@ -189,14 +232,26 @@ def test_modulated_conv_equals_per_sample_weight_definition(kernel_size, demodul
     variables = layer.init(jax.random.key(0), x, style_in)
     y = layer.apply(variables, x, style_in)
     modulation = variables["params"]["modulation"]
-    style = style_in @ (np.asarray(modulation["kernel"]) / np.sqrt(6)) + np.asarray(modulation["bias"])
-    expected = _per_sample_modulated_conv(x, style, np.asarray(variables["params"]["kernel"]), demodulate, upsample)
+    style = style_in @ (np.asarray(modulation["kernel"]) / np.sqrt(6)) + np.asarray(
+        modulation["bias"]
+    )
+    expected = _per_sample_modulated_conv(
+        x, style, np.asarray(variables["params"]["kernel"]), demodulate, upsample
+    )
     assert y.shape == expected.shape == (3, 16 if upsample else 8, 16 if upsample else 8, 5)
     assert_parity(y, expected)
 
 
 @pytest.mark.parametrize(
-    "up,down,pad", [(1, 1, (1, 1)), (2, 1, (2, 1)), (1, 2, (2, 2)), (1, 2, (1, 1)), (2, 2, (-1, 2)), (3, 1, (0, -2))]
+    "up,down,pad",
+    [
+        (1, 1, (1, 1)),
+        (2, 1, (2, 1)),
+        (1, 2, (2, 2)),
+        (1, 2, (1, 1)),
+        (2, 2, (-1, 2)),
+        (3, 1, (0, -2)),
+    ],
 )
 def test_upfirdn2d_matches_native_reference(up, down, pad):
     rng = np.random.default_rng(7)
@@ -248,7 +303,9 @@ def test_generator_variables_on_a_prefixed_sub_dictionary(converted):
     state = {f"decoder.{k}": v for k, v in converted["torch_g_ema"].state_dict().items()}
     state["encoder.something"] = torch.zeros(1)
     module = Generator(size=SIZE, style_dim=STYLE_DIM, n_mlp=N_MLP, width_scale=WIDTH)
-    variables = convert_stylegan2.generator_variables(sub_dict(to_numpy(state, "psp.pt"), "decoder."), module, "psp.pt")
+    variables = convert_stylegan2.generator_variables(
+        sub_dict(to_numpy(state, "psp.pt"), "decoder."), module, "psp.pt"
+    )
     reference = converted["generator"].variables
     jax.tree.map(np.testing.assert_array_equal, variables, jax.tree.map(np.asarray, reference))
 
@@ -274,7 +331,9 @@ def test_full_size_shapes_and_parameter_counts():
     assert image.shape == (2, 256, 256, 3)
 
     disc = Discriminator()
-    d_vars = jax.eval_shape(disc.init, jax.random.key(0), jax.ShapeDtypeStruct((8, 256, 256, 3), jnp.float32))
+    d_vars = jax.eval_shape(
+        disc.init, jax.random.key(0), jax.ShapeDtypeStruct((8, 256, 256, 3), jnp.float32)
+    )
     assert sum(x.size for x in jax.tree.leaves(d_vars)) + 12 * 16 == 28_864_321
     assert len(jax.tree.leaves(d_vars)) + 12 == 50
     assert d_vars["params"]["final_linear_0"]["kernel"].shape == (8192, 512)

@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import torch.nn.functional as F
 
-from dbaf_jax.nn.resize import adaptive_avg_pool2d, adaptive_pool_matrix, resize_bilinear_align_corners
+from dbaf_jax.nn.resize import (
+    adaptive_avg_pool2d,
+    adaptive_pool_matrix,
+    resize_bilinear_align_corners,
+)
 from tests.parity import assert_parity, nchw, nhwc
 
 
@@ -38,7 +42,13 @@ def test_188_to_112_is_not_a_uniform_resize():
 
 @pytest.mark.parametrize(
     "in_hw, out_hw",
-    [((16, 16), (32, 32)), ((32, 32), (64, 64)), ((5, 7), (11, 4)), ((1, 3), (4, 5)), ((9, 9), (9, 9))],
+    [
+        ((16, 16), (32, 32)),
+        ((32, 32), (64, 64)),
+        ((5, 7), (11, 4)),
+        ((1, 3), (4, 5)),
+        ((9, 9), (9, 9)),
+    ],
 )
 def test_resize_bilinear_align_corners_matches_torch(np_rng, in_hw, out_hw):
     x = np_rng.standard_normal((2, *in_hw, 4)).astype(np.float32)
@@ -58,7 +68,11 @@ def test_resize_differs_from_jax_image_resize(np_rng):
 
 def test_gradients_flow(np_rng):
     x = np_rng.standard_normal((1, 10, 10, 1)).astype(np.float32)
-    grad = jax.grad(lambda v: adaptive_avg_pool2d(resize_bilinear_align_corners(v, (17, 17)), (6, 6)).sum())(x)
+    grad = jax.grad(
+        lambda v: adaptive_avg_pool2d(resize_bilinear_align_corners(v, (17, 17)), (6, 6)).sum()
+    )(x)
     x_t = nchw(x).requires_grad_(True)
-    F.adaptive_avg_pool2d(F.interpolate(x_t, size=(17, 17), mode="bilinear", align_corners=True), (6, 6)).sum().backward()
+    F.adaptive_avg_pool2d(
+        F.interpolate(x_t, size=(17, 17), mode="bilinear", align_corners=True), (6, 6)
+    ).sum().backward()
     assert_parity(grad, nhwc(x_t.grad), tol=1e-5)

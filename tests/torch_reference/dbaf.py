@@ -21,7 +21,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-
 # ---------------------------------------------------------------- CID
 
 
@@ -39,7 +38,11 @@ class FeedForward(nn.Module):
     def __init__(self, dim, hidden_dim, dropout):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(dim, hidden_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden_dim, dim), nn.Dropout(dropout)
+            nn.Linear(dim, hidden_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_dim, dim),
+            nn.Dropout(dropout),
         )
 
     def forward(self, x):
@@ -60,7 +63,9 @@ class Attention(nn.Module):
 
     def forward(self, x):
         b, n, _ = x.shape
-        q, k, v = (t.reshape(b, n, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, dim=-1))
+        q, k, v = (
+            t.reshape(b, n, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, dim=-1)
+        )
         attn = self.dropout(torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1))
         out = (attn @ v).transpose(1, 2).reshape(b, n, -1)
         return self.to_out(out)
@@ -103,12 +108,17 @@ class DisentanglementId(nn.Module):
     separately for each latent layer, exactly as in the reference.
     """
 
-    def __init__(self, dim=512, n_latent=14, groups=(4, 4, 6), depth=6, heads=14, dim_head=64, mlp_dim=2048):
+    def __init__(
+        self, dim=512, n_latent=14, groups=(4, 4, 6), depth=6, heads=14, dim_head=64, mlp_dim=2048
+    ):
         super().__init__()
         self.linear_w = nn.Linear(dim, dim)
         self.pos_embedding = nn.Parameter(torch.randn(n_latent, 1, dim))
         self.layers = nn.Sequential(
-            *[ViT(dim=dim, depth=depth, heads=heads, mlp_dim=mlp_dim, dim_head=dim_head) for _ in range(3)]
+            *[
+                ViT(dim=dim, depth=depth, heads=heads, mlp_dim=mlp_dim, dim_head=dim_head)
+                for _ in range(3)
+            ]
         )
         self.split_list = list(groups)
 
@@ -137,7 +147,9 @@ class ChannelGate(nn.Module):
     def __init__(self, channels, reduction=16):
         super().__init__()
         hidden = channels // reduction
-        self.mlp = nn.Sequential(nn.Flatten(), nn.Linear(channels, hidden), nn.ReLU(), nn.Linear(hidden, channels))
+        self.mlp = nn.Sequential(
+            nn.Flatten(), nn.Linear(channels, hidden), nn.ReLU(), nn.Linear(hidden, channels)
+        )
 
     def forward(self, x):
         avg = F.avg_pool2d(x, x.shape[2:], stride=x.shape[2:])
@@ -176,7 +188,11 @@ class AttrBlock(nn.Module):
         self.conv_c1 = nn.Conv2d(in_channels[2], channels, 1)
 
     def forward(self, c3, c2, c1):
-        return self.cbam_c3(self.conv_c3(c3)), self.cbam_c2(self.conv_c2(c2)), self.cbam_c1(self.conv_c1(c1))
+        return (
+            self.cbam_c3(self.conv_c3(c3)),
+            self.cbam_c2(self.conv_c2(c2)),
+            self.cbam_c1(self.conv_c1(c1)),
+        )
 
 
 # ---------------------------------------------------------------- KRIA

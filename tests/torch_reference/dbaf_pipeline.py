@@ -30,7 +30,13 @@ NOISE_LAYERS = ((3, 4), (5, 6), (7, 8))
 class ReferenceDBAF(nn.Module):
     def __init__(self, encoder, latent_avg, cid, maar, decoder, kria, base_generator, groups):
         super().__init__()
-        self.encoder, self.cid, self.maar, self.decoder, self.kria = encoder, cid, maar, decoder, kria
+        self.encoder, self.cid, self.maar, self.decoder, self.kria = (
+            encoder,
+            cid,
+            maar,
+            decoder,
+            kria,
+        )
         self.base_generator = base_generator
         self.latent_avg = latent_avg
         self.groups = tuple(groups)
@@ -55,7 +61,13 @@ class ReferenceDBAF(nn.Module):
         """-> (anonymized image, anonymized identity KRIA(I, key), A, I, maps)."""
         _, attribute, identity, maps = self.encode(image)
         anonymized_identity = self.kria(torch.cat([identity, key], dim=-1))
-        return self.synthesize(attribute + anonymized_identity, maps), anonymized_identity, attribute, identity, maps
+        return (
+            self.synthesize(attribute + anonymized_identity, maps),
+            anonymized_identity,
+            attribute,
+            identity,
+            maps,
+        )
 
     def recover_latent(self, anonymized_identity, attribute, maps, key):
         """-> (recovered image, its latents A + KRIA(cat([KRIA(I, key), key])))."""
@@ -75,16 +87,24 @@ ENCODER_MAP_CHANNELS = tuple(round(c * ENC_WIDTH) for c in (512, 256, 128))  # c
 
 
 def reduced_generator(seed: int) -> Generator:
-    generator = reset_fixed_kernels_(randomize_(Generator(SIZE, STYLE_DIM, N_MLP, width_scale=GEN_WIDTH), seed=seed))
-    with torch.no_grad():  # mapping weights are stored as N(0, 1) / lr_mul, so keys vary with z as in g_ema
+    generator = reset_fixed_kernels_(
+        randomize_(Generator(SIZE, STYLE_DIM, N_MLP, width_scale=GEN_WIDTH), seed=seed)
+    )
+    with (
+        torch.no_grad()
+    ):  # mapping weights are stored as N(0, 1) / lr_mul, so keys vary with z as in g_ema
         for layer in generator.style[1:]:
             layer.weight.mul_(100.0)
     return generator.eval()
 
 
-def reduced_kria(seed: int, dim: int = STYLE_DIM, groups: tuple[int, ...] = GROUPS) -> AnonymizationNet:
+def reduced_kria(
+    seed: int, dim: int = STYLE_DIM, groups: tuple[int, ...] = GROUPS
+) -> AnonymizationNet:
     kria = randomize_(AnonymizationNet(dim=dim, groups=groups), seed=seed)
-    with torch.no_grad():  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
+    with (
+        torch.no_grad()
+    ):  # stored EqualLinear weights are N(0, 1) / lr_mul, as the reference draws them
         for name, p in kria.named_parameters():
             if name.endswith("weight") and not name.endswith(".7.weight"):
                 p.mul_(100.0)
@@ -100,7 +120,9 @@ def reduced_reference(seed: int = 0) -> ReferenceDBAF:
         encoder=encoder,
         latent_avg=latent_avg,
         cid=randomize_(cid, seed=seed + 3, scale=0.5).eval(),
-        maar=randomize_(AttrBlock(ENCODER_MAP_CHANNELS, MAAR_CHANNELS), seed=seed + 4, scale=0.5).eval(),
+        maar=randomize_(
+            AttrBlock(ENCODER_MAP_CHANNELS, MAAR_CHANNELS), seed=seed + 4, scale=0.5
+        ).eval(),
         decoder=reduced_generator(seed + 5),
         kria=reduced_kria(seed + 6),
         base_generator=reduced_generator(seed + 7),
@@ -127,9 +149,16 @@ def save_reference_files(directory: Path, ref: ReferenceDBAF, seed: int = 0) -> 
     }
     psp = torch_e4e.PSP(ref.encoder, reduced_generator(seed + 9), ref.latent_avg)
     opts = {"encoder_type": "Encoder4Editing", "stylegan_size": SIZE, "start_from_latent_avg": True}
-    torch.save({"state_dict": psp.state_dict(), "latent_avg": ref.latent_avg, "opts": opts}, files["e4e"])
-    discriminator = reset_fixed_kernels_(randomize_(Discriminator(SIZE, width_scale=GEN_WIDTH), seed=seed + 8))
-    torch.save({"g_ema": ref.base_generator.state_dict(), "d": discriminator.state_dict()}, files["stylegan"])
+    torch.save(
+        {"state_dict": psp.state_dict(), "latent_avg": ref.latent_avg, "opts": opts}, files["e4e"]
+    )
+    discriminator = reset_fixed_kernels_(
+        randomize_(Discriminator(SIZE, width_scale=GEN_WIDTH), seed=seed + 8)
+    )
+    torch.save(
+        {"g_ema": ref.base_generator.state_dict(), "d": discriminator.state_dict()},
+        files["stylegan"],
+    )
     torch.save(ref.cid.state_dict(), files["cid"])
     torch.save(ref.maar.state_dict(), files["maar"])
     torch.save(ref.decoder.state_dict(), files["decoder"])

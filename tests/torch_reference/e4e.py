@@ -19,7 +19,10 @@ class GradualStyleBlock(nn.Module):
         self.out_channels = out_channels
         layers = []
         for i in range(int(math.log2(spatial))):
-            layers += [nn.Conv2d(in_channels if i == 0 else out_channels, out_channels, 3, 2, 1), nn.LeakyReLU()]
+            layers += [
+                nn.Conv2d(in_channels if i == 0 else out_channels, out_channels, 3, 2, 1),
+                nn.LeakyReLU(),
+            ]
         self.convs = nn.Sequential(*layers)
         self.linear = EqualLinear(out_channels, out_channels, lr_mul=1.0)
 
@@ -36,7 +39,13 @@ class GradualStyleEncoder(nn.Module):
 
     coarse_ind, middle_ind = 3, 7
 
-    def __init__(self, stylegan_size: int = 256, style_dim: int = 512, width_scale: float = 1.0, input_size: int = 256):
+    def __init__(
+        self,
+        stylegan_size: int = 256,
+        style_dim: int = 512,
+        width_scale: float = 1.0,
+        input_size: int = 256,
+    ):
         super().__init__()
         top = scaled(512, width_scale)
         self.input_layer = make_stem(width_scale)
@@ -44,7 +53,11 @@ class GradualStyleEncoder(nn.Module):
         self.style_count = 2 * int(math.log2(stylegan_size)) - 2
         # c3, p2 and p1 are the input downsampled by 16, 8 and 4 (16, 32, 64 px for the public 256 px input).
         self.styles = nn.ModuleList(
-            GradualStyleBlock(top, style_dim, input_size // (16 if i < self.coarse_ind else 8 if i < self.middle_ind else 4))
+            GradualStyleBlock(
+                top,
+                style_dim,
+                input_size // (16 if i < self.coarse_ind else 8 if i < self.middle_ind else 4),
+            )
             for i in range(self.style_count)
         )
         self.latlayer1 = nn.Conv2d(scaled(256, width_scale), top, 1)

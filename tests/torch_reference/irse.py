@@ -29,7 +29,8 @@ class BottleneckIRSE(nn.Module):
             self.shortcut_layer = nn.MaxPool2d(1, stride)
         else:
             self.shortcut_layer = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False),
+                nn.BatchNorm2d(out_channels),
             )
         self.res_layer = nn.Sequential(
             nn.BatchNorm2d(in_channels),
@@ -46,7 +47,9 @@ class BottleneckIRSE(nn.Module):
 
 def make_stem(width_scale: float = 1.0) -> nn.Sequential:
     channels = scaled(64, width_scale)
-    return nn.Sequential(nn.Conv2d(3, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels), nn.PReLU(channels))
+    return nn.Sequential(
+        nn.Conv2d(3, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels), nn.PReLU(channels)
+    )
 
 
 def make_body(num_layers: int = 50, width_scale: float = 1.0) -> nn.Sequential:

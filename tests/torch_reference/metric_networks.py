@@ -21,7 +21,9 @@ import sys
 import types
 from unittest import mock
 
-sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+sys.modules.setdefault(
+    "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
+)
 
 import lpips  # noqa: E402
 import numpy as np  # noqa: E402
@@ -39,7 +41,9 @@ FACENET_IDENTITIES = {"vggface2": 8631, "casia_webface": 10575}  # the published
 
 def random_images(size: int, batch: int = 2, seed: int = 0) -> np.ndarray:
     """(batch, size, size, 3) random images in [-1, 1]."""
-    return np.tanh(np.random.default_rng(seed).standard_normal((batch, size, size, 3))).astype(np.float32)
+    return np.tanh(np.random.default_rng(seed).standard_normal((batch, size, size, 3))).astype(
+        np.float32
+    )
 
 
 def facenet_input(images: np.ndarray) -> torch.Tensor:
@@ -81,7 +85,9 @@ def random_fid_inception_state_dict(seed: int = 0) -> dict:
     random weights and BatchNorm statistics measured on random images."""
     # torchvision's Inception v3 as pytorch-fid configures its base: the FID blocks subclass
     # torchvision's and change only their forward, so this has the file's layout.
-    layout = pytorch_fid._inception_v3(num_classes=1008, aux_logits=False, weights=None).state_dict()
+    layout = pytorch_fid._inception_v3(
+        num_classes=1008, aux_logits=False, weights=None
+    ).state_dict()
     inception = randomize_irse_(pytorch_fid_model(layout, pytorch_fid.fid_inception_v3), seed)
     # The input pytorch-fid feeds Conv2d_1a_3x3: [-1, 1] at 299.
     calibrate_batch_norm_(inception, nchw(random_images(299, batch=4, seed=100 + seed)))
@@ -105,6 +111,10 @@ def reference_lpips(net: str, seed: int) -> lpips.LPIPS:
 
 def torchvision_trunk_state_dict(ref: lpips.LPIPS) -> dict:
     """The trunk in torchvision's layout: lpips's `net.slice{n}.{j}.*` is `features.{j}.*`."""
-    state = {f"features.{name.split('.', 1)[1]}": t.clone() for name, t in ref.net.state_dict().items()}
-    state["classifier.6.bias"] = torch.zeros(1000)  # torchvision files carry the head; it is skipped
+    state = {
+        f"features.{name.split('.', 1)[1]}": t.clone() for name, t in ref.net.state_dict().items()
+    }
+    state["classifier.6.bias"] = torch.zeros(
+        1000
+    )  # torchvision files carry the head; it is skipped
     return state

@@ -22,16 +22,20 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
         if suppressed[i]:
             continue
         keep.append(i)
-        rest = order[position + 1:]
+        rest = order[position + 1 :]
         w = (torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest])).clamp(min=0)
         h = (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest])).clamp(min=0)
         inter = w * h
         iou = inter / (areas[i] + areas[rest] - inter)
-        suppressed[rest[iou.double() > iou_threshold]] = True  # the kernel compares float with double
+        suppressed[rest[iou.double() > iou_threshold]] = (
+            True  # the kernel compares float with double
+        )
     return torch.tensor(keep, dtype=torch.long)
 
 
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+def batched_nms(
+    boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float
+) -> torch.Tensor:
     """NMS within each ``idxs`` group: boxes of different groups are shifted apart first."""
     if boxes.numel() == 0:
         return torch.empty((0,), dtype=torch.long)

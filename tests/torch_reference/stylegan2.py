@@ -77,7 +77,9 @@ class EqualConv2d(nn.Module):
         self.stride, self.padding = stride, padding
 
     def forward(self, x):
-        return F.conv2d(x, self.weight * self.scale, self.bias, stride=self.stride, padding=self.padding)
+        return F.conv2d(
+            x, self.weight * self.scale, self.bias, stride=self.stride, padding=self.padding
+        )
 
 
 class Blur(nn.Module):
@@ -127,7 +129,9 @@ class ModulatedConv2d(nn.Module):
         s = self.modulation(style).view(batch, 1, self.in_ch, 1, 1)
         weight = self.scale * self.weight * s  # (B, out, in, k, k)
         if self.demodulate:
-            weight = weight * torch.rsqrt(weight.pow(2).sum([2, 3, 4]) + 1e-8).view(batch, self.out_ch, 1, 1, 1)
+            weight = weight * torch.rsqrt(weight.pow(2).sum([2, 3, 4]) + 1e-8).view(
+                batch, self.out_ch, 1, 1, 1
+            )
         x = x.reshape(1, batch * self.in_ch, height, width)
         if self.upsample:
             weight = weight.transpose(1, 2).reshape(batch * self.in_ch, self.out_ch, self.k, self.k)
@@ -200,7 +204,11 @@ class Generator(nn.Module):
         self.n_latent = 2 * self.log_size - 2
         self.num_layers = 2 * self.log_size - 3
         self.style = nn.Sequential(
-            PixelNorm(), *[EqualLinear(style_dim, style_dim, lr_mul=lr_mlp, activation=True) for _ in range(n_mlp)]
+            PixelNorm(),
+            *[
+                EqualLinear(style_dim, style_dim, lr_mul=lr_mlp, activation=True)
+                for _ in range(n_mlp)
+            ],
         )
         self.input = ConstantInput(ch(4))
         self.conv1 = StyledConv(ch(4), ch(4), style_dim)
@@ -250,7 +258,9 @@ class ConvLayer(nn.Sequential):
             layers.append(Blur(pad=((p + 1) // 2, p // 2)))
             layers.append(EqualConv2d(in_ch, out_ch, kernel_size, stride=2, padding=0, bias=False))
         else:
-            layers.append(EqualConv2d(in_ch, out_ch, kernel_size, padding=kernel_size // 2, bias=False))
+            layers.append(
+                EqualConv2d(in_ch, out_ch, kernel_size, padding=kernel_size // 2, bias=False)
+            )
         if activate:
             layers.append(FusedLeakyReLU(out_ch))
         super().__init__(*layers)

@@ -50,7 +50,9 @@ STAGE1_ARGS = dict(
     not_same_thres=0.5,
 )
 # train_anonymization_stage.py's (its --lambdaid is parsed but never used).
-STAGE2_ARGS = dict(lambdarec=0.05, lambdalpips=1.0, lambdalatent=0.1, lambdaparse=0.1, id_cos_margin=0.1, r1=10.0)
+STAGE2_ARGS = dict(
+    lambdarec=0.05, lambdalpips=1.0, lambdalatent=0.1, lambdaparse=0.1, id_cos_margin=0.1, r1=10.0
+)
 
 PARSE_CLASSES = [2, 4, 5, 10, 11, 12]  # ParseLoss.select_list
 
@@ -137,7 +139,11 @@ def set_requires_grad(modules, flag: bool) -> None:
 
 
 def maar_running_stats(maar: AttrBlock) -> dict[str, torch.Tensor]:
-    return {name: b.clone() for name, b in maar.named_buffers() if name.endswith(("running_mean", "running_var"))}
+    return {
+        name: b.clone()
+        for name, b in maar.named_buffers()
+        if name.endswith(("running_mean", "running_var"))
+    }
 
 
 def d_logistic_loss(real_pred, fake_pred):
@@ -161,7 +167,9 @@ class StepResult:
     maar_stats_one_update: dict[str, torch.Tensor]
 
 
-def discriminator_step(nets: GeneratorSide, d_opt, real, fakes, r1_gamma) -> dict[str, torch.Tensor]:
+def discriminator_step(
+    nets: GeneratorSide, d_opt, real, fakes, r1_gamma
+) -> dict[str, torch.Tensor]:
     """D_total = mean over fakes of d_logistic(D(real), D(fake)) + r1/2 * R1(real); one Ranger step."""
     real = real.detach().clone().requires_grad_(True)
     real_pred = nets.discriminator(real)
@@ -187,7 +195,9 @@ def stage1_forward(nets: GeneratorSide, id_images, attr_images):
     return nets.synthesize(w_new, nets.maar(*features)), w_new
 
 
-def stage1_step(nets: GeneratorSide, critics: Critics, g_opt, d_opt, id_images, idx: int, args=STAGE1_ARGS) -> StepResult:
+def stage1_step(
+    nets: GeneratorSide, critics: Critics, g_opt, d_opt, id_images, idx: int, args=STAGE1_ARGS
+) -> StepResult:
     """Batch ``idx`` of an epoch: every cycle_num-th batch pairs each image with itself."""
     same = idx % args["cycle_num"] == 0
     attr_images = id_images if same else cycle_images(id_images)
@@ -202,14 +212,19 @@ def stage1_step(nets: GeneratorSide, critics: Critics, g_opt, d_opt, id_images, 
     set_requires_grad(trained, True)
     set_requires_grad([nets.discriminator], False)
     out_images, w_new = stage1_forward(nets, id_images, attr_images)
-    id_embedding, attr_embedding, out_embedding = (critics.embed(x) for x in (id_images, attr_images, out_images))
-    dists = (1 - torch.cosine_similarity(attr_embedding, out_embedding)).clamp(min=args["id_cos_margin"])
+    id_embedding, attr_embedding, out_embedding = (
+        critics.embed(x) for x in (id_images, attr_images, out_images)
+    )
+    dists = (1 - torch.cosine_similarity(attr_embedding, out_embedding)).clamp(
+        min=args["id_cos_margin"]
+    )
     if same:
         contrastive = torch.clamp(dists - args["same_thres"], min=0.0).mean()
     else:
         contrastive = torch.clamp(args["not_same_thres"] - dists, min=0.0).mean()
     terms = {
-        "id": args["lambdaid"] * cosine_losses(id_embedding, out_embedding, args["id_cos_margin"])[0],
+        "id": args["lambdaid"]
+        * cosine_losses(id_embedding, out_embedding, args["id_cos_margin"])[0],
         "contrastive": args["lambdacontrastive"] * contrastive,
         "rec": args["lambdarec"] * F.smooth_l1_loss(attr_images, out_images),
         "lpips": args["lambdalpips"] * critics.lpips_loss(attr_images, out_images),
@@ -238,7 +253,13 @@ def stage2_forward(nets: GeneratorSide, images, keys):
     identity = codes - attribute
     enc1, enc2 = nets.transform(identity, pwd1), nets.transform(identity, pwd2)
     dec_rand1, dec_rand2, dec = (nets.transform(enc1, k) for k in (rand1, rand2, pwd1))
-    latents = [enc1 + attribute, enc2 + attribute, dec_rand1 + attribute, dec_rand2 + attribute, dec + attribute]
+    latents = [
+        enc1 + attribute,
+        enc2 + attribute,
+        dec_rand1 + attribute,
+        dec_rand2 + attribute,
+        dec + attribute,
+    ]
     anony1, anony2, recover1, recover2, recover = (nets.synthesize(w, maps) for w in latents)
     return [anony1, anony2, recover, recover1, recover2], latents
 
@@ -261,10 +282,14 @@ def stage2_step(
     set_requires_grad([nets.discriminator], False)
     outputs, latents = stage2_forward(nets, images, keys)
     anony1, anony2, recover, recover1, recover2 = outputs
-    ori, a1, a2, rec, e1, e2 = (critics.embed(x) for x in (images, anony1, anony2, recover, recover1, recover2))
+    ori, a1, a2, rec, e1, e2 = (
+        critics.embed(x) for x in (images, anony1, anony2, recover, recover1, recover2)
+    )
     rev = lambda a, b: cosine_losses(a, b, args["id_cos_margin"])[1]  # noqa: E731
     id_loss = (rev(ori, a1) + rev(ori, a2) + rev(a1, a2)) / 3
-    id_loss = id_loss + (rev(rec, e1) + rev(rec, e2) + rev(e1, e2) + rev(ori, e1) + rev(ori, e2)) / 5
+    id_loss = (
+        id_loss + (rev(rec, e1) + rev(rec, e2) + rev(e1, e2) + rev(ori, e1) + rev(ori, e2)) / 5
+    )
     id_loss = id_loss + cosine_losses(ori, rec, args["id_cos_margin"])[0]
     terms = {
         "id": id_loss,
@@ -289,8 +314,13 @@ class Ranger(torch.optim.Optimizer):
     dim, and Lookahead (k=6, alpha=0.5) per parameter. Parameters without a gradient are
     skipped (no state, no update)."""
 
-    def __init__(self, params, lr, alpha=0.5, k=6, n_sma_threshold=5.0, betas=(0.95, 0.999), eps=1e-5):
-        super().__init__(params, dict(lr=lr, alpha=alpha, k=k, n_sma_threshold=n_sma_threshold, betas=betas, eps=eps))
+    def __init__(
+        self, params, lr, alpha=0.5, k=6, n_sma_threshold=5.0, betas=(0.95, 0.999), eps=1e-5
+    ):
+        super().__init__(
+            params,
+            dict(lr=lr, alpha=alpha, k=k, n_sma_threshold=n_sma_threshold, betas=betas, eps=eps),
+        )
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -304,7 +334,12 @@ class Ranger(torch.optim.Optimizer):
                     grad -= grad.mean(dim=tuple(range(1, grad.dim())), keepdim=True)
                 state = self.state[p]
                 if not state:
-                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p), slow=p.clone())
+                    state.update(
+                        step=0,
+                        exp_avg=torch.zeros_like(p),
+                        exp_avg_sq=torch.zeros_like(p),
+                        slow=p.clone(),
+                    )
                 state["step"] += 1
                 t = state["step"]
                 state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -313,7 +348,14 @@ class Ranger(torch.optim.Optimizer):
                 n_sma_max = 2 / (1 - beta2) - 1
                 n_sma = n_sma_max - 2 * t * beta2_t / (1 - beta2_t)
                 if n_sma > group["n_sma_threshold"]:
-                    ratio = (n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2)
+                    ratio = (
+                        (n_sma - 4)
+                        / (n_sma_max - 4)
+                        * (n_sma - 2)
+                        / n_sma
+                        * n_sma_max
+                        / (n_sma_max - 2)
+                    )
                     step_size = math.sqrt((1 - beta2_t) * ratio) / (1 - beta1**t)
                     denom = state["exp_avg_sq"].sqrt().add_(group["eps"])
                     p.addcdiv_(state["exp_avg"], denom, value=-step_size * group["lr"])

@@ -37,7 +37,9 @@ def test_identity_loss_is_hford_eqs_10_to_13(embeddings):
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     # DBAF sums the same terms (eqs. 29-32): 4 anonymity terms and 6 pairs.
     summed = np.mean(l_dif * (n * (n - 1)) / 2 + l_anony * n + l_rev)
-    np.testing.assert_allclose(float(losses.stage2_identity_paper(*embeddings, margin=0.0)), summed, rtol=1e-5)
+    np.testing.assert_allclose(
+        float(losses.stage2_identity_paper(*embeddings, margin=0.0)), summed, rtol=1e-5
+    )
 
 
 def test_parse_loss_on_hford_classes_is_eq_14():
@@ -58,23 +60,43 @@ def test_adversarial_terms_are_expectations_in_hford():
     per_output = {"adv": np.array([0.3, 1.2, 0.7, 2.0, 0.1], np.float32)}
     settings = StepSettings.from_config(stage2.get_config("hford"), losses.STAGE2_TERMS)
     assert settings.form.output_reductions["d_logistic"] == "mean"
-    np.testing.assert_allclose(float(settings.form.reduce_terms(per_output)["adv"]), np.mean(per_output["adv"]), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(settings.form.reduce_terms(per_output)["adv"]), np.mean(per_output["adv"]), rtol=1e-6
+    )
     paper = StepSettings.from_config(stage2.get_config("paper"), losses.STAGE2_TERMS)
-    np.testing.assert_allclose(float(paper.form.reduce_terms(per_output)["adv"]), np.sum(per_output["adv"]), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(paper.form.reduce_terms(per_output)["adv"]), np.sum(per_output["adv"]), rtol=1e-6
+    )
 
 
 def test_hford_variants_hold_its_weights_and_recovery():
     pre = StepSettings.from_config(stage1.get_config("hford"), losses.STAGE1_TERMS)
-    assert dict(pre.weights) == {"contrastive": 1.0, "lpips": 1.0, "rec": 3.5, "parse": 0.1, "reg": 0.1, "adv": 1.0}
+    assert dict(pre.weights) == {
+        "contrastive": 1.0,
+        "lpips": 1.0,
+        "rec": 3.5,
+        "parse": 0.1,
+        "reg": 0.1,
+        "adv": 1.0,
+    }
     config = stage2.get_config("hford")
     anonymization = StepSettings.from_config(config, losses.STAGE2_TERMS)
-    assert dict(anonymization.weights) == {"id": 2.0, "lpips": 1.0, "rec": 0.05, "parse": 0.1, "reg": 0.1, "adv": 1.0}
+    assert dict(anonymization.weights) == {
+        "id": 2.0,
+        "lpips": 1.0,
+        "rec": 0.05,
+        "parse": 0.1,
+        "reg": 0.1,
+        "adv": 1.0,
+    }
     assert anonymization.identity_reduction == "mean" and config.recovery == "latent"
     assert anonymization.form.reconstruction is losses.l1_loss
     assert anonymization.parse_classes == pre.parse_classes == (2, 3, 4, 5, 10, 11, 12, 13)
 
 
-@pytest.mark.parametrize("module, terms", [(stage1, losses.STAGE1_TERMS), (stage2, losses.STAGE2_TERMS)])
+@pytest.mark.parametrize(
+    "module, terms", [(stage1, losses.STAGE1_TERMS), (stage2, losses.STAGE2_TERMS)]
+)
 @pytest.mark.parametrize("method", ["reference", "paper", "hford"])
 def test_no_adv_ablation_of_every_method(module, terms, method):
     settings = StepSettings.from_config(module.get_config(f"{method},no_adv"), terms)

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from configs import ifadit as ifadit_config
-from dbaf_jax import model_families
-from dbaf_jax import anonymize, data, images as images_lib, keys, model_directory, recover
+from dbaf_jax import anonymize, data, keys, model_directory, model_families, recover
+from dbaf_jax import images as images_lib
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
@@ -61,10 +61,19 @@ def config(phase: int, init_from: Path | None = None):
 
 def launch(phase: int, workdir: Path, init_from: Path | None = None) -> None:
     """``python launch.py --config configs/ifadit.py:phaseN,tiny`` on one CPU device."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # not the suite's 8 forced devices
-    command = [sys.executable, "launch.py", f"--config=configs/ifadit.py:phase{phase},tiny", f"--workdir={workdir}"]
+    env = {
+        k: v for k, v in os.environ.items() if k != "XLA_FLAGS"
+    }  # not the suite's 8 forced devices
+    command = [
+        sys.executable,
+        "launch.py",
+        f"--config=configs/ifadit.py:phase{phase},tiny",
+        f"--workdir={workdir}",
+    ]
     command += overrides() + ([f"--config.init_from={init_from}"] if init_from else [])
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -102,7 +111,10 @@ def test_phase1_loss_falls(trained):
     c = config(1)
     before, after = fixed_loss(c, variables_of(c, None)), fixed_loss(c, variables_of(c, phase1))
     assert after["total"] < 0.8 * before["total"], (before, after)
-    logged = [json.loads(line) for line in (phase1 / "metrics" / loop.METRICS_FILE).read_text().splitlines()]
+    logged = [
+        json.loads(line)
+        for line in (phase1 / "metrics" / loop.METRICS_FILE).read_text().splitlines()
+    ]
     assert len(logged) == STEPS and {"total", "vq", "sem"} <= set(logged[0])
 
 
@@ -141,12 +153,24 @@ def test_cli_round_trip(trained, tmp_path):
     (tmp_path / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
 
     def args(password_file: str, in_dir: Path, out_dir: Path) -> list[str]:
-        return ["--model", str(model_dir), "--password-file", str(tmp_path / password_file), str(in_dir), str(out_dir),
-                "--aligned", "--batch-size", "2"]
+        return [
+            "--model",
+            str(model_dir),
+            "--password-file",
+            str(tmp_path / password_file),
+            str(in_dir),
+            str(out_dir),
+            "--aligned",
+            "--batch-size",
+            "2",
+        ]
 
     assert len(anonymize.main(args("right.txt", faces, tmp_path / "anonymized")).written) == 2
     for password_file, out in (("right.txt", "right"), ("wrong.txt", "wrong")):
-        assert len(recover.main(args(password_file, tmp_path / "anonymized", tmp_path / out)).written) == 2
+        assert (
+            len(recover.main(args(password_file, tmp_path / "anonymized", tmp_path / out)).written)
+            == 2
+        )
 
     anonymizer = FaceAnonymizer(model_dir)
     model, variables = anonymizer.model, anonymizer.variables
@@ -154,21 +178,33 @@ def test_cli_round_trip(trained, tmp_path):
         meta = images_lib.read_metadata(tmp_path / "anonymized" / name)
         assert meta["model"]["fingerprint"] == anonymizer.fingerprint
         record = keys.KeyRecord.from_dict(meta["key"])
-        right, wrong = anonymizer.key_for(PASSWORD, record), anonymizer.key_for(WRONG_PASSWORD, record)
+        right, wrong = (
+            anonymizer.key_for(PASSWORD, record),
+            anonymizer.key_for(WRONG_PASSWORD, record),
+        )
         # The recovered file is the model's recovery of the stored anonymized image with
         # the key the password and the stored record give.
         stored = images_lib.read_image(tmp_path / "anonymized" / name, anonymizer.input_size)[None]
-        expected = images_lib.to_uint8(anonymizer.recover(pad_batch(stored, 2), right)[0]).astype(np.int16)
+        expected = images_lib.to_uint8(anonymizer.recover(pad_batch(stored, 2), right)[0]).astype(
+            np.int16
+        )
         assert np.abs(expected - pixels(tmp_path / "right" / name)).max() <= 1
         # A wrong password is no error: another face.
-        assert np.abs(pixels(tmp_path / "right" / name) - pixels(tmp_path / "wrong" / name)).mean() > 2.0
+        assert (
+            np.abs(pixels(tmp_path / "right" / name) - pixels(tmp_path / "wrong" / name)).mean()
+            > 2.0
+        )
         # That key inverts the flow's anonymization of the face's identity exactly; the
         # wrong password's does not.
         face = images_lib.read_image(faces / name, anonymizer.input_size)[None]
         identity = model.identity(variables, jnp.asarray(face))
         anonymized_identity = model.transform_identity(variables, identity, right[None, None])[0]
-        back = model.transform_identity(variables, anonymized_identity, right[None, None], inverse=True)[0]
-        astray = model.transform_identity(variables, anonymized_identity, wrong[None, None], inverse=True)[0]
+        back = model.transform_identity(
+            variables, anonymized_identity, right[None, None], inverse=True
+        )[0]
+        astray = model.transform_identity(
+            variables, anonymized_identity, wrong[None, None], inverse=True
+        )[0]
         scale = float(jnp.max(jnp.abs(anonymized_identity)))
         assert float(jnp.max(jnp.abs(back - identity))) < 4e-6 * scale
         assert float(jnp.linalg.norm(astray - identity)) > 0.5

@@ -27,7 +27,9 @@ def read_events(path):
         (length,) = struct.unpack("<Q", header)
         assert struct.unpack("<I", raw[offset + 8 : offset + 12])[0] == masked(header)
         data = raw[offset + 12 : offset + 12 + length]
-        assert struct.unpack("<I", raw[offset + 12 + length : offset + 16 + length])[0] == masked(data)
+        assert struct.unpack("<I", raw[offset + 12 + length : offset + 16 + length])[0] == masked(
+            data
+        )
         events.append(Event.FromString(data))
         offset += 16 + length
     return events
@@ -38,7 +40,11 @@ def test_make_grid_layout():
     grid = make_grid(images, rows=2, padding=1, pad_value=1.0)
     assert grid.shape == (2 * 5 + 1, 3 * 7 + 1, 3) and grid.dtype == np.uint8
     assert grid[0].min() == 255 and grid[:, 0].min() == 255  # border
-    assert (grid[1:5, 1:7] == 0).all() and (grid[1:5, 8:14] == 64).all() and (grid[1:5, 15:21] == 128).all()
+    assert (
+        (grid[1:5, 1:7] == 0).all()
+        and (grid[1:5, 8:14] == 64).all()
+        and (grid[1:5, 15:21] == 128).all()
+    )
     assert (grid[6:10, 1:7] == 191).all() and (grid[6:10, 8:14] == 255).all()
     assert (grid[6:10, 15:21] == 255).all()  # the empty sixth cell is padding
 
@@ -64,7 +70,11 @@ def test_writer_scalars_images_and_rate(tmp_path):
     (event_file,) = tmp_path.glob("events.out.tfevents.*")
     summaries = [(e.step, v) for e in read_events(event_file) for v in e.summary.value]
     scalars = {v.tag: (step, v.simple_value) for step, v in summaries if v.HasField("simple_value")}
-    assert scalars["g_total"] == (20, 1.5) and scalars["d/r1"] == (20, 0.25) and "steps_per_sec" in scalars
+    assert (
+        scalars["g_total"] == (20, 1.5)
+        and scalars["d/r1"] == (20, 0.25)
+        and "steps_per_sec" in scalars
+    )
     (image,) = [(step, v.image) for step, v in summaries if v.HasField("image")]
     assert image[0] == 20 and (image[1].height, image[1].width) == grid.shape[:2]
     decoded = np.asarray(Image.open(io.BytesIO(image[1].encoded_image_string)).convert("RGB"))

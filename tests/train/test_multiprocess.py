@@ -25,9 +25,24 @@ def run_step(processes: int, out: Path) -> dict[str, np.ndarray]:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.multiprocess_step", "--processes", str(processes),
-             "--process-id", str(i), "--port", str(port), "--out", str(out)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.multiprocess_step",
+                "--processes",
+                str(processes),
+                "--process-id",
+                str(i),
+                "--port",
+                str(port),
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(processes)
     ]

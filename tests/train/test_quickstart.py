@@ -26,10 +26,19 @@ def test_quickstart_configs_train_on_the_prepared_faces_with_16_held_out(tmp_pat
         source = loop.data_source(config)
         training, held_out = evaluation.split_held_out(config, source)
         assert (len(training), held_out.shape) == (33, (16, 64, 64, 3))
-        assert -1 <= held_out.min() < held_out.max() <= 1 and held_out.std() > 0.2  # photos, not a flat image
+        assert (
+            -1 <= held_out.min() < held_out.max() <= 1 and held_out.std() > 0.2
+        )  # photos, not a flat image
     assert stage2.get_config("quickstart").recovery == "latent"
     # Stage 2 warms KRIA up in latent space first (a generator trained from scratch
     # for 30 steps cannot teach it reversibility through images); stage 1 has no KRIA.
-    assert stage2.get_config("quickstart").kria_warmup.steps > 0 == stage1.get_config("quickstart").kria_warmup.steps
-    assert stage2.get_config("tiny").kria_warmup.steps == stage2.get_config("reference").kria_warmup.steps == 0
-
+    assert (
+        stage2.get_config("quickstart").kria_warmup.steps
+        > 0
+        == stage1.get_config("quickstart").kria_warmup.steps
+    )
+    assert (
+        stage2.get_config("tiny").kria_warmup.steps
+        == stage2.get_config("reference").kria_warmup.steps
+        == 0
+    )

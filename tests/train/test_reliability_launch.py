@@ -19,7 +19,10 @@ from tests.paths import REPO
 def launch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "launch.py", "--config", "configs/stage1.py:tiny", *args],
-        cwd=REPO, capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
 
 
@@ -30,7 +33,14 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
 
 def test_a_boolean_written_with_a_space_is_refused_not_dropped(tmp_path):
     # absl reads `--config.data.synthetic False` as True plus a stray `False`.
-    result = launch("--workdir", str(tmp_path / "w"), "--config.data.synthetic", "False", "--config.data.dir", str(tmp_path))
+    result = launch(
+        "--workdir",
+        str(tmp_path / "w"),
+        "--config.data.synthetic",
+        "False",
+        "--config.data.dir",
+        str(tmp_path),
+    )
     [line] = error_lines(result)
     assert "unused argument(s) False" in line and "--config.FIELD=VALUE" in line
     assert not (tmp_path / "w").exists()  # refused before anything was made
@@ -59,11 +69,20 @@ def test_an_intended_change_is_logged_and_stored(tmp_path):
         run_config.check_and_store(workdir, changed_config)
     changed = run_config.check_and_store(workdir, changed_config, allow_change=True)
     assert list(changed) == ["loss.rec"]
-    assert json.loads((workdir / run_config.CONFIG_FILE).read_text())["loss"]["rec"] == changed_config.loss.rec
-    history = [json.loads(line) for line in (workdir / run_config.HISTORY_FILE).read_text().splitlines()]
+    assert (
+        json.loads((workdir / run_config.CONFIG_FILE).read_text())["loss"]["rec"]
+        == changed_config.loss.rec
+    )
+    history = [
+        json.loads(line) for line in (workdir / run_config.HISTORY_FILE).read_text().splitlines()
+    ]
     assert [h["event"] for h in history] == ["start", "resume"]
-    assert history[1]["changed"] == {"loss.rec": [changed_config.loss.rec - 1.5, changed_config.loss.rec]}
-    assert run_config.check_and_store(workdir, changed_config) == {}  # the new one is now the stored one
+    assert history[1]["changed"] == {
+        "loss.rec": [changed_config.loss.rec - 1.5, changed_config.loss.rec]
+    }
+    assert (
+        run_config.check_and_store(workdir, changed_config) == {}
+    )  # the new one is now the stored one
 
 
 def test_a_run_that_never_saved_a_checkpoint_takes_new_settings(tmp_path):
@@ -71,7 +90,10 @@ def test_a_run_that_never_saved_a_checkpoint_takes_new_settings(tmp_path):
     run_config.check_and_store(tmp_path, config)
     config.batch_size = config.batch_size * 2
     assert run_config.check_and_store(tmp_path, config) == {}
-    assert json.loads((tmp_path / run_config.CONFIG_FILE).read_text())["batch_size"] == config.batch_size
+    assert (
+        json.loads((tmp_path / run_config.CONFIG_FILE).read_text())["batch_size"]
+        == config.batch_size
+    )
 
 
 def test_a_damaged_stored_configuration_is_named(tmp_path):

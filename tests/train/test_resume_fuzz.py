@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import jax
 import pytest
 
 from dbaf_jax import model_directory
@@ -41,15 +41,24 @@ SEED = int(os.environ.get("DBAF_RESUME_FUZZ_SEED", "0"))
 POLL_S = 0.002
 RUN_TIMEOUT_S = 900
 ARGS = [
-    "--config", str(REPO / "configs" / "stage1.py") + ":tiny",
-    "--config.num_steps", str(STEPS),
-    "--config.checkpoint_every", "1",
-    "--config.keep_checkpoints", str(STEPS + 1),
-    "--config.sample_every", "0",
-    "--config.eval_every", "0",
-    "--config.batch_size", "2",
-    "--config.data.synthetic_size", "4",  # two steps per epoch: resumes cross an epoch boundary
-    "--config.log_every", "1",
+    "--config",
+    str(REPO / "configs" / "stage1.py") + ":tiny",
+    "--config.num_steps",
+    str(STEPS),
+    "--config.checkpoint_every",
+    "1",
+    "--config.keep_checkpoints",
+    str(STEPS + 1),
+    "--config.sample_every",
+    "0",
+    "--config.eval_every",
+    "0",
+    "--config.batch_size",
+    "2",
+    "--config.data.synthetic_size",
+    "4",  # two steps per epoch: resumes cross an epoch boundary
+    "--config.log_every",
+    "1",
 ]
 
 
@@ -79,18 +88,25 @@ def reached(point: tuple[str, int], workdir: Path, logged_before: int) -> bool:
     if kind == "logged":
         return times_logged(workdir, step) > logged_before
     if kind == "saving":
-        return ckpt.is_dir() and any(p.name.startswith(f"{step}.orbax-checkpoint-tmp") for p in ckpt.iterdir())
+        return ckpt.is_dir() and any(
+            p.name.startswith(f"{step}.orbax-checkpoint-tmp") for p in ckpt.iterdir()
+        )
     if kind == "saved":
         return (ckpt / str(step) / checkpoints.ORBAX_STEP_METADATA).is_file()
     export = workdir / loop.MODEL_EXPORT
-    return export.is_dir() and any(p.name.endswith(model_directory.PARTIAL_SUFFIX) for p in export.iterdir())
+    return export.is_dir() and any(
+        p.name.endswith(model_directory.PARTIAL_SUFFIX) for p in export.iterdir()
+    )
 
 
 def launch(workdir: Path, env: dict[str, str], kill_at: tuple[str, int] | None = None) -> bool:
     """Runs launch.py; with ``kill_at``, SIGKILLs it there. True if it was killed there."""
     process = subprocess.Popen(
         [sys.executable, str(REPO / "launch.py"), "--workdir", str(workdir), *ARGS],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + RUN_TIMEOUT_S
     logged_before = times_logged(workdir, kill_at[1]) if kill_at else 0
@@ -117,7 +133,10 @@ def kill_points(rng: random.Random) -> list[tuple[str, int]]:
     then starts the checkpoint's write, which Orbax commits later; after the last step
     comes the export."""
     steps = sorted(rng.sample(range(1, STEPS + 2), KILLS_PER_TRIAL))
-    return [("export", s) if s > STEPS else (rng.choice(("logged", "saving", "saved")), s) for s in steps]
+    return [
+        ("export", s) if s > STEPS else (rng.choice(("logged", "saving", "saved")), s)
+        for s in steps
+    ]
 
 
 def final_result(workdir: Path) -> dict[str, np.ndarray]:
@@ -125,7 +144,10 @@ def final_result(workdir: Path) -> dict[str, np.ndarray]:
     step_dir = workdir / checkpoints.CHECKPOINT_DIR / str(STEPS)
     with ocp.StandardCheckpointer() as checkpointer:
         state = checkpointer.restore(step_dir / "state")
-    result = {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(state)}
+    result = {
+        jax.tree_util.keystr(k): np.asarray(v)
+        for k, v in jax.tree_util.tree_leaves_with_path(state)
+    }
     meta = json.loads((step_dir / "meta" / "metadata").read_text())
     result["meta"] = np.array(json.dumps(meta, sort_keys=True))
     export = workdir / loop.MODEL_EXPORT
@@ -149,9 +171,13 @@ def test_random_kills_resume_to_the_uninterrupted_result(tmp_path):
         workdir = tmp_path / f"trial{trial}"
         points = kill_points(rng)
         for point in points:
-            assert launch(workdir, env, kill_at=point), f"trial {trial}: the run ended before {point}"
+            assert launch(workdir, env, kill_at=point), (
+                f"trial {trial}: the run ended before {point}"
+            )
         launch(workdir, env)  # resumed to the end
         actual = final_result(workdir)
         assert actual.keys() == expected.keys(), (trial, points)
         for name, value in expected.items():
-            np.testing.assert_array_equal(actual[name], value, err_msg=f"trial {trial}, kills {points}: {name}")
+            np.testing.assert_array_equal(
+                actual[name], value, err_msg=f"trial {trial}, kills {points}: {name}"
+            )

@@ -16,7 +16,8 @@ from configs import stage2
 from dbaf_jax import precision
 from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet
-from dbaf_jax.train import loop, networks as networks_lib, stages
+from dbaf_jax.train import loop, stages
+from dbaf_jax.train import networks as networks_lib
 
 SIZE = 64  # the tiny config's
 
@@ -64,7 +65,9 @@ def network_inputs(networks, variables):
     rng = np.random.default_rng(0)
     images = jnp.asarray(rng.uniform(-1, 1, (2, SIZE, SIZE, 3)), jnp.float32)
     model = networks.model
-    latents = jnp.asarray(rng.normal(size=(2, model.decoder.n_latent, model.decoder.style_dim)), jnp.float32)
+    latents = jnp.asarray(
+        rng.normal(size=(2, model.decoder.n_latent, model.decoder.style_dim)), jnp.float32
+    )
     encoded = model.e4e.apply(variables["e4e"], images)
     return {
         "e4e": (images,),
@@ -87,7 +90,9 @@ def test_every_network_of_the_step_computes_in_bfloat16(start):
     assert jax.tree.leaves(cast[KEY_GENERATOR]["params"])[0].dtype == jnp.float32  # keys stay exact
     for name, inputs in network_inputs(networks["float32"], variables).items():
         assert product_dtypes(lambda *x: bf16.apply(name, cast, *x), *inputs) == {"bfloat16"}, name
-        assert product_dtypes(lambda *x: networks["float32"].apply(name, variables, *x), *inputs) == {"float32"}, name
+        assert product_dtypes(
+            lambda *x: networks["float32"].apply(name, variables, *x), *inputs
+        ) == {"float32"}, name
         outputs = jax.eval_shape(lambda *x: bf16.apply(name, cast, *x), *inputs)
         assert {str(leaf.dtype) for leaf in jax.tree.leaves(outputs)} == {"float32"}, name
 
@@ -108,7 +113,10 @@ def test_cast_params_keeps_statistics_and_non_floats():
         "batch_stats": {"mean": jnp.zeros((2,))},
     }
     cast = precision.cast_params(variables, "bfloat16")
-    assert cast["params"]["kernel"].dtype == jnp.bfloat16 and cast["params"]["count"].dtype == jnp.int32
+    assert (
+        cast["params"]["kernel"].dtype == jnp.bfloat16
+        and cast["params"]["count"].dtype == jnp.int32
+    )
     assert cast["batch_stats"]["mean"].dtype == jnp.float32
     assert precision.cast_params(variables, "float32") is variables
     with pytest.raises(Exception, match="compute_dtype 'float16'"):
@@ -119,8 +127,12 @@ def one_step(networks, variables, compute_dtype: str):
     """One stage-2 step (1 device) of the tiny config from ``variables`` -> (state, metrics)."""
     config = tiny_config(compute_dtype)
     run = loop.setup(config, networks, variables, jax.random.PRNGKey(1))
-    images = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (config.batch_size, SIZE, SIZE, 3)), jnp.float32)
-    state, metrics = jax.jit(run.stage.step)(run.state, run.frozen, images, jnp.asarray(0, jnp.int32))
+    images = jnp.asarray(
+        np.random.default_rng(1).uniform(-1, 1, (config.batch_size, SIZE, SIZE, 3)), jnp.float32
+    )
+    state, metrics = jax.jit(run.stage.step)(
+        run.state, run.frozen, images, jnp.asarray(0, jnp.int32)
+    )
     return jax.device_get(state), {k: float(v) for k, v in jax.device_get(metrics).items()}
 
 
@@ -145,7 +157,9 @@ def test_bfloat16_step_losses_stay_close_to_float32(start):
     print("relative loss errors, bfloat16 vs float32:", json.dumps(errors, indent=1))
     assert max(errors.values()) < LOSS_RTOL, errors
     # Mixed precision: parameters and optimizer state stay float32, and they moved.
-    for leaf in jax.tree.leaves((state16.generator_params, state16.generator_opt_state, state16.discriminator_params)):
+    for leaf in jax.tree.leaves(
+        (state16.generator_params, state16.generator_opt_state, state16.discriminator_params)
+    ):
         if jnp.issubdtype(leaf.dtype, jnp.floating):
             assert leaf.dtype == jnp.float32
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(state16.generator_params))
@@ -157,7 +171,12 @@ def test_a_bfloat16_run_exports_the_float32_architecture(start, tmp_path):
     written = {}
     for dtype, nets in networks.items():
         config = tiny_config(dtype)
-        loop.export(tmp_path, loop.setup(config, nets, variables, jax.random.PRNGKey(1)).stage, variables, name=dtype)
+        loop.export(
+            tmp_path,
+            loop.setup(config, nets, variables, jax.random.PRNGKey(1)).stage,
+            variables,
+            name=dtype,
+        )
         written[dtype] = json.loads((tmp_path / dtype / "model.json").read_text())
     assert written["bfloat16"] == written["float32"]
     decoder = json.loads((tmp_path / "bfloat16" / "decoder" / "network.json").read_text())

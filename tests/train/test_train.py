@@ -29,16 +29,18 @@ from jax.experimental.compilation_cache import compilation_cache as jax_compilat
 from jax.sharding import PartitionSpec as P
 
 from configs import stage1, stage2
-from dbaf_jax.models import composition
-from dbaf_jax import model_families
-from dbaf_jax import data, sharding
-from dbaf_jax.models import dbaf
+from dbaf_jax import data, model_families, sharding
+from dbaf_jax.models import composition, dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import checkpoints, loop, networks as networks_lib, profiling, shared, stages, state as state_lib
-from dbaf_jax.train.dbaf import adversarial, kria_warmup, networks as dbaf_networks, state as dbaf_state
+from dbaf_jax.train import checkpoints, loop, profiling, shared, stages
+from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train import state as state_lib
+from dbaf_jax.train.dbaf import adversarial, kria_warmup
+from dbaf_jax.train.dbaf import networks as dbaf_networks
 from dbaf_jax.train.dbaf import stage1 as stage1_lib
+from dbaf_jax.train.dbaf import state as dbaf_state
 
 BATCH = 8  # one image per forced host device
 # 300x the reference's 1e-4, so that a couple of dozen steps show progress. Every
@@ -46,10 +48,13 @@ BATCH = 8  # one image per forced host device
 LEARNING_RATE = 3e-2
 STAGE2_MIN_SHARD_SIZE = 1024  # small enough that fsdp splits the tiny networks' larger kernels
 
+
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # shared by the session's workers
+    root = (
+        base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    )  # shared by the session's workers
     options = {
         "jax_compilation_cache_dir": str(root / "jax_cache_test_train"),
         "jax_persistent_cache_min_compile_time_secs": 0.0,
@@ -87,7 +92,9 @@ def small_config(stage: int, **fields: Any) -> ml_collections.ConfigDict:
 
 def training_mesh(config: ml_collections.ConfigDict):
     """The mesh the loop builds for ``config`` on the 8 forced host devices."""
-    return sharding.make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp)
+    return sharding.make_mesh(
+        None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp
+    )
 
 
 def single_device_mesh():
@@ -106,8 +113,12 @@ class Start(NamedTuple):
 
 def start(config: ml_collections.ConfigDict) -> Start:
     networks = stages.build_networks(config)
-    init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)  # as the loop splits
-    run = loop.setup(config, networks, loop.initial_variables(config, networks, init_rng), state_rng)
+    init_rng, state_rng, _ = jax.random.split(
+        jax.random.PRNGKey(config.seed), 3
+    )  # as the loop splits
+    run = loop.setup(
+        config, networks, loop.initial_variables(config, networks, init_rng), state_rng
+    )
     return Start(config, networks, jax.device_get(run.state), jax.device_get(run.frozen), run.stage)
 
 
@@ -119,7 +130,9 @@ class Trajectory(NamedTuple):
 def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Trajectory:
     """``num_steps`` of the loop's jitted step on ``mesh``, placed and fed as the loop does."""
     config = run.config
-    state = jax.device_put(run.state, sharding.param_sharding(mesh, run.state, config.mesh.min_shard_size))
+    state = jax.device_put(
+        run.state, sharding.param_sharding(mesh, run.state, config.mesh.min_shard_size)
+    )
     frozen = jax.device_put(run.frozen, sharding.replicated(mesh))
     step_fn = loop.StepPrograms(run.stage, mesh, state, frozen)
     source = loop.data_source(config)
@@ -127,7 +140,9 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
     states, metrics = {}, []
     for step, images in zip(range(num_steps), data.batches(source, config.batch_size, config.seed)):
         index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
-        state, step_metrics = step_fn(step, state, frozen, sharding.put_batch(mesh, images), index_in_epoch)
+        state, step_metrics = step_fn(
+            step, state, frozen, sharding.put_batch(mesh, images), index_in_epoch
+        )
         metrics.append({k: float(v) for k, v in jax.device_get(step_metrics).items()})
         if step + 1 in keep:
             states[step + 1] = jax.device_get(state)
@@ -135,7 +150,10 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
 
 
 def leaves_by_path(tree) -> dict[str, np.ndarray]:
-    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+    return {
+        jax.tree_util.keystr(path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 def relative_errors(actual, expected) -> dict[str, float]:
@@ -168,7 +186,9 @@ def assert_states_close(actual, expected, rtol: float = 1e-3, scalar_rtol: float
     worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
     print("largest relative errors:", [(name, f"{error:.2e}") for name, error in worst])
     failing = {
-        name: f"{error:.3g}" for name, error in errors.items() if error >= (scalar_rtol if sizes[name] == 1 else rtol)
+        name: f"{error:.3g}"
+        for name, error in errors.items()
+        if error >= (scalar_rtol if sizes[name] == 1 else rtol)
     }
     assert not failing, f"relative error >= {rtol:g} (scalars {scalar_rtol:g}): {failing}"
 
@@ -189,7 +209,10 @@ def assert_states_equal(actual, expected) -> None:
 
 def logged(workdir: Path, name: str) -> np.ndarray:
     """The values of metric ``name`` the loop logged, in step order."""
-    rows = [json.loads(line) for line in (workdir / "metrics" / loop.METRICS_FILE).read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (workdir / "metrics" / loop.METRICS_FILE).read_text().splitlines()
+    ]
     return np.array([row[name] for row in sorted(rows, key=lambda row: row["step"]) if name in row])
 
 
@@ -213,7 +236,9 @@ def stage1_start() -> Start:
 @pytest.fixture(scope="module")
 def stage1_trajectory(stage1_start) -> Trajectory:
     """Stage 1 on the loop's mesh (data=8), as an uninterrupted loop run would train."""
-    return train_steps(stage1_start, training_mesh(stage1_start.config), STAGE1_STEPS, keep=(1, 3, STAGE1_STEPS))
+    return train_steps(
+        stage1_start, training_mesh(stage1_start.config), STAGE1_STEPS, keep=(1, 3, STAGE1_STEPS)
+    )
 
 
 @pytest.mark.slow
@@ -232,8 +257,12 @@ def test_stage2_step_on_fsdp_mesh_equals_1_device():
     run = start(small_config(2))
     mesh = training_mesh(run.config)
     assert dict(mesh.shape) == {"data": 4, "fsdp": 2}
-    specs = jax.tree.leaves(sharding.param_sharding(mesh, run.state, run.config.mesh.min_shard_size))
-    assert any("fsdp" in s.spec for s in specs) and any(s.spec == P() for s in specs)  # split and replicated
+    specs = jax.tree.leaves(
+        sharding.param_sharding(mesh, run.state, run.config.mesh.min_shard_size)
+    )
+    assert any("fsdp" in s.spec for s in specs) and any(
+        s.spec == P() for s in specs
+    )  # split and replicated
     sharded = train_steps(run, mesh, 1, keep=(1,))
     one_device = train_steps(run, single_device_mesh(), 1, keep=(1,))
     assert np.all(np.isfinite(list(sharded.metrics[0].values())))
@@ -246,12 +275,23 @@ def test_cid_batch_attention_on_8_devices_equals_1_device():
     """The reference's CID attention across the batch, in a training pass (dropout on) under
     a batch-sharded jit: an image's codes depend on its batch-mates, and on 8 devices the
     attention still spans the global batch, so codes and gradients equal 1 device's."""
-    cid = CID(n_latent=8, style_dim=32, groups=(2, 2, 4), depth=1, heads=2, head_dim=8, mlp_dim=32, attention="batch")
+    cid = CID(
+        n_latent=8,
+        style_dim=32,
+        groups=(2, 2, 4),
+        depth=1,
+        heads=2,
+        head_dim=8,
+        mlp_dim=32,
+        attention="batch",
+    )
     codes = np.random.default_rng(0).normal(size=(BATCH, 8, 32)).astype(np.float32)
     params = cid.init(jax.random.PRNGKey(0), codes)["params"]
 
     def loss(params, codes):
-        attribute, identity = cid.apply({"params": params}, codes, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)})
+        attribute, identity = cid.apply(
+            {"params": params}, codes, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}
+        )
         return jnp.mean(attribute**2) + jnp.mean(jnp.sin(identity)), attribute
 
     def run(mesh, codes):
@@ -292,16 +332,24 @@ def test_two_pass_step_equals_one_pass_but_updates_maar_statistics_twice():
     assert_states_close(two.states[1].discriminator_params, one.states[1].discriminator_params)
     momentum = 0.99  # MAAR's BatchNorm, PyTorch momentum 0.01
     initial = leaves_by_path(run.state.model_state["maar"])
-    stats_one, stats_two = leaves_by_path(one.states[1].model_state["maar"]), leaves_by_path(two.states[1].model_state["maar"])
+    stats_one, stats_two = (
+        leaves_by_path(one.states[1].model_state["maar"]),
+        leaves_by_path(two.states[1].model_state["maar"]),
+    )
     for name, r0 in initial.items():
         assert not np.allclose(stats_one[name], r0), name
-        np.testing.assert_allclose(stats_two[name], (1 + momentum) * stats_one[name] - momentum * r0, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            stats_two[name], (1 + momentum) * stats_one[name] - momentum * r0, rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.slow
 def test_rematerialised_step_equals_the_plain_one():
     """``remat='full'`` recomputes the generator side in the backward pass: same step."""
-    plain, remat = (train_steps(start(small_config(1, remat=r)), single_device_mesh(), 1, keep=(1,)) for r in ("none", "full"))
+    plain, remat = (
+        train_steps(start(small_config(1, remat=r)), single_device_mesh(), 1, keep=(1,))
+        for r in ("none", "full")
+    )
     assert_metrics_close(remat.metrics, plain.metrics)
     assert_states_close(remat.states[1], plain.states[1])
 
@@ -309,20 +357,26 @@ def test_rematerialised_step_equals_the_plain_one():
 def test_cid_scan_reaches_the_networks():
     """``cid_scan`` builds CID with scanned blocks (tests/models/test_cid.py: the same
     outputs and gradients as unrolled)."""
-    assert [dbaf_networks.build(small_config(1, cid_scan=scan)).model.cid.scan for scan in (False, True)] == [False, True]
+    assert [
+        dbaf_networks.build(small_config(1, cid_scan=scan)).model.cid.scan for scan in (False, True)
+    ] == [False, True]
 
 
 @pytest.mark.parametrize("lazy, expected", [(False, 10.0), (True, 40.0)])
 def test_lazy_r1_scales_the_penalty_by_its_interval(lazy, expected):
     config = small_config(1, r1_every=4, r1_lazy=lazy)
-    assert adversarial.StepSettings.from_config(config, stage1_lib.Stage1.terms).r1_gamma == expected
+    assert (
+        adversarial.StepSettings.from_config(config, stage1_lib.Stage1.terms).r1_gamma == expected
+    )
 
 
 @pytest.mark.long  # compiles three stage-1 steps: about 4 min on 2 cores
 def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
     """Lazy R1 runs two compiled steps: the penalty (and its double backward) on steps
     0, k, 2k ... and a plain D loss between them."""
-    trajectory = train_steps(start(small_config(1, r1_every=2, r1_lazy=True)), single_device_mesh(), 4, keep=())
+    trajectory = train_steps(
+        start(small_config(1, r1_every=2, r1_lazy=True)), single_device_mesh(), 4, keep=()
+    )
     r1 = [m["r1"] for m in trajectory.metrics]
     assert r1[0] > 0 and r1[2] > 0, r1
     assert r1[1] == 0 and r1[3] == 0, r1
@@ -333,18 +387,29 @@ def test_real_and_fakes_in_one_trace_are_separate_calls():
     (`shared.discriminate_real_and_fakes`): the logits equal separate calls, and the
     program holds one D where two calls hold two."""
     discriminator = Discriminator(size=8, width_scale=1 / 16)
-    real, *fakes = [jnp.asarray(np.random.default_rng(i).normal(size=(4, 8, 8, 3)), jnp.float32) for i in range(4)]
+    real, *fakes = [
+        jnp.asarray(np.random.default_rng(i).normal(size=(4, 8, 8, 3)), jnp.float32)
+        for i in range(4)
+    ]
     variables = discriminator.init(jax.random.PRNGKey(0), real)
     d_apply = lambda x: discriminator.apply(variables, x)  # noqa: E731
-    real_logits, fake_logits = jax.jit(shared.discriminate_real_and_fakes, static_argnums=0)(d_apply, real, jnp.stack(fakes))
+    real_logits, fake_logits = jax.jit(shared.discriminate_real_and_fakes, static_argnums=0)(
+        d_apply, real, jnp.stack(fakes)
+    )
     np.testing.assert_allclose(real_logits, d_apply(real), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(fake_logits, np.stack([d_apply(x) for x in fakes]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        fake_logits, np.stack([d_apply(x) for x in fakes]), rtol=1e-5, atol=1e-6
+    )
 
     def convolutions(fn, *args):
         return jax.jit(fn).lower(*args).as_text().count("stablehlo.convolution")
 
-    together = convolutions(lambda r, f: shared.discriminate_real_and_fakes(d_apply, r, f), real, jnp.stack(fakes))
-    apart = convolutions(lambda r, f: (d_apply(r), shared.discriminate_each(d_apply, f)), real, jnp.stack(fakes))
+    together = convolutions(
+        lambda r, f: shared.discriminate_real_and_fakes(d_apply, r, f), real, jnp.stack(fakes)
+    )
+    apart = convolutions(
+        lambda r, f: (d_apply(r), shared.discriminate_each(d_apply, f)), real, jnp.stack(fakes)
+    )
     assert 0 < together < apart and apart == 2 * together
 
 
@@ -353,11 +418,16 @@ def test_discriminator_sees_each_stage2_output_on_its_own(batch):
     """D's logits for stage 2's five outputs equal five separate calls, as the reference
     makes them: its minibatch-stddev statistic is shared within one call only."""
     discriminator = Discriminator(size=8, width_scale=1 / 16)
-    outputs = [jnp.asarray(np.random.default_rng(i).normal(size=(batch, 8, 8, 3)), jnp.float32) for i in range(5)]
+    outputs = [
+        jnp.asarray(np.random.default_rng(i).normal(size=(batch, 8, 8, 3)), jnp.float32)
+        for i in range(5)
+    ]
     variables = discriminator.init(jax.random.PRNGKey(0), outputs[0])
     d_apply = jax.jit(lambda x: discriminator.apply(variables, x))
     logits = shared.discriminate_each(d_apply, jnp.stack(outputs))
-    np.testing.assert_allclose(logits, np.stack([d_apply(x) for x in outputs]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        logits, np.stack([d_apply(x) for x in outputs]), rtol=1e-5, atol=1e-6
+    )
     if batch * 5 % 4 == 0:  # one call on all 20 images would group samples of different outputs
         assert not np.allclose(d_apply(jnp.concatenate(outputs)), logits.reshape(-1, 1), rtol=1e-3)
 
@@ -371,7 +441,9 @@ def test_full_size_stage2_step_shapes():
     networks = stages.build_networks(config)
 
     def init_and_step(rng, images):
-        run = loop.setup(config, networks, networks_lib.init_variables(networks, rng, config.model.size), rng)
+        run = loop.setup(
+            config, networks, networks_lib.init_variables(networks, rng, config.model.size), rng
+        )
         return run.stage.step(run.state, run.frozen, images, jnp.asarray(0))
 
     images = jax.ShapeDtypeStruct((2, 256, 256, 3), jnp.float32)
@@ -380,7 +452,18 @@ def test_full_size_stage2_step_shapes():
     assert set(trained) == {"kria", "cid", "maar", "decoder"}
     assert trained["kria"]["cmlp_fine"]["equal_linear_0"]["kernel"].shape == (1024, 2048)
     assert trained["cid"]["pos_embedding"].shape == (14, 512)
-    assert set(metrics) == {"g_total", "d_total", "d_logistic", "r1", "id", "rec", "lpips", "parse", "reg", "adv"}
+    assert set(metrics) == {
+        "g_total",
+        "d_total",
+        "d_logistic",
+        "r1",
+        "id",
+        "rec",
+        "lpips",
+        "parse",
+        "reg",
+        "adv",
+    }
     assert all(m.shape == () for m in metrics.values())
 
 
@@ -440,7 +523,9 @@ def test_the_loop_does_not_wait_for_a_step_between_steps(tmp_path, monkeypatch):
         loop.train_and_evaluate(config, tmp_path)
     finally:
         guard.close()
-    checkpointer = checkpoints.TrainingCheckpointer(tmp_path, config.checkpoint_every, config.keep_checkpoints, {})
+    checkpointer = checkpoints.TrainingCheckpointer(
+        tmp_path, config.checkpoint_every, config.keep_checkpoints, {}
+    )
     saved_between_steps = [step for step in checkpointer.all_steps() if step < config.num_steps]
     checkpointer.close()
     assert saved_between_steps == [1]
@@ -465,10 +550,14 @@ def test_kill_and_resume_equals_uninterrupted_training(tmp_path, monkeypatch, st
     config = small_config(1, num_steps=3, sample_every=0)
     loop.train_and_evaluate(small_config(1, num_steps=1, sample_every=0), tmp_path)
     with monkeypatch.context() as patch:
-        patch.setattr(data, "batches", interrupting(data.batches, after=1))  # resumed at step 1: dies at step 3
+        patch.setattr(
+            data, "batches", interrupting(data.batches, after=1)
+        )  # resumed at step 1: dies at step 3
         with pytest.raises(KeyboardInterrupt):
             loop.train_and_evaluate(config, tmp_path)
-    checkpointer = checkpoints.TrainingCheckpointer(tmp_path, config.checkpoint_every, config.keep_checkpoints, {})
+    checkpointer = checkpoints.TrainingCheckpointer(
+        tmp_path, config.checkpoint_every, config.keep_checkpoints, {}
+    )
     assert checkpointer.all_steps() == [1, 2]
     checkpointer.close()
     resumed = jax.device_get(loop.train_and_evaluate(config, tmp_path))
@@ -496,9 +585,13 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     assert late < 0.97 * early, (early, late)
 
     first, second = tmp_path / "stage1", tmp_path / "stage2"
-    trained = state_lib.exported_variables(stage1_trajectory.states[STAGE1_STEPS], stage1_start.frozen)
+    trained = state_lib.exported_variables(
+        stage1_trajectory.states[STAGE1_STEPS], stage1_start.frozen
+    )
     loop.export(first, stage1_start.stage, trained)
-    config = small_config(2, num_steps=6, sample_every=6, init_from=str(first), eval_every=3, eval_images=BATCH)
+    config = small_config(
+        2, num_steps=6, sample_every=6, init_from=str(first), eval_every=3, eval_images=BATCH
+    )
     config.data.synthetic_size = 3 * BATCH  # two training batches and one held out
     loop.train_and_evaluate(config, second)
     early, late = early_and_late(logged(second, "g_total"))
@@ -507,11 +600,21 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     psnr = logged(second, "eval/recovery_psnr")
     assert len(psnr) == 2 and np.all(np.isfinite(psnr)), psnr
     best = json.loads((second / "best" / "best.json").read_text())
-    assert best["metric"] == "recovery_psnr" and best["value"] == max(psnr) and best["step"] in (3, 6)
+    assert (
+        best["metric"] == "recovery_psnr" and best["value"] == max(psnr) and best["step"] in (3, 6)
+    )
     model_families.load_family(dbaf.FAMILY, second / "best")
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
-    model, variables = model_families.load_family(dbaf.FAMILY, second / loop.MODEL_EXPORT)  # what `dbaf_jax.anonymize` runs
-    assert model.kria.groups == (3, 3, 4) and set(variables) >= {"e4e", "cid", "maar", "decoder", "kria"}
+    model, variables = model_families.load_family(
+        dbaf.FAMILY, second / loop.MODEL_EXPORT
+    )  # what `dbaf_jax.anonymize` runs
+    assert model.kria.groups == (3, 3, 4) and set(variables) >= {
+        "e4e",
+        "cid",
+        "maar",
+        "decoder",
+        "kria",
+    }
 
 
 @pytest.mark.slow
@@ -530,14 +633,18 @@ def test_kria_warmup_learns_a_key_reversible_identity_transform():
 
     def random_keys(rng, count):  # as training draws them: z per group through the mapping network
         z = jax.random.normal(rng, (2 * count, len(groups), style_dim))
-        return composition.latents_to_key(key_generator, generator_variables, z, groups).reshape(2, count, n_latent, style_dim)
+        return composition.latents_to_key(key_generator, generator_variables, z, groups).reshape(
+            2, count, n_latent, style_dim
+        )
 
     def transform(params, code, key):
         return kria.apply({"params": params}, code, key)
 
     settings = kria_warmup.Settings(steps=2000, learning_rate=3e-3, noise=0.0, images=len(identity))
     before = float(kria_warmup.loss(kria, params, identity, random_keys(rngs[4], len(identity))))
-    params = jax.jit(lambda p: kria_warmup.fit(kria, p, identity, random_keys, settings, rngs[3]))(params)
+    params = jax.jit(lambda p: kria_warmup.fit(kria, p, identity, random_keys, settings, rngs[3]))(
+        params
+    )
     keys = random_keys(rngs[4], len(identity))
     assert float(kria_warmup.loss(kria, params, identity, keys)) < 0.25 * before
     anonymized = transform(params, identity, keys[0])
@@ -545,6 +652,9 @@ def test_kria_warmup_learns_a_key_reversible_identity_transform():
     def relative_distance(code):
         return float(jnp.linalg.norm(code - identity) / jnp.linalg.norm(identity))
 
-    right, wrong = relative_distance(transform(params, anonymized, keys[0])), relative_distance(transform(params, anonymized, keys[1]))
+    right, wrong = (
+        relative_distance(transform(params, anonymized, keys[0])),
+        relative_distance(transform(params, anonymized, keys[1])),
+    )
     assert right < 0.2 and right < 0.1 * wrong, (right, wrong)
     assert relative_distance(anonymized) > 1.0

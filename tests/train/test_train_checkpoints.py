@@ -13,13 +13,19 @@ from dbaf_jax import sharding
 from dbaf_jax.train import checkpoints
 from dbaf_jax.train.checkpoints import IncompatibleCheckpointError, TrainingCheckpointer
 
-META = {"stage": "stage1", "architecture": {"size": 32, "latent_groups": (2, 2, 4), "cid": {"depth": 1}}}
+META = {
+    "stage": "stage1",
+    "architecture": {"size": 32, "latent_groups": (2, 2, 4), "cid": {"depth": 1}},
+}
 
 
 def make_state(mesh, scale=1.0):
     """A nested train-state-like pytree: fsdp-sharded, replicated and scalar leaves, optax state."""
     params = {
-        "generator": {"kernel": jnp.arange(64 * 32, dtype=jnp.float32).reshape(64, 32) * scale, "bias": jnp.ones(32) * scale},
+        "generator": {
+            "kernel": jnp.arange(64 * 32, dtype=jnp.float32).reshape(64, 32) * scale,
+            "bias": jnp.ones(32) * scale,
+        },
         "cid": {"pos": jnp.full((14, 1, 8), 2.0 * scale)},
     }
     params = jax.device_put(params, sharding.param_sharding(mesh, params, min_size=1024))
@@ -34,18 +40,26 @@ def mesh():
 
 def test_roundtrip_sharded_state_rng_and_metadata(tmp_path, mesh):
     state = make_state(mesh)
-    assert state["params"]["generator"]["kernel"].sharding.spec == jax.sharding.PartitionSpec("fsdp")
+    assert state["params"]["generator"]["kernel"].sharding.spec == jax.sharding.PartitionSpec(
+        "fsdp"
+    )
     rng = jax.random.fold_in(jax.random.key(3), 11)
     with TrainingCheckpointer(tmp_path, save_every=5, keep=3, metadata=META) as ckpt:
         assert ckpt.restore_latest(checkpoints.abstract_like(state)) is None
         assert ckpt.save(10, state, rng)
     with TrainingCheckpointer(tmp_path, save_every=5, keep=3, metadata=META) as ckpt:
-        restored = ckpt.restore_latest(checkpoints.abstract_like(make_state(mesh, scale=0.0)), expected=META)
+        restored = ckpt.restore_latest(
+            checkpoints.abstract_like(make_state(mesh, scale=0.0)), expected=META
+        )
     assert restored.step == 10 and restored.data_position == 10
     assert restored.metadata["stage"] == "stage1"
     np.testing.assert_array_equal(jax.random.key_data(restored.rng), jax.random.key_data(rng))
-    np.testing.assert_array_equal(jax.random.normal(restored.rng, (3,)), jax.random.normal(rng, (3,)))
-    for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(restored.state), jax.tree.leaves(state)):
+    np.testing.assert_array_equal(
+        jax.random.normal(restored.rng, (3,)), jax.random.normal(rng, (3,))
+    )
+    for (path, got), want in zip(
+        jax.tree_util.tree_leaves_with_path(restored.state), jax.tree.leaves(state)
+    ):
         np.testing.assert_array_equal(got, want, err_msg=jax.tree_util.keystr(path))
         assert got.sharding == want.sharding, jax.tree_util.keystr(path)
 
@@ -79,7 +93,9 @@ def test_a_step_that_is_not_saved_reads_nothing_from_the_device(tmp_path, mesh, 
     state, rng = make_state(mesh), jax.random.key(0)
     fetched = []
     to_json = checkpoints._key_to_json
-    monkeypatch.setattr(checkpoints, "_key_to_json", lambda key: fetched.append(key) or to_json(key))
+    monkeypatch.setattr(
+        checkpoints, "_key_to_json", lambda key: fetched.append(key) or to_json(key)
+    )
     with TrainingCheckpointer(tmp_path, save_every=4, keep=2, metadata=META) as ckpt:
         saved = [step for step in range(1, 9) if ckpt.save(step, state, rng)]
     assert saved == [1, 4, 8]  # Orbax also keeps the first step of a run with no checkpoint yet
@@ -111,10 +127,23 @@ def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
 
 
 def test_check_compatible_names_the_differing_fields():
-    stored = {"stage": "stage1", "architecture": {"size": 256, "latent_groups": [4, 4, 6], "cid": {"depth": 6, "heads": 14}}}
-    check_compatible_ok = {"stage": "stage1", "architecture": {"size": 256, "latent_groups": (4, 4, 6), "cid": {"depth": 6}}}
+    stored = {
+        "stage": "stage1",
+        "architecture": {"size": 256, "latent_groups": [4, 4, 6], "cid": {"depth": 6, "heads": 14}},
+    }
+    check_compatible_ok = {
+        "stage": "stage1",
+        "architecture": {"size": 256, "latent_groups": (4, 4, 6), "cid": {"depth": 6}},
+    }
     checkpoints.check_compatible(stored, check_compatible_ok)
-    expected = {"stage": "stage1", "architecture": {"size": 32, "latent_groups": (2, 2, 4), "cid": {"depth": 6, "kind": "vit"}}}
+    expected = {
+        "stage": "stage1",
+        "architecture": {
+            "size": 32,
+            "latent_groups": (2, 2, 4),
+            "cid": {"depth": 6, "kind": "vit"},
+        },
+    }
     with pytest.raises(IncompatibleCheckpointError) as err:
         checkpoints.check_compatible(stored, expected, source="stage-1 checkpoint W/100")
     message = str(err.value)
@@ -131,7 +160,9 @@ def test_restore_refuses_other_architecture(tmp_path, mesh):
         ckpt.save(3, state, jax.random.key(0))
         ckpt.wait()
         other = {"stage": "stage1", "architecture": {**META["architecture"], "size": 256}}
-        with pytest.raises(IncompatibleCheckpointError, match="architecture.size: 32, expected 256"):
+        with pytest.raises(
+            IncompatibleCheckpointError, match="architecture.size: 32, expected 256"
+        ):
             ckpt.restore_latest(checkpoints.abstract_like(state), expected=other)
 
 

@@ -130,12 +130,16 @@ def run_our_step(config, variables, images, rng, index_in_epoch: int = 0) -> Our
     """One step of ours from a fresh train state."""
     networks = stages.build_networks(config)
     run = loop.setup(config, networks, variables, rng)
-    state, metrics = jax.jit(run.stage.step)(run.state, run.frozen, images, jnp.asarray(index_in_epoch, jnp.int32))
+    state, metrics = jax.jit(run.stage.step)(
+        run.state, run.frozen, images, jnp.asarray(index_in_epoch, jnp.int32)
+    )
     trained = {**state.generator_params.fast, "discriminator": state.discriminator_params.fast}
     ours = run.stage.optimizers
     moments = {
         **ours.generator.leaves(state.generator_opt_state.mu, state.generator_params.fast),
-        "discriminator": ours.discriminator.leaves(state.discriminator_opt_state.mu, state.discriminator_params.fast),
+        "discriminator": ours.discriminator.leaves(
+            state.discriminator_opt_state.mu, state.discriminator_params.fast
+        ),
     }
     return OurStep(*jax.device_get((metrics, trained, state.model_state, moments)))
 
@@ -144,7 +148,12 @@ def our_stage2_key_latents(config, rng) -> np.ndarray:
     """The z (4, B, 3, style_dim) behind our stage-2 step's keys p1, p2, wrong 1, wrong 2,
     drawn from the state's rng as `AdversarialStage.step` and `stage2.sample_keys` draw them."""
     _, prepare_rng, _, _ = jax.random.split(rng, 4)
-    shape = (stage2_lib.KEYS_PER_STEP, config.batch_size, len(config.model.latent_groups), config.model.style_dim)
+    shape = (
+        stage2_lib.KEYS_PER_STEP,
+        config.batch_size,
+        len(config.model.latent_groups),
+        config.model.style_dim,
+    )
     return np.asarray(jax.random.normal(prepare_rng, shape))
 
 
@@ -167,12 +176,32 @@ def convert_critics(critics: training.Critics, directory) -> dict:
     out = directory / "models"
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(critics.arcface.state_dict(), directory / "model_ir_se50.pth")
-    run(convert_arcface, ["--ckpt", str(directory / "model_ir_se50.pth"), "--out", str(out), "--width-scale", str(ENC_WIDTH)])
+    run(
+        convert_arcface,
+        [
+            "--ckpt",
+            str(directory / "model_ir_se50.pth"),
+            "--out",
+            str(out),
+            "--width-scale",
+            str(ENC_WIDTH),
+        ],
+    )
     torch.save(torchvision_trunk_state_dict(critics.lpips), directory / "alexnet.pth")
-    run(convert_lpips, ["--net", "alex", "--trunk", str(directory / "alexnet.pth"), "--out", str(out)])
+    run(
+        convert_lpips,
+        ["--net", "alex", "--trunk", str(directory / "alexnet.pth"), "--out", str(out)],
+    )
     torch.save(critics.parser.state_dict(), directory / "parsenet.pth")
-    run(convert_parser, ["--kind", "unet", "--ckpt", str(directory / "parsenet.pth"), "--out", str(out)])
-    return {name: load_network(out / sub).variables for name, sub in PRETRAINED.items() if name in ("arcface", "lpips", "parser")}
+    run(
+        convert_parser,
+        ["--kind", "unet", "--ckpt", str(directory / "parsenet.pth"), "--out", str(out)],
+    )
+    return {
+        name: load_network(out / sub).variables
+        for name, sub in PRETRAINED.items()
+        if name in ("arcface", "lpips", "parser")
+    }
 
 
 def torch_generator_side(stage: int, seed: int) -> training.GeneratorSide:
@@ -181,16 +210,24 @@ def torch_generator_side(stage: int, seed: int) -> training.GeneratorSide:
     Stage 1 starts its generator from the base g_ema (also the key network here); stage 2
     continues stage-1 networks and starts KRIA. CID's dropout is off (p = 0).
     """
-    encoder = randomize_irse_(Encoder4Editing(SIZE, STYLE_DIM, ENC_WIDTH, input_size=SIZE), seed=seed)
+    encoder = randomize_irse_(
+        Encoder4Editing(SIZE, STYLE_DIM, ENC_WIDTH, input_size=SIZE), seed=seed
+    )
     training.set_requires_grad([encoder], False)
-    cid = randomize_(DisentanglementId(dim=STYLE_DIM, n_latent=sum(GROUPS), groups=GROUPS, **CID_SIZE), seed + 1)
+    cid = randomize_(
+        DisentanglementId(dim=STYLE_DIM, n_latent=sum(GROUPS), groups=GROUPS, **CID_SIZE), seed + 1
+    )
     for module in cid.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
-    discriminator = reset_fixed_kernels_(randomize_(Discriminator(SIZE, width_scale=GEN_WIDTH), seed=seed + 4))
+    discriminator = reset_fixed_kernels_(
+        randomize_(Discriminator(SIZE, width_scale=GEN_WIDTH), seed=seed + 4)
+    )
     nets = training.GeneratorSide(
         encoder=encoder,
-        latent_avg=torch.randn(sum(GROUPS), STYLE_DIM, generator=torch.Generator().manual_seed(seed + 2)),
+        latent_avg=torch.randn(
+            sum(GROUPS), STYLE_DIM, generator=torch.Generator().manual_seed(seed + 2)
+        ),
         cid=cid.train(),
         maar=randomize_(AttrBlock(ENCODER_MAP_CHANNELS, MAAR_CHANNELS), seed + 3).train(),
         decoder=reduced_generator(seed + 5).train(),
@@ -222,7 +259,9 @@ def at_training_scale_(nets: training.GeneratorSide) -> training.GeneratorSide:
                 p.mul_(0.1)
             elif name.startswith("to_rgb") and name.endswith("conv.weight"):
                 p.mul_(0.05)
-            elif name.startswith("to_rgb") and name.endswith(".bias") and ".modulation." not in name:
+            elif (
+                name.startswith("to_rgb") and name.endswith(".bias") and ".modulation." not in name
+            ):
                 p.mul_(0.1)
         if nets.kria is not None:
             for cmlp in nets.kria.mapper:
@@ -253,17 +292,28 @@ def our_variables(networks, nets: training.GeneratorSide, replace: dict | None =
         "e4e": encoder_variables(encoder_state, model.e4e, "e4e"),
         "cid": cid_variables(state_dict_with(nets.cid, replace.get("cid")), model.cid, "cid"),
         "maar": maar_variables(
-            state_dict_with(nets.maar, replace.get("maar")), model.maar, "maar", ENCODER_MAP_CHANNELS
+            state_dict_with(nets.maar, replace.get("maar")),
+            model.maar,
+            "maar",
+            ENCODER_MAP_CHANNELS,
         ),
-        "decoder": generator_variables(state_dict_with(nets.decoder, replace.get("decoder")), model.decoder, "decoder"),
+        "decoder": generator_variables(
+            state_dict_with(nets.decoder, replace.get("decoder")), model.decoder, "decoder"
+        ),
         "discriminator": discriminator_variables(
-            state_dict_with(nets.discriminator, replace.get("discriminator")), networks.discriminator, "d"
+            state_dict_with(nets.discriminator, replace.get("discriminator")),
+            networks.discriminator,
+            "d",
         ),
     }
     base = nets.base_generator if nets.base_generator is not None else nets.decoder
-    variables[KEY_GENERATOR] = generator_variables(state_dict_with(base), model.key_generator, "g_ema")
+    variables[KEY_GENERATOR] = generator_variables(
+        state_dict_with(base), model.key_generator, "g_ema"
+    )
     if nets.kria is not None:
-        variables["kria"] = kria_variables(state_dict_with(nets.kria, replace.get("kria")), model.kria, "kria")
+        variables["kria"] = kria_variables(
+            state_dict_with(nets.kria, replace.get("kria")), model.kria, "kria"
+        )
     return variables
 
 
@@ -274,7 +324,8 @@ def reference_first_moments(nets: training.GeneratorSide, g_opt, d_opt) -> dict:
     for name, module in modules.items():
         opt = d_opt if name == "discriminator" else g_opt
         moments[name] = {
-            n: opt.state[p]["exp_avg"] if p in opt.state else torch.zeros_like(p) for n, p in module.named_parameters()
+            n: opt.state[p]["exp_avg"] if p in opt.state else torch.zeros_like(p)
+            for n, p in module.named_parameters()
         }
     return moments
 
@@ -282,7 +333,9 @@ def reference_first_moments(nets: training.GeneratorSide, g_opt, d_opt) -> dict:
 def reference_optimizers(nets: training.GeneratorSide):
     """Ranger over the generator side's parameter groups and over D, as the scripts build them."""
     groups = [{"params": module.parameters()} for module in nets.trained().values()]
-    return training.Ranger(groups, lr=LEARNING_RATE), training.Ranger(nets.discriminator.parameters(), lr=LEARNING_RATE)
+    return training.Ranger(groups, lr=LEARNING_RATE), training.Ranger(
+        nets.discriminator.parameters(), lr=LEARNING_RATE
+    )
 
 
 # ----------------------------------------------------------------------------------
@@ -290,7 +343,10 @@ def reference_optimizers(nets: training.GeneratorSide):
 
 
 def leaves(tree) -> dict[str, np.ndarray]:
-    return {jax.tree_util.keystr(p): np.asarray(x, np.float64) for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+    return {
+        jax.tree_util.keystr(p): np.asarray(x, np.float64)
+        for p, x in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 def relative_errors(ours, reference) -> dict[str, float]:
@@ -301,7 +357,9 @@ def relative_errors(ours, reference) -> dict[str, float]:
     for name, expected in reference.items():
         scale = np.abs(expected).max()
         if scale == 0:
-            np.testing.assert_array_equal(ours[name], 0.0, err_msg=f"{name}: the reference's is zero")
+            np.testing.assert_array_equal(
+                ours[name], 0.0, err_msg=f"{name}: the reference's is zero"
+            )
             errors[name] = 0.0
         else:
             errors[name] = float(np.abs(ours[name] - expected).max() / scale)
@@ -322,9 +380,13 @@ def update_errors(ours, reference, start) -> dict[str, float]:
     for name, s in start.items():
         expected = reference[name] - s
         scale = np.abs(expected).max()
-        excess = np.abs(ours[name] - reference[name]) - np.spacing(np.abs(reference[name]).astype(np.float32))
+        excess = np.abs(ours[name] - reference[name]) - np.spacing(
+            np.abs(reference[name]).astype(np.float32)
+        )
         if scale == 0:
-            np.testing.assert_array_equal(ours[name], s, err_msg=f"{name} moved; the reference's did not")
+            np.testing.assert_array_equal(
+                ours[name], s, err_msg=f"{name} moved; the reference's did not"
+            )
             errors[name] = 0.0
         else:
             errors[name] = float(max(excess.max(), 0.0) / scale)
@@ -348,7 +410,9 @@ def network_errors(ours, reference, start=None) -> dict[str, float]:
     difference, scale = {}, {}
     for name, expected in reference.items():
         network = name.split("'")[1]
-        difference[network] = max(difference.get(network, 0.0), float(np.abs(ours[name] - expected).max()))
+        difference[network] = max(
+            difference.get(network, 0.0), float(np.abs(ours[name] - expected).max())
+        )
         scale[network] = max(scale.get(network, 0.0), float(np.abs(expected - start[name]).max()))
     return {n: difference[n] / scale[n] if scale[n] else difference[n] for n in difference}
 
@@ -366,7 +430,14 @@ def assert_leaves_below(errors: dict[str, float], what: str) -> None:
 
 
 def assert_step_matches(
-    config, nets, critics, critic_variables, images, run_reference, our_step_args, network_tol=NETWORK_TOL
+    config,
+    nets,
+    critics,
+    critic_variables,
+    images,
+    run_reference,
+    our_step_args,
+    network_tol=NETWORK_TOL,
 ):
     """Runs our step and the reference's from the same weights and compares every metric,
     the gradients (Ranger's first moments), the parameters after the update and MAAR's
@@ -386,30 +457,51 @@ def assert_step_matches(
             {n: ours.first_moments[n] for n in names}, {n: moments[n]["params"] for n in names}
         ),
         "parameter updates": update_errors(
-            {n: ours.params[n] for n in names}, {n: after[n]["params"] for n in names}, {n: start[n]["params"] for n in names}
+            {n: ours.params[n] for n in names},
+            {n: after[n]["params"] for n in names},
+            {n: start[n]["params"] for n in names},
         ),
         "MAAR running statistics": update_errors(
-            ours.model_state["maar"], *({k: v["maar"][k] for k in ours.model_state["maar"]} for v in (after, start))
+            ours.model_state["maar"],
+            *({k: v["maar"][k] for k in ours.model_state["maar"]} for v in (after, start)),
         ),
     }
-    for name, collections in ours.model_state.items():  # the rest (the generator's noise buffers) is constant
+    for (
+        name,
+        collections,
+    ) in ours.model_state.items():  # the rest (the generator's noise buffers) is constant
         if name != "maar":
             for leaf, value in leaves(collections).items():
-                np.testing.assert_array_equal(value, leaves({k: start[name][k] for k in collections})[leaf], err_msg=leaf)
+                np.testing.assert_array_equal(
+                    value, leaves({k: start[name][k] for k in collections})[leaf], err_msg=leaf
+                )
 
     per_network = {
-        "gradients": network_errors({n: ours.first_moments[n] for n in names}, {n: moments[n]["params"] for n in names}),
+        "gradients": network_errors(
+            {n: ours.first_moments[n] for n in names}, {n: moments[n]["params"] for n in names}
+        ),
         "parameter updates": network_errors(
-            {n: ours.params[n] for n in names}, {n: after[n]["params"] for n in names}, {n: start[n]["params"] for n in names}
+            {n: ours.params[n] for n in names},
+            {n: after[n]["params"] for n in names},
+            {n: start[n]["params"] for n in names},
         ),
     }
-    for what, values in {**errors, **{f"{k} per network": v for k, v in per_network.items()}}.items():
-        print(f"{what}: max {max(values.values()):.1e}", {k: f"{v:.1e}" for k, v in sorted(values.items(), key=lambda kv: -kv[1])[:6]})
+    for what, values in {
+        **errors,
+        **{f"{k} per network": v for k, v in per_network.items()},
+    }.items():
+        print(
+            f"{what}: max {max(values.values()):.1e}",
+            {k: f"{v:.1e}" for k, v in sorted(values.items(), key=lambda kv: -kv[1])[:6]},
+        )
     assert_below(errors["terms"], TOL, "loss terms")
     assert_below(errors["MAAR running statistics"], TOL, "MAAR running statistics")
     for what, values in per_network.items():
         assert_below(values, network_tol, f"{what} per network")
-        assert_leaves_below(errors[what if what == "parameter updates" else "gradients (first moments)"], f"{what} per leaf")
+        assert_leaves_below(
+            errors[what if what == "parameter updates" else "gradients (first moments)"],
+            f"{what} per leaf",
+        )
     return result
 
 
@@ -421,7 +513,9 @@ def critics(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def images():
-    return np.tanh(np.random.default_rng(3).standard_normal((BATCH, SIZE, SIZE, 3))).astype(np.float32)
+    return np.tanh(np.random.default_rng(3).standard_normal((BATCH, SIZE, SIZE, 3))).astype(
+        np.float32
+    )
 
 
 @pytest.mark.parametrize("index_in_epoch, pairing", [(1, "different"), (3, "self")])
@@ -437,7 +531,13 @@ def test_stage1_step_matches_reference_script(critics, images, index_in_epoch, p
     config = reduced_config(1)
     assert (index_in_epoch % config.pair_self_every == 0) == (pairing == "self")
     assert_step_matches(
-        config, nets, reference_critics, critic_variables, images, run_reference, (jax.random.key(0), index_in_epoch)
+        config,
+        nets,
+        reference_critics,
+        critic_variables,
+        images,
+        run_reference,
+        (jax.random.key(0), index_in_epoch),
     )
 
 
@@ -453,5 +553,12 @@ def test_stage2_step_matches_reference_script(critics, images):
         return training.stage2_step(nets, critics, g_opt, d_opt, nchw(images), z, GROUPS)
 
     assert_step_matches(
-        config, nets, reference_critics, critic_variables, images, run_reference, (rng,), STAGE2_NETWORK_TOL
+        config,
+        nets,
+        reference_critics,
+        critic_variables,
+        images,
+        run_reference,
+        (rng,),
+        STAGE2_NETWORK_TOL,
     )

@@ -18,13 +18,18 @@ def test_whole_clips_are_not_short_and_a_cut_one_is(tmp_path):
     for path in (mp4, mkv):
         info, count, first, last = decoded(path)
         assert count == 24 and clip.shortfall(path, info, count, first, last) is None
-    assert clip.probe(mp4).declared_frames == 24 and clip.probe(mkv).declared_frames is None  # Matroska gives a duration
+    assert (
+        clip.probe(mp4).declared_frames == 24 and clip.probe(mkv).declared_frames is None
+    )  # Matroska gives a duration
     cut = tmp_path / "cut.mkv"
     data = mkv.read_bytes()
     cut.write_bytes(data[: len(data) * 2 // 3])
     info, count, first, last = decoded(cut)
     assert 0 < count < 24
     note = clip.shortfall(cut, info, count, first, last)
-    assert note.startswith(f"{cut}: decoded {count} frame(s)") and "2.00 s its container declares" in note
+    assert (
+        note.startswith(f"{cut}: decoded {count} frame(s)")
+        and "2.00 s its container declares" in note
+    )
     # By count: a container that declares 24 frames of which 20 decoded.
     assert "of the 24 its container declares" in clip.shortfall(mp4, clip.probe(mp4), 20, 0, 19)

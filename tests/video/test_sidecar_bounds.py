@@ -36,7 +36,13 @@ def at(x, y, side=40.0):
 def data(tracks, frames=FRAMES):
     """Sidecar content for a WIDTH x HEIGHT clip; ``tracks`` as (number, first, transforms)."""
     made = metadata.anonymization(keys.KeyRecord(salt="ab" * keys.SALT_BYTES), "0123456789abcdef")
-    return sidecar.content(made, (HEIGHT, WIDTH), frames, SIZE, [(n, first, np.stack(stack)) for n, first, stack in tracks])
+    return sidecar.content(
+        made,
+        (HEIGHT, WIDTH),
+        frames,
+        SIZE,
+        [(n, first, np.stack(stack)) for n, first, stack in tracks],
+    )
 
 
 def grid():
@@ -50,19 +56,33 @@ def test_the_densest_sidecar_the_area_allows_is_accepted_and_one_more_face_is_no
     cells = grid()
     dense = data([(i, 0, [at(x, y, 32.0)] * FRAMES) for i, (x, y) in enumerate(cells)])
     assert len(sidecar.check(dense).tracks) == len(cells) == WIDTH * HEIGHT // 32**2
-    one_more = data([(i, 0, [at(x, y, 32.0)] * FRAMES) for i, (x, y) in enumerate(cells)] + [(len(cells), 2, [at(300, 220, 32.0)])])
-    with pytest.raises(ValueError, match=rf"frame 2 holds {len(cells) + 1} faces, more than the {len(cells)} a 320x240 frame can"):
+    one_more = data(
+        [(i, 0, [at(x, y, 32.0)] * FRAMES) for i, (x, y) in enumerate(cells)]
+        + [(len(cells), 2, [at(300, 220, 32.0)])]
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"frame 2 holds {len(cells) + 1} faces, more than the {len(cells)} a 320x240 frame can",
+    ):
         sidecar.check(one_more)
 
 
-@pytest.mark.parametrize("tracks, words", [
-    ([(0, 0, [at(100, 100)] * FRAMES), (1, 3, [at(105, 100)] * 3), (2, 4, [at(100, 104)])],
-     r"track 0 overlaps 2 other tracks on frame 4, track 1 among them \(at most 2 faces at one place"),
-    ([(n, 0, [at(100, 100)] * FRAMES) for n in range(1000)], "holds 1000 faces"),  # the hostile trial's sidecar, per frame
-    ([(0, 0, [at(100, 100, side=4.0)])], "track 0 on frame 0 is 4.0 px, below the 8 px"),
-    ([(0, 0, [at(100, 100), at(400, 100)])], "track 0 on frame 1 is centred outside the frame"),
-    ([(0, 0, [at(100, 100) * 1e10])], r"within \+-1e\+09"),
-])
+@pytest.mark.parametrize(
+    "tracks, words",
+    [
+        (
+            [(0, 0, [at(100, 100)] * FRAMES), (1, 3, [at(105, 100)] * 3), (2, 4, [at(100, 104)])],
+            r"track 0 overlaps 2 other tracks on frame 4, track 1 among them \(at most 2 faces at one place",
+        ),
+        (
+            [(n, 0, [at(100, 100)] * FRAMES) for n in range(1000)],
+            "holds 1000 faces",
+        ),  # the hostile trial's sidecar, per frame
+        ([(0, 0, [at(100, 100, side=4.0)])], "track 0 on frame 0 is 4.0 px, below the 8 px"),
+        ([(0, 0, [at(100, 100), at(400, 100)])], "track 0 on frame 1 is centred outside the frame"),
+        ([(0, 0, [at(100, 100) * 1e10])], r"within \+-1e\+09"),
+    ],
+)
 def test_a_crafted_sidecar_is_refused_naming_the_track_and_frame(tracks, words):
     with pytest.raises(ValueError, match=words):
         sidecar.check(data(tracks))
@@ -71,20 +91,32 @@ def test_a_crafted_sidecar_is_refused_naming_the_track_and_frame(tracks, words):
 def test_two_tracks_on_one_face_are_accepted():
     """What honest clips hold: a track's interpolated frames under another track's
     one-frame detection of the same face (a pan over office5.jpg)."""
-    assert len(sidecar.check(data([(0, 0, [at(100, 100)] * FRAMES), (1, 3, [at(105, 100)])])).tracks) == 2
+    assert (
+        len(sidecar.check(data([(0, 0, [at(100, 100)] * FRAMES), (1, 3, [at(105, 100)])])).tracks)
+        == 2
+    )
 
 
-def test_a_sidecar_file_longer_than_the_clip_can_hold_is_refused_before_it_is_read(tmp_path, monkeypatch):
+def test_a_sidecar_file_longer_than_the_clip_can_hold_is_refused_before_it_is_read(
+    tmp_path, monkeypatch
+):
     limit = sidecar.max_bytes((HEIGHT, WIDTH), FRAMES)
     assert limit == sidecar.FIXED_BYTES + FRAMES * 75 * sidecar.BYTES_PER_FACE
     honest = data([(0, 0, [at(100, 100)] * FRAMES)])
     path = sidecar.write(tmp_path / "a.mp4.dbaf.json", honest, overwrite=False)
     assert sidecar.read(path, limit).tracks[0][0] == 0
     dense = data([(i, 0, [at(x, y, 32.0)] * FRAMES) for i, (x, y) in enumerate(grid())])
-    assert len(json.dumps(dense, separators=(",", ":"))) < limit  # the densest honest sidecar fits its bound
+    assert (
+        len(json.dumps(dense, separators=(",", ":"))) < limit
+    )  # the densest honest sidecar fits its bound
     path.write_bytes(path.read_bytes() + b" " * limit)
-    monkeypatch.setattr(json, "loads", lambda *a, **k: pytest.fail("parsed before its size was checked"))
-    with pytest.raises(InputError, match=rf"a sidecar of {limit + len(json.dumps(honest, separators=(',', ':')))} bytes is more than"):
+    monkeypatch.setattr(
+        json, "loads", lambda *a, **k: pytest.fail("parsed before its size was checked")
+    )
+    with pytest.raises(
+        InputError,
+        match=rf"a sidecar of {limit + len(json.dumps(honest, separators=(',', ':')))} bytes is more than",
+    ):
         sidecar.read(path, limit)
 
 
@@ -126,16 +158,32 @@ def test_a_clip_whose_tag_inflates_to_a_gib_is_refused_within_a_few_hundred_mb(t
     source = write_clip(tmp_path / "pan.mp4", pan_frames(FRAMES), audio_streams=0)
     info = clip.probe(source)
     tagged = tmp_path / f"hostile{suffix}"
-    writer = clip.Writer(source, tagged, clip.muxer(tagged), info, clip.Encoding(), clip.Encoding().codec_for(tagged),
-                         {sidecar.TAG: bomb(1 << 30)})
+    writer = clip.Writer(
+        source,
+        tagged,
+        clip.muxer(tagged),
+        info,
+        clip.Encoding(),
+        clip.Encoding().codec_for(tagged),
+        {sidecar.TAG: bomb(1 << 30)},
+    )
     for frame in clip.frames(source, info):
         writer.write(frame.pixels, frame.pts)
     writer.finish()
-    assert len(clip.read_tag(tagged, sidecar.TAG)) > 1_000_000 and clip.packet_count(tagged) == FRAMES
-    result = subprocess.run([sys.executable, "-c", PEAK, str(tagged), str(tmp_path / f"out{suffix}")], capture_output=True, text=True)
+    assert (
+        len(clip.read_tag(tagged, sidecar.TAG)) > 1_000_000 and clip.packet_count(tagged) == FRAMES
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK, str(tagged), str(tmp_path / f"out{suffix}")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     message, grown_mb = result.stdout.splitlines()
-    assert message.startswith(f"{tagged}: the sidecar in the container's metadata cannot be decoded") and "can hold" in message, message
+    assert (
+        message.startswith(f"{tagged}: the sidecar in the container's metadata cannot be decoded")
+        and "can hold" in message
+    ), message
     assert int(grown_mb) < 200, grown_mb
     assert not (tmp_path / f"out{suffix}").exists()
 
@@ -146,7 +194,10 @@ def test_anonymize_says_when_its_own_sidecar_breaks_the_bounds(tmp_path, monkeyp
     its sidecar, naming why."""
     run(convert_mtcnn, ["--out", str(tmp_path / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(registry.build(tmp_path / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
+    faces = photos.PhotoFaces(
+        registry.build(tmp_path / "model" / "mtcnn", ["mtcnn"], low_band=False)[0],
+        double.input_size,
+    )
     source = write_clip(tmp_path / "pan.mp4", pan_frames(3, travel=0.3), audio_streams=0)
     monkeypatch.setattr(metadata, "max_recorded_faces", lambda shape: 1)
     report = runner.anonymize_video(double, faces, "pw", source, tmp_path / "anon.mp4", 4)

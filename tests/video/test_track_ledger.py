@@ -5,7 +5,6 @@ sidecar file), and recovery with the key file alone restores the tracks the face
 verifies and changes nothing outside the anonymized faces; the never-anonymized clip
 is left as it was."""
 
-
 import numpy as np
 import pytest
 from scipy.ndimage import binary_dilation
@@ -23,7 +22,9 @@ from tests.video_clips import pan_frames, write_clip
 PASSWORD = "clip ledger"
 FRAMES = 10
 BATCH = 4
-LOSSLESS = clip.Encoding(crf=0)  # the recovered clip's pixels are compared, not the encoder's choices
+LOSSLESS = clip.Encoding(
+    crf=0
+)  # the recovered clip's pixels are compared, not the encoder's choices
 MARGIN = 4  # pixels: how far a changed pixel reaches through yuv420p's chroma
 
 
@@ -35,7 +36,9 @@ def as_recovery_encodes(source, target):
     """``source``'s frames through the recovery's encoder and nothing else: what a frame
     whose pixels recovery did not change decodes to."""
     info = clip.probe(source)
-    writer = clip.Writer(source, target, clip.muxer(target), info, LOSSLESS, LOSSLESS.codec_for(target))
+    writer = clip.Writer(
+        source, target, clip.muxer(target), info, LOSSLESS, LOSSLESS.codec_for(target)
+    )
     for frame in clip.frames(source, info):
         writer.write(frame.pixels, frame.pts)
     writer.finish()
@@ -47,18 +50,48 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clip_ledger")
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size)
+    faces = photos.PhotoFaces(
+        registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size
+    )
     write_clip(tmp / "pan.mp4", pan_frames(FRAMES, travel=0.5), audio_streams=0)
     record = keys.KeyRecord(salt="6b" * keys.SALT_BYTES)
     keys.write_key_file(tmp / "me.key", record)
-    anonymized = runner.anonymize_video(double, faces, PASSWORD, tmp / "pan.mp4", tmp / "anon.mp4", BATCH, record=record,
-                                        face_ledger=ledger.ledger_path(tmp / "me.key"))
-    shared = write_clip(tmp / "shared.mp4", decoded(tmp / "anon.mp4").astype(np.uint8), audio_streams=0)
+    anonymized = runner.anonymize_video(
+        double,
+        faces,
+        PASSWORD,
+        tmp / "pan.mp4",
+        tmp / "anon.mp4",
+        BATCH,
+        record=record,
+        face_ledger=ledger.ledger_path(tmp / "me.key"),
+    )
+    shared = write_clip(
+        tmp / "shared.mp4", decoded(tmp / "anon.mp4").astype(np.uint8), audio_streams=0
+    )
     entries = ledger.read(ledger.ledger_path(tmp / "me.key"))
-    recovered = runner.recover_video(double, faces, PASSWORD, shared, tmp / "back.mkv", BATCH, record=record, encoding=LOSSLESS,
-                                     face_ledger=entries)
-    control = runner.recover_video(double, faces, PASSWORD, tmp / "pan.mp4", tmp / "control.mkv", BATCH, record=record,
-                                   encoding=LOSSLESS, face_ledger=entries)
+    recovered = runner.recover_video(
+        double,
+        faces,
+        PASSWORD,
+        shared,
+        tmp / "back.mkv",
+        BATCH,
+        record=record,
+        encoding=LOSSLESS,
+        face_ledger=entries,
+    )
+    control = runner.recover_video(
+        double,
+        faces,
+        PASSWORD,
+        tmp / "pan.mp4",
+        tmp / "control.mkv",
+        BATCH,
+        record=record,
+        encoding=LOSSLESS,
+        face_ledger=entries,
+    )
     return tmp, anonymized, recovered, control, entries
 
 
@@ -66,8 +99,13 @@ def test_anonymize_with_a_key_file_writes_the_tracks_entries(ws):
     tmp, anonymized, _, _, entries = ws
     side = sidecar.read(sidecar.path_for(tmp / "anon.mp4"))
     assert anonymized.tracks >= 2 and len({entry.clip for entry in entries}) == 1
-    expected = {(number, first + offset) for number, first, stack in side.tracks
-                for offset in track_ledger.sampled_offsets(len(stack), float(clip.probe(tmp / "pan.mp4").rate))}
+    expected = {
+        (number, first + offset)
+        for number, first, stack in side.tracks
+        for offset in track_ledger.sampled_offsets(
+            len(stack), float(clip.probe(tmp / "pan.mp4").rate)
+        )
+    }
     assert {(entry.index, entry.frame) for entry in entries} == expected
     assert all(entry.separation > 0 for entry in entries)
 
@@ -84,13 +122,20 @@ def test_the_shared_copy_is_recovered_where_it_was_anonymized_only(ws):
     for _, first, stack in side.tracks:
         for offset, transform in enumerate(stack):
             inside[first + offset] |= _covered(side.shape, transform, side.size)
-    original, shared, back = decoded(tmp / "pan.mp4"), decoded(tmp / "shared.mp4"), decoded(tmp / "back.mkv")
+    original, shared, back = (
+        decoded(tmp / "pan.mp4"),
+        decoded(tmp / "shared.mp4"),
+        decoded(tmp / "back.mkv"),
+    )
     discs = np.zeros_like(inside)  # what the ledger lets recovery change
     yy, xx = np.mgrid[: side.shape[0], : side.shape[1]]
     for _, first, stack in side.tracks:
         for offset, transform in enumerate(stack):
             _, (cx, cy), width = ledger.place(side.shape, transform, side.size)
-            discs[first + offset] |= np.hypot(xx - cx * side.shape[1], yy - cy * side.shape[1]) <= ledger.RECOVERY_RADIUS * width * side.shape[1]
+            discs[first + offset] |= (
+                np.hypot(xx - cx * side.shape[1], yy - cy * side.shape[1])
+                <= ledger.RECOVERY_RADIUS * width * side.shape[1]
+            )
     assert np.abs(back - original)[discs].mean() < 0.5 * np.abs(shared - original)[discs].mean()
     # Outside (with a margin for yuv420p's chroma filter) the frames are the shared copy's exactly.
     near = binary_dilation(inside, np.ones((1, 2 * MARGIN + 1, 2 * MARGIN + 1), bool))
@@ -100,7 +145,12 @@ def test_the_shared_copy_is_recovered_where_it_was_anonymized_only(ws):
 
 def _covered(shape, transform, size):
     """(H, W) bool: the pixels a face's paste at ``transform`` may change (its box mask's support)."""
-    layer = paste.paste(np.zeros((*shape, 3), np.uint8), np.ones((size, size, 3), np.float32), paste.box_mask(size), transform)
+    layer = paste.paste(
+        np.zeros((*shape, 3), np.uint8),
+        np.ones((size, size, 3), np.float32),
+        paste.box_mask(size),
+        transform,
+    )
     return layer[..., 0] > 0
 
 
@@ -109,8 +159,12 @@ def test_a_clip_never_anonymized_is_left_as_it_was(ws):
     and tracked, none matches the ledger, and no face is touched."""
     tmp, _, _, control, _ = ws
     assert control.tracks >= 2 and control.unverified == control.tracks and control.faces == 0
-    assert control.notes == [f"{tmp / 'pan.mp4'}: no face found again matched the key file's face ledger; the clip was re-encoded unchanged"]
-    np.testing.assert_array_equal(decoded(tmp / "control.mkv"), as_recovery_encodes(tmp / "pan.mp4", tmp / "pan_lossless.mkv"))
+    assert control.notes == [
+        f"{tmp / 'pan.mp4'}: no face found again matched the key file's face ledger; the clip was re-encoded unchanged"
+    ]
+    np.testing.assert_array_equal(
+        decoded(tmp / "control.mkv"), as_recovery_encodes(tmp / "pan.mp4", tmp / "pan_lossless.mkv")
+    )
 
 
 def test_the_anonymized_place_is_exact_at_entries_and_follows_the_redetected_motion_between():
@@ -118,10 +172,24 @@ def test_the_anonymized_place_is_exact_at_entries_and_follows_the_redetected_mot
     ledger's places) is moved onto the entries at their frames, and between them by the
     offset interpolated: the motion is the re-detection's, the bias removed."""
     size, shape = 64, (120, 200)
-    stack = np.stack([np.array([[1.0, 0, -(40 + f)], [0, 1, -30]]) for f in range(12)])  # crops at x = 40 + f
+    stack = np.stack(
+        [np.array([[1.0, 0, -(40 + f)], [0, 1, -30]]) for f in range(12)]
+    )  # crops at x = 40 + f
     _, (cx, cy), side = ledger.place(shape, stack[0], size)
     sig = np.zeros(ledger.GRID * ledger.GRID * 3)
-    entry = lambda frame, shift: ledger.Entry(1, shape[1] / shape[0], (cx + (frame + shift) / shape[1], cy), side, sig, 0.2, "ab", frame)  # noqa: E731
+
+    def entry(frame, shift):
+        return ledger.Entry(
+            1,
+            shape[1] / shape[0],
+            (cx + (frame + shift) / shape[1], cy),
+            side,
+            sig,
+            0.2,
+            "ab",
+            frame,
+        )
+
     places = track_ledger._anchored([entry(2, -10), entry(8, -12)], 0, stack, 0, 11, size, shape)
     x = [round(place.centre[0] * shape[1] - cx * shape[1], 6) for place in places]
     assert x == [-10, -9, -8, -7.333333, -6.666667, -6, -5.333333, -4.666667, -4, -3, -2, -1]
@@ -134,17 +202,32 @@ def _entry(index, x, frame=3, run="ab", side=0.1):
     return ledger.Entry(index, 4 / 3, (x, 0.3), side, np.zeros(ledger.GRID**2 * 3), 0.2, run, frame)
 
 
-@pytest.mark.parametrize("entries, words", [
-    ([_entry(i, 0.5) for i in range(1000)], "run ab, frame 3: 1000 faces, more than the 75 a 320x240 frame can hold"),
-    ([_entry(0, 0.2), _entry(1, 0.21), _entry(2, 0.205)], "key index 0 overlaps 2 other entries, key index 1 among them"),
-    ([_entry(0, 0.2), _entry(0, 0.6)], "a track \\(key index\\) has two entries"),
-    ([_entry(0, 0.2, side=0.01)], "below the 8 px"),
-    ([_entry(0, 1.5)], "centred outside the frame"),
-])
+@pytest.mark.parametrize(
+    "entries, words",
+    [
+        (
+            [_entry(i, 0.5) for i in range(1000)],
+            "run ab, frame 3: 1000 faces, more than the 75 a 320x240 frame can hold",
+        ),
+        (
+            [_entry(0, 0.2), _entry(1, 0.21), _entry(2, 0.205)],
+            "key index 0 overlaps 2 other entries, key index 1 among them",
+        ),
+        ([_entry(0, 0.2), _entry(0, 0.6)], "a track \\(key index\\) has two entries"),
+        ([_entry(0, 0.2, side=0.01)], "below the 8 px"),
+        ([_entry(0, 1.5)], "centred outside the frame"),
+    ],
+)
 def test_a_crafted_clip_ledger_is_refused_by_the_sidecars_rules(entries, words):
     """The clip entries of a face ledger buy crops and signatures: one run's entries on
     one frame are held to the frame's area, no overlaps and one per track."""
     with pytest.raises(InputError, match=words):
         track_ledger.check_entries(entries, (240, 320))
-    honest = [_entry(0, 0.2), _entry(1, 0.6), _entry(2, 0.61), _entry(0, 0.2, run="cd"), _entry(0, 0.2, frame=4)]
+    honest = [
+        _entry(0, 0.2),
+        _entry(1, 0.6),
+        _entry(2, 0.61),
+        _entry(0, 0.2, run="cd"),
+        _entry(0, 0.2, frame=4),
+    ]
     track_ledger.check_entries(honest, (240, 320))  # other runs and frames may repeat a place

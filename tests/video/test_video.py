@@ -22,14 +22,18 @@ from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import anonymize_video, commands, keys, recover_video
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
-from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detectors.base import Detections
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.video import clip, runner, sidecar, tracks
 from tests.cli_helpers import PASSWORD, temper_
-from tests.torch_reference.dbaf_pipeline import convert_args, reduced_reference, save_reference_files
+from tests.torch_reference.dbaf_pipeline import (
+    convert_args,
+    reduced_reference,
+    save_reference_files,
+)
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
 
 FRAMES = 12
@@ -43,9 +47,14 @@ def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("video")
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(4))
-    run(convert_main, convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"))
+    run(
+        convert_main,
+        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
+    )
     run(convert_mtcnn, ["--out", str(tmp / "model")])
-    frames = pan_frames(FRAMES, travel=0.5)  # faces move ~10 px a frame: ByteTrack links them across the gap
+    frames = pan_frames(
+        FRAMES, travel=0.5
+    )  # faces move ~10 px a frame: ByteTrack links them across the gap
     frames[GAP] = np.full_like(frames[GAP], 128)
     write_clip(tmp / "pan.mp4", frames)
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
@@ -54,19 +63,41 @@ def ws(tmp_path_factory):
 
 
 def cli(command, ws, source, target, password="password.txt", *extra):
-    return command.main(["--model", str(ws / "model"), "--password-file", str(ws / password), str(source), str(target),
-                         "--batch-size", str(BATCH), *extra])
+    return command.main(
+        [
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / password),
+            str(source),
+            str(target),
+            "--batch-size",
+            str(BATCH),
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def anonymized(ws):
-    return cli(anonymize_video, ws, ws / "pan.mp4", ws / "anon.mp4", "password.txt", "--key-file", str(ws / "fixed.key"),
-               "--crf", str(CRF))
+    return cli(
+        anonymize_video,
+        ws,
+        ws / "pan.mp4",
+        ws / "anon.mp4",
+        "password.txt",
+        "--key-file",
+        str(ws / "fixed.key"),
+        "--crf",
+        str(CRF),
+    )
 
 
 @pytest.fixture(scope="module")
 def recovered(ws, anonymized):
-    return cli(recover_video, ws, ws / "anon.mp4", ws / "right.mkv", "password.txt", "--crf", str(CRF))
+    return cli(
+        recover_video, ws, ws / "anon.mp4", ws / "right.mkv", "password.txt", "--crf", str(CRF)
+    )
 
 
 def decoded(path):
@@ -81,7 +112,10 @@ def face_masks(side: sidecar.Sidecar) -> np.ndarray:
     ones = np.ones((side.size, side.size, 3), np.float32)
     for _, first, stack in side.tracks:
         for offset, transform in enumerate(stack):
-            layer = paste.paste(np.zeros((*side.shape, 3), np.uint8), ones, box, transform)[..., 0] / 255.0
+            layer = (
+                paste.paste(np.zeros((*side.shape, 3), np.uint8), ones, box, transform)[..., 0]
+                / 255.0
+            )
             masks[first + offset] = np.maximum(masks[first + offset], layer)
     return masks
 
@@ -138,11 +172,28 @@ def test_recover_with_the_password(ws, anonymized, recovered):
     seed = keys.derive_seed(PASSWORD, side.made.record)
     for number, first, stack in side.tracks:
         frame = after[first].astype(np.uint8)
-        crop = align.crop(frame, stack[0], side.size)[None].astype(np.float32) / np.float32(127.5) - 1
-        face = anonymizer.recover(pad_batch(crop, BATCH), pad_batch(np.asarray(anonymizer.face_keys(seed, [number])), BATCH))[:1]
-        alone = paste.paste(np.zeros_like(frame), face[0], paste.box_mask(face.shape[1]), align.scaled(stack[0], face.shape[1] / side.size))
-        weight = paste.paste(np.zeros_like(frame), np.ones_like(face[0]), paste.box_mask(face.shape[1]),
-                             align.scaled(stack[0], face.shape[1] / side.size))[..., 0] >= 254
+        crop = (
+            align.crop(frame, stack[0], side.size)[None].astype(np.float32) / np.float32(127.5) - 1
+        )
+        face = anonymizer.recover(
+            pad_batch(crop, BATCH),
+            pad_batch(np.asarray(anonymizer.face_keys(seed, [number])), BATCH),
+        )[:1]
+        alone = paste.paste(
+            np.zeros_like(frame),
+            face[0],
+            paste.box_mask(face.shape[1]),
+            align.scaled(stack[0], face.shape[1] / side.size),
+        )
+        weight = (
+            paste.paste(
+                np.zeros_like(frame),
+                np.ones_like(face[0]),
+                paste.box_mask(face.shape[1]),
+                align.scaled(stack[0], face.shape[1] / side.size),
+            )[..., 0]
+            >= 254
+        )
         assert np.abs(right[first][weight] - alone[weight]).mean() < 4, f"track {number}"
 
 
@@ -177,7 +228,9 @@ def test_truncated_clip_fails_with_one_line(ws, tmp_path):
 def _detections(points_list):
     """Detections of faces given by their landmarks (5, 2), boxes around them."""
     if not points_list:
-        return Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros((0, 5, 2), np.float32))
+        return Detections(
+            np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros((0, 5, 2), np.float32)
+        )
     landmarks = np.asarray(points_list, np.float32)
     boxes = np.concatenate([landmarks.min(1) - 20, landmarks.max(1) + 20], axis=1)
     return Detections(boxes, np.full(len(landmarks), 0.99, np.float32), landmarks)
@@ -226,16 +279,25 @@ def test_the_fallback_hides_its_boxes_on_their_frames():
             return np.zeros((0, 64, 64, 3), np.float32)
 
     rng = np.random.default_rng(0)
-    frames = [clip.Frame(i, i, rng.integers(0, 256, (HEIGHT, WIDTH, 3), np.uint8)) for i in range(3)]
+    frames = [
+        clip.Frame(i, i, rng.integers(0, 256, (HEIGHT, WIDTH, 3), np.uint8)) for i in range(3)
+    ]
     box = np.array([100.0, 60.0, 160.0, 130.0])
     anonymizer = types.SimpleNamespace(padded_size=lambda size: size)
-    out = list(runner._processed(anonymizer, Faces(), iter(frames), [], {}, None, 4, hidden={1: [box]}))
+    out = list(
+        runner._processed(anonymizer, Faces(), iter(frames), [], {}, None, 4, hidden={1: [box]})
+    )
     assert (out[0] == frames[0].pixels).all() and (out[2] == frames[2].pixels).all()
     changed = (out[1] != frames[1].pixels).any(axis=-1)
     ys, xs = np.nonzero(changed)
     assert changed.sum() > 0.5 * 60 * 70  # the face's box, pixelated
     margin = paste.HIDE_MARGIN * 70 + 1  # of the box's longer side
-    assert xs.min() >= 100 - margin and xs.max() <= 160 + margin and ys.min() >= 60 - margin and ys.max() <= 130 + margin
+    assert (
+        xs.min() >= 100 - margin
+        and xs.max() <= 160 + margin
+        and ys.min() >= 60 - margin
+        and ys.max() <= 130 + margin
+    )
 
 
 def test_smoothing_steadies_a_still_face():
@@ -244,6 +306,7 @@ def test_smoothing_steadies_a_still_face():
     track = tracks.Track(0, 0, jittered, np.ones(40, bool))
     raw = tracks.transforms(track, 64, sigma=0)
     smooth = tracks.transforms(track, 64, sigma=tracks.DEFAULT_SIGMA)
+
     def step(stack):
         return np.abs(np.diff(stack, axis=0)).mean()
 
@@ -251,8 +314,12 @@ def test_smoothing_steadies_a_still_face():
 
 
 def _sidecar_data():
-    made = {"dbaf_jax": "0", "operation": "anonymize", "key": keys.KeyRecord(salt="5a" * keys.SALT_BYTES).to_dict(),
-            "model": {"path": "m", "fingerprint": "0" * 16}}
+    made = {
+        "dbaf_jax": "0",
+        "operation": "anonymize",
+        "key": keys.KeyRecord(salt="5a" * keys.SALT_BYTES).to_dict(),
+        "model": {"path": "m", "fingerprint": "0" * 16},
+    }
     stack = np.stack([align.alignment_transform(FACE, 64)] * 3)
     return sidecar.content(made, (HEIGHT, WIDTH), 5, 64, [(0, 1, stack)])
 
@@ -264,7 +331,10 @@ def _sidecar_data():
         (lambda d: d["tracks"][0].update(first=4), "runs past"),
         (lambda d: d["tracks"][0]["transforms"][0].__setitem__(0, float("nan")), "6 finite"),
         (lambda d: d["tracks"].append(dict(d["tracks"][0])), "repeats"),
-        (lambda d: d["tracks"][0]["transforms"].__setitem__(1, [0, 0, 1, 0, 0, 1]), "not invertible"),
+        (
+            lambda d: d["tracks"][0]["transforms"].__setitem__(1, [0, 0, 1, 0, 0, 1]),
+            "not invertible",
+        ),
         (lambda d: d["anonymization"]["key"].update(salt="zz"), "salt"),
         (lambda d: d["clip"].update(frames=-1), "clip.frames"),
     ],
@@ -295,7 +365,12 @@ def test_rotation_frame_times_and_audio_streams_kept(tmp_path):
         writer.write(frame.pixels, frame.pts)
     writer.finish()
     out = clip.probe(target)
-    assert (out.rotation, out.width, out.height, out.audio_streams) == (90, info.width, info.height, 2)
+    assert (out.rotation, out.width, out.height, out.audio_streams) == (
+        90,
+        info.width,
+        info.height,
+        2,
+    )
     times = [float(f.pts * out.time_base) for f in clip.frames(target, out)]
     # Matroska may start the clip later (the encoder's delay); the intervals are kept.
     np.testing.assert_allclose(np.diff(times), np.diff(pts) / 12, atol=1e-3)
@@ -310,15 +385,27 @@ def test_the_sidecar_travels_in_the_container(tmp_path, suffix):
     info = clip.probe(source)
     data = _sidecar_data()
     target = tmp_path / f"out{suffix}"
-    writer = clip.Writer(source, target, clip.muxer(target), info, clip.Encoding(), clip.Encoding().codec_for(target),
-                         {sidecar.TAG: sidecar.as_tag(data)})
+    writer = clip.Writer(
+        source,
+        target,
+        clip.muxer(target),
+        info,
+        clip.Encoding(),
+        clip.Encoding().codec_for(target),
+        {sidecar.TAG: sidecar.as_tag(data)},
+    )
     for frame in clip.frames(source, info):
         writer.write(frame.pixels, frame.pts)
     writer.finish()
     assert clip.holds_tags(target)
     carried = sidecar.from_tag(clip.read_tag(target, sidecar.TAG), target)
     written = sidecar.check(data)
-    assert (carried.made, carried.shape, carried.frames, carried.size) == (written.made, written.shape, written.frames, written.size)
+    assert (carried.made, carried.shape, carried.frames, carried.size) == (
+        written.made,
+        written.shape,
+        written.frames,
+        written.size,
+    )
     for (n, first, stack), (n2, first2, stack2) in zip(carried.tracks, written.tracks, strict=True):
         assert (n, first) == (n2, first2)
         np.testing.assert_array_equal(stack, stack2)
@@ -330,7 +417,10 @@ def test_a_spoiled_container_sidecar_is_one_error(tmp_path, monkeypatch):
     clip_path = tmp_path / "x.mp4"
     data = _sidecar_data()
     data["tracks"][0].update(first=4)
-    with pytest.raises(InputError, match=r"x.mp4: the sidecar in the container's metadata is malformed: track 0 runs past"):
+    with pytest.raises(
+        InputError,
+        match=r"x.mp4: the sidecar in the container's metadata is malformed: track 0 runs past",
+    ):
         sidecar.from_tag(sidecar.as_tag(data), clip_path)
     with pytest.raises(InputError, match="cannot be decoded"):
         sidecar.from_tag("not base64 at all!", clip_path)
@@ -349,7 +439,11 @@ def test_recover_without_the_sidecar_file_reads_the_container(ws, anonymized, re
     alone = tmp_path / "anon.mp4"
     alone.write_bytes((ws / "anon.mp4").read_bytes())
     report = cli(recover_video, ws, alone, tmp_path / "tag.mkv", "password.txt", "--crf", "0")
-    assert (report.frames, report.tracks, report.faces) == (recovered.frames, recovered.tracks, recovered.faces)
+    assert (report.frames, report.tracks, report.faces) == (
+        recovered.frames,
+        recovered.tracks,
+        recovered.faces,
+    )
     cli(recover_video, ws, ws / "anon.mp4", tmp_path / "file.mkv", "password.txt", "--crf", "0")
     np.testing.assert_array_equal(decoded(tmp_path / "tag.mkv"), decoded(tmp_path / "file.mkv"))
 
@@ -360,13 +454,23 @@ def test_redetection_without_any_sidecar_is_verified_or_asked_for(ws, anonymized
     re-detection against the key file's face ledger (tests/video/test_track_ledger.py);
     with a key file that has no ledger, only with --recover-redetected, since detection
     cannot tell an anonymized face from one never anonymized; without it, one error line."""
-    shared = write_clip(tmp_path / "shared.mp4", decoded(ws / "anon.mp4").astype(np.uint8), audio_streams=0)
+    shared = write_clip(
+        tmp_path / "shared.mp4", decoded(ws / "anon.mp4").astype(np.uint8), audio_streams=0
+    )
     assert clip.read_tag(shared, sidecar.TAG) is None
     assert ledger.ledger_path(ws / "fixed.key").is_file()  # anonymize with --key-file wrote it
     bare = tmp_path / "bare.key"
     bare.write_bytes((ws / "fixed.key").read_bytes())
-    args = ["--model", str(ws / "model"), "--password-file", str(ws / "password.txt"), str(shared), str(tmp_path / "back.mp4"),
-            "--batch-size", str(BATCH)]
+    args = [
+        "--model",
+        str(ws / "model"),
+        "--password-file",
+        str(ws / "password.txt"),
+        str(shared),
+        str(tmp_path / "back.mp4"),
+        "--batch-size",
+        str(BATCH),
+    ]
     assert commands.exit_status(recover_video.main, [*args, "--key-file", str(bare)]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {shared}: no sidecar") and "--recover-redetected" in line, line
@@ -394,7 +498,9 @@ def _writing_into(pid: int, folder: Path) -> bool:
 
 
 @pytest.mark.slow  # a separate process loads the model and compiles before it is killed
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="watches the process's open files in /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/fd").is_dir(), reason="watches the process's open files in /proc"
+)
 def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
     """kill -9 of recover_video while it writes the recovered clip: no file is left in
     the output folder, neither a torn clip under the output's name nor a temporary
@@ -402,9 +508,21 @@ def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     run = subprocess.Popen(
-        [sys.executable, "-m", "dbaf_jax.recover_video", "--model", str(ws / "model"), "--password-file", str(ws / "password.txt"),
-         str(ws / "anon.mp4"), str(out / "back.mp4"), "--batch-size", "1"],
-        stderr=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        [
+            sys.executable,
+            "-m",
+            "dbaf_jax.recover_video",
+            "--model",
+            str(ws / "model"),
+            "--password-file",
+            str(ws / "password.txt"),
+            str(ws / "anon.mp4"),
+            str(out / "back.mp4"),
+            "--batch-size",
+            "1",
+        ],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     try:
         while run.poll() is None and not _writing_into(run.pid, out):
@@ -431,12 +549,19 @@ def test_a_killed_runs_temporaries_of_the_output_are_removed(tmp_path):
     source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
     out = tmp_path / "out"
     out.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    ours, other = out / f".back.mp4.{dead}.0badf00d.partial", out / f".other.mp4.{dead}.0badf00d.partial"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    ours, other = (
+        out / f".back.mp4.{dead}.0badf00d.partial",
+        out / f".other.mp4.{dead}.0badf00d.partial",
+    )
     ours.write_bytes(b"face pixels")
     other.write_bytes(b"face pixels")
     notes = runner._prepare_outputs(source, [out / "back.mp4"], overwrite=False)
-    assert notes == [f"removed {ours}, a temporary file an interrupted run left (it may hold face pixels)"]
+    assert notes == [
+        f"removed {ours}, a temporary file an interrupted run left (it may hold face pixels)"
+    ]
     assert not ours.exists() and other.exists()
 
 
@@ -462,25 +587,49 @@ def test_a_long_clip_streams(ws, anonymized):
     placed = [(0, 0, np.stack([transform] * count))]
     track_keys = runner._track_keys(anonymizer, bytes(32), placed)
     waiting = []
-    for done, pixels in enumerate(runner._processed(anonymizer, faces, frames(), placed, track_keys,
-                                                    runner._anonymize_step(anonymizer), BATCH)):
+    for done, pixels in enumerate(
+        runner._processed(
+            anonymizer,
+            faces,
+            frames(),
+            placed,
+            track_keys,
+            runner._anonymize_step(anonymizer),
+            BATCH,
+        )
+    ):
         waiting.append(len(consumed) - done)
         assert pixels.shape == (HEIGHT, WIDTH, 3)
     assert len(waiting) == count
-    assert max(waiting) <= 2 * BATCH  # one face a frame: a batch computing while the one before is pasted
+    assert (
+        max(waiting) <= 2 * BATCH
+    )  # one face a frame: a batch computing while the one before is pasted
 
 
 @pytest.mark.slow  # shares the module's model; MTCNN and x264 on 4K frames take a few seconds each
 def test_a_4k_clip_is_anonymized_and_recovered(ws, tmp_path):
     """3840x2160 frames go through both commands at their size, with at most
     `runner.FRAME_BYTES` of frames waiting at each stage (10 of 25 MB, not 16 or 32)."""
-    frames = [np.asarray(Image.fromarray(f).resize((3840, 2160), Image.Resampling.BILINEAR)) for f in pan_frames(3)]
+    frames = [
+        np.asarray(Image.fromarray(f).resize((3840, 2160), Image.Resampling.BILINEAR))
+        for f in pan_frames(3)
+    ]
     source = write_clip(tmp_path / "4k.mp4", frames, audio_streams=0)
     info = clip.probe(source)
     assert runner.frames_within(runner.DECODE_AHEAD, info) == 10
-    report = cli(anonymize_video, ws, source, tmp_path / "anon.mp4", "password.txt", "--crf", str(CRF))
+    report = cli(
+        anonymize_video, ws, source, tmp_path / "anon.mp4", "password.txt", "--crf", str(CRF)
+    )
     assert report.frames == 3 and report.faces > 0
-    back = cli(recover_video, ws, tmp_path / "anon.mp4", tmp_path / "back.mp4", "password.txt", "--crf", str(CRF))
+    back = cli(
+        recover_video,
+        ws,
+        tmp_path / "anon.mp4",
+        tmp_path / "back.mp4",
+        "password.txt",
+        "--crf",
+        str(CRF),
+    )
     assert back.faces == report.faces
     out = clip.probe(tmp_path / "back.mp4")
     assert (out.width, out.height) == (3840, 2160)

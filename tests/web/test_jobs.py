@@ -12,21 +12,26 @@ from dbaf_jax.web import jobs
 from dbaf_jax.web.jobs import JobStore, LimitError, Limits, NotFound
 
 
-@pytest.mark.parametrize("given, shown", [
-    ("photo.jpg", "photo.jpg"),
-    ("../../etc/passwd", "passwd"),
-    ("C:\\Users\\me\\face.png", "face.png"),
-    ("bad\x00name\n.png", "badname.png"),
-    ("..", "file1"),
-    ("", "file1"),
-    ("x" * 300 + ".png", "x" * (jobs.MAX_NAME - 4) + ".png"),
-])
+@pytest.mark.parametrize(
+    "given, shown",
+    [
+        ("photo.jpg", "photo.jpg"),
+        ("../../etc/passwd", "passwd"),
+        ("C:\\Users\\me\\face.png", "face.png"),
+        ("bad\x00name\n.png", "badname.png"),
+        ("..", "file1"),
+        ("", "file1"),
+        ("x" * 300 + ".png", "x" * (jobs.MAX_NAME - 4) + ".png"),
+    ],
+)
 def test_display_names(given, shown):
     assert jobs.display_name(given, "file1") == shown
 
 
 def test_kinds_by_suffix():
-    assert [jobs.kind_of(name, "recover") for name in ("a.JPG", "b.mp4", "b.mp4.dbaf.json", "c.txt")] == ["photo", "clip", "sidecar", "other"]
+    assert [
+        jobs.kind_of(name, "recover") for name in ("a.JPG", "b.mp4", "b.mp4.dbaf.json", "c.txt")
+    ] == ["photo", "clip", "sidecar", "other"]
     assert jobs.kind_of("b.mp4.dbaf.json", "anonymize") == "other"
 
 
@@ -49,14 +54,21 @@ def test_private_folders_and_bounds(tmp_path):
         store.create(session, "anonymize")
     entry = job.new_entry("a.png", None)
     write(job.upload(entry), b"12345", b"678")
-    assert entry.stored.read_bytes() == b"12345678" and stat.S_IMODE(entry.stored.stat().st_mode) == 0o600
+    assert (
+        entry.stored.read_bytes() == b"12345678"
+        and stat.S_IMODE(entry.stored.stat().st_mode) == 0o600
+    )
     big = job.new_entry("b.png", None)
     with pytest.raises(LimitError, match="b.png: the run would hold more than 15 bytes"):
         write(job.upload(big), b"1234", b"5678")
     assert big.state == "skipped" and big.stored is None and not (job.folder / "in" / "1").exists()
     other = job.new_entry("notes.txt", None)
     write(job.upload(other), b"x")
-    assert other.state == "skipped" and "not a photo" in other.message and not (job.folder / "in" / "2").exists()
+    assert (
+        other.state == "skipped"
+        and "not a photo" in other.message
+        and not (job.folder / "in" / "2").exists()
+    )
     with pytest.raises(LimitError, match="at most 3 files per run"):
         job.new_entry("c.png", 1)
     job.state = "queued"
@@ -85,7 +97,9 @@ def test_runs_are_found_only_with_their_session_and_deleted(tmp_path):
 
 
 def test_folders_of_killed_servers_are_removed(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     stale = tmp_path / f"{jobs.ROOT_PREFIX}{dead.stdout.strip()}-abc"
     (stale / "job").mkdir(parents=True)
     alive = tmp_path / f"{jobs.ROOT_PREFIX}{os.getpid()}-def"

@@ -11,12 +11,12 @@ anonymization there (README's screenshot)."""
 
 import os
 import shutil
-import socket
-import threading
-import time
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -40,7 +40,10 @@ from tests.video_clips import pan_frames, write_clip
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-    pytest.skip(f"no {CHROMIUM} and {CHROMEDRIVER} here: bash .ci/install-browser installs them", allow_module_level=True)
+    pytest.skip(
+        f"no {CHROMIUM} and {CHROMEDRIVER} here: bash .ci/install-browser installs them",
+        allow_module_level=True,
+    )
 
 import uvicorn  # noqa: E402
 from selenium import webdriver  # noqa: E402
@@ -50,12 +53,23 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from dbaf_jax.web import runs, server  # noqa: E402
 from dbaf_jax.web.jobs import JobStore, Limits  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a model converted and compiled, a browser: about 2 minutes on 2 cores
+pytestmark = (
+    pytest.mark.slow
+)  # a model converted and compiled, a browser: about 2 minutes on 2 cores
 
 BATCH = 4
 FILE_LIMIT = 2 << 20  # bytes: the oversize test drops a 3 MB file
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1100,1150")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1100,1150",
+)
 WAIT = 900  # seconds for a run: a guard against a hang, not a speed limit (compiles on a machine shared by many jobs took minutes)
 
 
@@ -76,7 +90,13 @@ def workspace(tmp_path_factory):
 def model(workspace):
     anonymizer = FaceAnonymizer(workspace / "model")
     # The tiny model records latent recovery; photos recover from the image (recover --untrained-mode).
-    return runs.Model(anonymizer, load_photo_faces(anonymizer), load_photo_faces(anonymizer, recovering=True), BATCH, untrained_mode=True)
+    return runs.Model(
+        anonymizer,
+        load_photo_faces(anonymizer),
+        load_photo_faces(anonymizer, recovering=True),
+        BATCH,
+        untrained_mode=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +105,9 @@ def served(model, workspace):
     and its private folder must be gone."""
     store = JobStore(Limits(file_bytes=FILE_LIMIT), workspace)
     sock = socket.create_server(("127.0.0.1", 0))
-    instance = uvicorn.Server(uvicorn.Config(server.build_app(model, store), log_level="warning", lifespan="on"))
+    instance = uvicorn.Server(
+        uvicorn.Config(server.build_app(model, store), log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not instance.started:
@@ -109,7 +131,9 @@ def browser(tmp_path_factory):
 
 def open_page(browser, served, tab: str, downloads: Path) -> None:
     downloads.mkdir(exist_ok=True)
-    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    browser.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
+    )
     browser.get(served[0])
     WebDriverWait(browser, 120).until(lambda d: d.find_element(By.ID, "limits").text)
     browser.find_element(By.ID, f"tab-{tab}").click()
@@ -122,22 +146,34 @@ def run_page(browser, files, password: str, confirm: str | None = None) -> str:
     if confirm is not None:
         browser.find_element(By.ID, "confirm").send_keys(confirm)
     browser.find_element(By.ID, "start").click()
-    WebDriverWait(browser, WAIT).until(lambda d: d.find_element(By.ID, "summary").text or d.find_element(By.ID, "error").text)
-    assert browser.find_element(By.ID, "password").get_attribute("value") == ""  # the password does not stay in the page
+    WebDriverWait(browser, WAIT).until(
+        lambda d: d.find_element(By.ID, "summary").text or d.find_element(By.ID, "error").text
+    )
+    assert (
+        browser.find_element(By.ID, "password").get_attribute("value") == ""
+    )  # the password does not stay in the page
     return browser.find_element(By.ID, "summary").text
 
 
 def download(browser, name: str, downloads: Path) -> Path:
     browser.find_element(By.CSS_SELECTOR, f'button.download[data-name="{name}"]').click()
     path = downloads / name
-    WebDriverWait(browser, 120).until(lambda d: path.exists() and not list(downloads.glob("*.crdownload")))
+    WebDriverWait(browser, 120).until(
+        lambda d: path.exists() and not list(downloads.glob("*.crdownload"))
+    )
     return path
 
 
 def mask_in_photo(faces, shape):
     """Where any face's box mask reaches in the photo."""
     mask = paste.box_mask(SIZE)[..., None]
-    return np.max([align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0] for f in faces], axis=0)
+    return np.max(
+        [
+            align.warp(mask, align.scaled(f.transform, SIZE / f.size), shape[:2], fill=0.0)[..., 0]
+            for f in faces
+        ],
+        axis=0,
+    )
 
 
 def recorded(path, size):
@@ -153,7 +189,9 @@ def anonymized(browser, served, workspace):
     summary = run_page(browser, [workspace / "in" / "office3.jpg"], PASSWORD, PASSWORD)
     WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, "img.result"))
     secret = PASSWORD.encode()
-    assert not [p for p in served[1].root.rglob("*") if p.is_file() and secret in p.read_bytes()]  # never written to disk
+    assert not [
+        p for p in served[1].root.rglob("*") if p.is_file() and secret in p.read_bytes()
+    ]  # never written to disk
     if os.environ.get("DBAF_WEB_SCREENSHOT"):  # 128 colours: a small PNG for the README
         browser.save_screenshot(str(workspace / "page.png"))
         with Image.open(workspace / "page.png") as shot:
@@ -173,7 +211,9 @@ def test_a_photo_anonymized_in_the_browser(anonymized, model, workspace, served,
     meta, faces = recorded(path, model.anonymizer.input_size)
     assert faces and f"{len(faces)} anonymized" in summary
     alpha = mask_in_photo(faces, original.shape)
-    np.testing.assert_array_equal(result[alpha == 0], original[alpha == 0])  # pixels away from the faces unchanged
+    np.testing.assert_array_equal(
+        result[alpha == 0], original[alpha == 0]
+    )  # pixels away from the faces unchanged
     for face in faces:
         own = mask_in_photo([face], original.shape) > 0.999
         assert own.sum() > 200 and np.abs(result[own] - original[own]).mean() > 10, face.index
@@ -188,7 +228,9 @@ def recovered_faces(model, anonymized_path, password):
     seed = keys.derive_seed(password, keys.KeyRecord.from_dict(meta["key"]))
     face_keys = np.asarray(model.anonymizer.face_keys(seed, [f.index for f in faces]))
     crops = model.faces.crops(pixels(anonymized_path).astype(np.uint8), faces)
-    out = model.anonymizer.recover(pad_batch(crops, BATCH * 2), pad_batch(face_keys, BATCH * 2))[: len(faces)]
+    out = model.anonymizer.recover(pad_batch(crops, BATCH * 2), pad_batch(face_keys, BATCH * 2))[
+        : len(faces)
+    ]
     return faces, images.to_uint8(out)
 
 
@@ -207,8 +249,14 @@ def test_recovered_in_the_browser(password, anonymized, model, workspace, served
     outside = mask_in_photo(faces, result.shape) == 0
     np.testing.assert_array_equal(result[outside], before[outside])
     interior = paste.box_mask(SIZE) > 0.999
-    scores = [psnr(align.crop(result.astype(np.uint8), align.scaled(f.transform, SIZE / f.size), SIZE), e, interior)
-              for f, e in zip(faces, expected)]
+    scores = [
+        psnr(
+            align.crop(result.astype(np.uint8), align.scaled(f.transform, SIZE / f.size), SIZE),
+            e,
+            interior,
+        )
+        for f, e in zip(faces, expected)
+    ]
     print("face PSNR against the model's recovery with the right password:", np.round(scores, 1))
     if password == PASSWORD:
         assert min(scores) > 45  # as tests/inference/test_photos_cli.py measures: 55-59 dB
@@ -217,7 +265,7 @@ def test_recovered_in_the_browser(password, anonymized, model, workspace, served
 
 
 def test_a_new_key_file_is_made_and_offered_with_its_face_ledger(browser, served, workspace, model):
-    """"make a new key file": the run's photos carry its salt, and the key file and its
+    """ "make a new key file": the run's photos carry its salt, and the key file and its
     face ledger (one entry per anonymized face) are offered for download."""
     downloads = workspace / "downloads_new_key"
     open_page(browser, served, "anonymize", downloads)
@@ -229,11 +277,23 @@ def test_a_new_key_file_is_made_and_offered_with_its_face_ledger(browser, served
     assert len(ledger.read(download(browser, "dbaf.key.faces.jsonl", downloads))) == len(faces)
 
 
-def test_every_file_is_accounted_for_and_the_status_says_what_was_not_done(browser, served, workspace):
+def test_every_file_is_accounted_for_and_the_status_says_what_was_not_done(
+    browser, served, workspace
+):
     open_page(browser, served, "anonymize", workspace / "downloads_mixed")
-    summary = run_page(browser, [workspace / "in" / "office3.jpg", workspace / "in" / "notes.txt"], PASSWORD, PASSWORD)
-    assert "skipped 1 file(s):\n  notes.txt: not a photo" in summary and "1 photo(s) read, 1 written" in summary
-    assert browser.find_element(By.ID, "status").text.startswith("Not everything was done (the command line would exit with status 3)")
+    summary = run_page(
+        browser,
+        [workspace / "in" / "office3.jpg", workspace / "in" / "notes.txt"],
+        PASSWORD,
+        PASSWORD,
+    )
+    assert (
+        "skipped 1 file(s):\n  notes.txt: not a photo" in summary
+        and "1 photo(s) read, 1 written" in summary
+    )
+    assert browser.find_element(By.ID, "status").text.startswith(
+        "Not everything was done (the command line would exit with status 3)"
+    )
     row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="notes.txt"]')
     assert "skipped" in row.text and not row.find_elements(By.CSS_SELECTOR, "button.download")
 
@@ -257,9 +317,13 @@ def test_a_clip_anonymized_in_the_browser(browser, served, workspace, model):
     runs_before = set(served[1].root.iterdir())
     summary = run_page(browser, [workspace / "in" / "pan.mp4"], PASSWORD, PASSWORD)
     assert "processed" in summary and "in 6 frame(s)" in summary and "wrote pan.mp4" in summary
-    browser.find_element(By.ID, "zip").click()  # everything as one zip, after which the server deletes the run
+    browser.find_element(
+        By.ID, "zip"
+    ).click()  # everything as one zip, after which the server deletes the run
     archive = downloads / "dbaf-results.zip"
-    WebDriverWait(browser, 120).until(lambda d: archive.exists() and not list(downloads.glob("*.crdownload")))
+    WebDriverWait(browser, 120).until(
+        lambda d: archive.exists() and not list(downloads.glob("*.crdownload"))
+    )
     with zipfile.ZipFile(archive) as opened:
         assert sorted(opened.namelist()) == ["pan.mp4", "pan.mp4.dbaf.json", "summary.txt"]
         assert opened.read("summary.txt").decode().strip() == summary.strip()
@@ -268,13 +332,21 @@ def test_a_clip_anonymized_in_the_browser(browser, served, workspace, model):
     WebDriverWait(browser, 120).until(lambda d: set(served[1].root.iterdir()) <= runs_before)
     side = sidecar.read(downloads / "unzipped" / "pan.mp4.dbaf.json")
     path = downloads / "unzipped" / "pan.mp4"
-    source, result = (np.stack([f.pixels for f in clip.frames(p, clip.probe(p))]).astype(np.int16)
-                      for p in (workspace / "in" / "pan.mp4", path))
+    source, result = (
+        np.stack([f.pixels for f in clip.frames(p, clip.probe(p))]).astype(np.int16)
+        for p in (workspace / "in" / "pan.mp4", path)
+    )
     assert result.shape == source.shape and side.tracks
     changed = np.abs(result - source).mean(axis=-1)
     for number, first, transforms in side.tracks:
         frame = first + len(transforms) // 2
-        inside = mask_in_photo([photos.AlignedFace(number, transforms[len(transforms) // 2], side.size)], source.shape[1:]) > 0.999
+        inside = (
+            mask_in_photo(
+                [photos.AlignedFace(number, transforms[len(transforms) // 2], side.size)],
+                source.shape[1:],
+            )
+            > 0.999
+        )
         assert changed[frame][inside].mean() > 10, number
 
 
@@ -283,7 +355,17 @@ def test_the_command_serves_the_page_and_cleans_up(browser, workspace):
     loads, and Ctrl-C stops it with its private folder removed."""
     temp = workspace / "command_temp"
     temp.mkdir()
-    command = [sys.executable, "-m", "dbaf_jax.web", "--model", str(workspace / "model"), "--port", "0", "--temp-dir", str(temp)]
+    command = [
+        sys.executable,
+        "-m",
+        "dbaf_jax.web",
+        "--model",
+        str(workspace / "model"),
+        "--port",
+        "0",
+        "--temp-dir",
+        str(temp),
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         lines = []

@@ -40,14 +40,21 @@ class Detections(NamedTuple):
 
 def empty(points: int = LANDMARKS) -> Detections:
     """No face."""
-    return Detections(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0, points, 2), np.float32), np.zeros((0,), bool))
+    return Detections(
+        np.zeros((0, 4), np.float32),
+        np.zeros((0,), np.float32),
+        np.zeros((0, points, 2), np.float32),
+        np.zeros((0,), bool),
+    )
 
 
 def largest_first(found: Detections) -> Detections:
     """``found`` reordered by box area, largest first (ties keep their order)."""
     boxes = found.boxes
     order = np.argsort(-(boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), kind="stable")
-    return Detections(boxes[order], found.probs[order], found.landmarks[order], found.confident()[order])
+    return Detections(
+        boxes[order], found.probs[order], found.landmarks[order], found.confident()[order]
+    )
 
 
 def overlap_of_smaller(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -57,7 +64,10 @@ def overlap_of_smaller(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     two detectors overlaps far more by this measure than by IoU."""
     w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
     h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
-    area = lambda b: np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)  # noqa: E731
+
+    def area(b):
+        return np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
+
     smaller = np.minimum(area(box), area(boxes))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(smaller > 0, w * h / smaller, 0.0)

@@ -49,16 +49,30 @@ def unavailable() -> str | None:
 
 def five_points(points: np.ndarray) -> np.ndarray:
     """dlib's 68 points (N, 68, 2) -> MTCNN's five (N, 5, 2) (module docstring)."""
-    return np.stack([points[:, LEFT_EYE].mean(1), points[:, RIGHT_EYE].mean(1), points[:, NOSE_TIP],
-                     points[:, MOUTH_LEFT], points[:, MOUTH_RIGHT]], axis=1).astype(np.float32)
+    return np.stack(
+        [
+            points[:, LEFT_EYE].mean(1),
+            points[:, RIGHT_EYE].mean(1),
+            points[:, NOSE_TIP],
+            points[:, MOUTH_LEFT],
+            points[:, MOUTH_RIGHT],
+        ],
+        axis=1,
+    ).astype(np.float32)
 
 
 class DlibDetector:
     """``detect(uint8 (H, W, 3)) -> Detections``, largest box first; ``upsample`` doubles
     the image that many times first (HOG finds faces from about 80 / 2**upsample px)."""
 
-    def __init__(self, kind: str = "hog", upsample: int = 1, threshold: float = 0.0,
-                 sure_threshold: float | None = None, all_68: bool = False):
+    def __init__(
+        self,
+        kind: str = "hog",
+        upsample: int = 1,
+        threshold: float = 0.0,
+        sure_threshold: float | None = None,
+        all_68: bool = False,
+    ):
         if kind not in KINDS:
             raise ConfigError(f"dlib detector kind must be one of {KINDS}, not {kind!r}")
         dlib = importlib.import_module("dlib")
@@ -84,11 +98,18 @@ class DlibDetector:
 
     def detect(self, image: np.ndarray) -> Detections:
         rectangles, margins = self._rectangles(image)
-        boxes = np.array([[r.left(), r.top(), r.right(), r.bottom()] for r in rectangles], np.float32).reshape(-1, 4)
-        points = np.array([[(p.x, p.y) for p in self._predictor(image, r).parts()] for r in rectangles], np.float32).reshape(-1, 68, 2)
+        boxes = np.array(
+            [[r.left(), r.top(), r.right(), r.bottom()] for r in rectangles], np.float32
+        ).reshape(-1, 4)
+        points = np.array(
+            [[(p.x, p.y) for p in self._predictor(image, r).parts()] for r in rectangles],
+            np.float32,
+        ).reshape(-1, 68, 2)
         scores = np.asarray(margins, np.float32).reshape(-1)
         sure = None if self.sure_threshold is None else scores >= np.float32(self.sure_threshold)
-        return largest_first(Detections(boxes, scores, points if self.all_68 else five_points(points), sure))
+        return largest_first(
+            Detections(boxes, scores, points if self.all_68 else five_points(points), sure)
+        )
 
     def detect_many(self, images: Sequence[np.ndarray]) -> list[Detections]:
         return [self.detect(np.asarray(image)) for image in images]

@@ -17,17 +17,29 @@ from typing import Sequence
 
 import numpy as np
 
-from dbaf_jax.faces.detectors.base import Detections, Detector, empty, largest_first, overlap_of_smaller
+from dbaf_jax.faces.detectors.base import (
+    Detections,
+    Detector,
+    empty,
+    largest_first,
+    overlap_of_smaller,
+)
 
 MERGE_OVERLAP = 0.5
 MERGE_SIDE_RATIO = 2.0
 
 
 def _sides(boxes: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None))
+    return np.sqrt(
+        np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
+    )
 
 
-def merge(found: Sequence[Detections], overlap: float = MERGE_OVERLAP, side_ratio: float = MERGE_SIDE_RATIO) -> Detections:
+def merge(
+    found: Sequence[Detections],
+    overlap: float = MERGE_OVERLAP,
+    side_ratio: float = MERGE_SIDE_RATIO,
+) -> Detections:
     """One image's detections by several detectors (in priority order) -> one face per
     face, largest first; a merged face is sure when any of its detections is."""
     if not found:
@@ -42,8 +54,14 @@ def merge(found: Sequence[Detections], overlap: float = MERGE_OVERLAP, side_rati
     for i in range(len(boxes)):  # by detector, then as each found them
         if kept:
             others = np.asarray(kept)
-            ratio = np.maximum(sides[others], sides[i]) / np.maximum(np.minimum(sides[others], sides[i]), 1e-6)
-            same = (source[others] != source[i]) & (overlap_of_smaller(boxes[i], boxes[others]) >= overlap) & (ratio <= side_ratio)
+            ratio = np.maximum(sides[others], sides[i]) / np.maximum(
+                np.minimum(sides[others], sides[i]), 1e-6
+            )
+            same = (
+                (source[others] != source[i])
+                & (overlap_of_smaller(boxes[i], boxes[others]) >= overlap)
+                & (ratio <= side_ratio)
+            )
             if same.any():
                 sure[others[same]] |= sure[i]
                 continue

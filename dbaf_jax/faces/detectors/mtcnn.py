@@ -112,10 +112,15 @@ def run_on_crops(network: model_directory.Network, crops: np.ndarray) -> tuple[n
     """
     outputs = []
     for start in range(0, len(crops), LARGEST_BATCH):
-        chunk = crops[start:start + LARGEST_BATCH]
+        chunk = crops[start : start + LARGEST_BATCH]
         padded = np.zeros((batch_bucket(len(chunk)),) + chunk.shape[1:], np.float32)
-        padded[:len(chunk)] = chunk
-        outputs.append([np.asarray(o)[:len(chunk)] for o in _forward(network.module, network.variables, padded)])
+        padded[: len(chunk)] = chunk
+        outputs.append(
+            [
+                np.asarray(o)[: len(chunk)]
+                for o in _forward(network.module, network.variables, padded)
+            ]
+        )
     return tuple(np.concatenate(parts) for parts in zip(*outputs))
 
 
@@ -151,7 +156,10 @@ class MTCNN:
         if len(thresholds) != 3:
             raise ConfigError(f"thresholds needs one value per network (3), not {thresholds}")
         # Weights moved to the device once, not at every call.
-        self.pnet, self.rnet, self.onet = (dataclasses.replace(n, variables=jax.device_put(n.variables)) for n in (pnet, rnet, onet))
+        self.pnet, self.rnet, self.onet = (
+            dataclasses.replace(n, variables=jax.device_put(n.variables))
+            for n in (pnet, rnet, onet)
+        )
         self.min_face_size = min_face_size
         self.factor = factor
         self.thresholds = tuple(thresholds)
@@ -163,9 +171,13 @@ class MTCNN:
         directory = Path(directory)
         networks = {}
         for name, kind in NETWORK_KINDS.items():
-            network = model_directory.load_network(directory / name)  # ModelDirectoryError naming the path
+            network = model_directory.load_network(
+                directory / name
+            )  # ModelDirectoryError naming the path
             if network.info["kind"] != kind:
-                raise ModelDirectoryError(f"{directory / name} holds a {network.info['kind']}, not an MTCNN {kind}")
+                raise ModelDirectoryError(
+                    f"{directory / name} holds a {network.info['kind']}, not an MTCNN {kind}"
+                )
             networks[name] = network
         return cls(**networks, **options)
 
@@ -182,9 +194,13 @@ class MTCNN:
         images = [np.asarray(image) for image in images]
         for image in images:
             if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-                raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}")
+                raise ValueError(
+                    f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}"
+                )
         if len({image.shape for image in images}) > 1:
-            raise ValueError(f"detect_many takes images of one size, not {sorted({image.shape for image in images})}")
+            raise ValueError(
+                f"detect_many takes images of one size, not {sorted({image.shape for image in images})}"
+            )
         if not images:
             return []
         height, width = images[0].shape[:2]
@@ -199,14 +215,27 @@ class MTCNN:
         padded = 1 << (len(tables) - 1).bit_length()
         for scale in pyramid_scales(height, width, self.min_face_size, self.factor):
             level_height, level_width = level_size(height, width, scale)
-            levels = np.zeros((padded, level_bucket(level_height), level_bucket(level_width), 3), np.float32)
+            levels = np.zeros(
+                (padded, level_bucket(level_height), level_bucket(level_width), 3), np.float32
+            )
             for i, table in enumerate(tables):
-                levels[i, :level_height, :level_width] = normalize(area_resize(table, [(0, 0, height, width)], (level_height, level_width)))[0]
+                levels[i, :level_height, :level_width] = normalize(
+                    area_resize(table, [(0, 0, height, width)], (level_height, level_width))
+                )[0]
             valid = np.array([level_height, level_width], np.int32)
-            cells = (slice(None), slice(pnet_output_size(level_height)), slice(pnet_output_size(level_width)))
-            offsets, probs = (np.asarray(o)[cells] for o in _forward(self.pnet.module, self.pnet.variables, levels, valid))
+            cells = (
+                slice(None),
+                slice(pnet_output_size(level_height)),
+                slice(pnet_output_size(level_width)),
+            )
+            offsets, probs = (
+                np.asarray(o)[cells]
+                for o in _forward(self.pnet.module, self.pnet.variables, levels, valid)
+            )
             for i, results in enumerate(level_results):
-                boxes, scores, cell_offsets = proposals(offsets[i], probs[i, ..., 1], scale, self.thresholds[0])
+                boxes, scores, cell_offsets = proposals(
+                    offsets[i], probs[i, ..., 1], scale, self.thresholds[0]
+                )
                 keep = nms(boxes, scores, NMS_WITHIN_LEVEL)
                 results.append((boxes[keep], scores[keep], cell_offsets[keep]))
         squared = []
@@ -220,7 +249,9 @@ class MTCNN:
         return squared
 
     @staticmethod
-    def _crops(tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int, side: int):
+    def _crops(
+        tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int, side: int
+    ):
         """Each image's boxes that give a crop, and all their crops (N, side, side, 3)
         normalized, in image order."""
         kept, crops = [], []
@@ -231,7 +262,9 @@ class MTCNN:
                 crops.append(normalize(area_resize(table, regions[nonempty], (side, side))))
         return kept, (np.concatenate(crops) if crops else np.zeros((0, side, side, 3), np.float32))
 
-    def _refine(self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int) -> list[np.ndarray]:
+    def _refine(
+        self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int
+    ) -> list[np.ndarray]:
         """Stage 2: R-net on 24x24 crops -> per image (m, 4) squared boxes."""
         kept, crops = self._crops(tables, boxes, height, width, RNET_SIDE)
         if not len(crops):
@@ -239,7 +272,10 @@ class MTCNN:
         all_offsets, all_probs = run_on_crops(self.rnet, crops)
         refined, start = [], 0
         for image_boxes in kept:
-            offsets, probs = all_offsets[start : start + len(image_boxes)], all_probs[start : start + len(image_boxes)]
+            offsets, probs = (
+                all_offsets[start : start + len(image_boxes)],
+                all_probs[start : start + len(image_boxes)],
+            )
             start += len(image_boxes)
             scores = probs[:, 1]
             passed = scores > np.float32(self.thresholds[1])
@@ -248,7 +284,9 @@ class MTCNN:
             refined.append(square(regress(image_boxes[keep], offsets[keep], inclusive=True)))
         return refined
 
-    def _output(self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int) -> list[Detections]:
+    def _output(
+        self, tables: list[np.ndarray], boxes: list[np.ndarray], height: int, width: int
+    ) -> list[Detections]:
         """Stage 3: O-net on 48x48 crops -> per image final boxes, probabilities and landmarks."""
         kept, crops = self._crops(tables, boxes, height, width, ONET_SIDE)
         outputs = run_on_crops(self.onet, crops) if len(crops) else None
@@ -261,13 +299,22 @@ class MTCNN:
             start += len(image_boxes)
             scores = probs[:, 1]
             passed = scores > np.float32(self.thresholds[2])
-            image_boxes, scores, offsets, fractions = image_boxes[passed], scores[passed], offsets[passed], fractions[passed]
+            image_boxes, scores, offsets, fractions = (
+                image_boxes[passed],
+                scores[passed],
+                offsets[passed],
+                fractions[passed],
+            )
             landmarks = landmark_points(image_boxes, fractions)
             image_boxes = regress(image_boxes, offsets, inclusive=True)
             keep = nms(image_boxes, scores, NMS_OUTPUT, mode="min")
             image_boxes, scores, landmarks = image_boxes[keep], scores[keep], landmarks[keep]
-            largest_first = np.argsort((image_boxes[:, 2] - image_boxes[:, 0]) * (image_boxes[:, 3] - image_boxes[:, 1]))[::-1]
+            largest_first = np.argsort(
+                (image_boxes[:, 2] - image_boxes[:, 0]) * (image_boxes[:, 3] - image_boxes[:, 1])
+            )[::-1]
             scores = scores[largest_first]
             sure = None if self.sure_threshold is None else scores > np.float32(self.sure_threshold)
-            found.append(Detections(image_boxes[largest_first], scores, landmarks[largest_first], sure))
+            found.append(
+                Detections(image_boxes[largest_first], scores, landmarks[largest_first], sure)
+            )
         return found

@@ -52,7 +52,12 @@ def area_resize(table: np.ndarray, regions: np.ndarray, size: tuple[int, int]) -
     def corner(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return table[(rows + regions[:, :1])[:, :, None], (cols + regions[:, 1:2])[:, None, :]]
 
-    sums = corner(row_ends, col_ends) - corner(row_starts, col_ends) - corner(row_ends, col_starts) + corner(row_starts, col_starts)
+    sums = (
+        corner(row_ends, col_ends)
+        - corner(row_starts, col_ends)
+        - corner(row_ends, col_starts)
+        + corner(row_starts, col_starts)
+    )
     heights = (row_ends - row_starts).astype(np.float32)[:, :, None, None]
     widths = (col_ends - col_starts).astype(np.float32)[:, None, :, None]
     return sums.astype(np.float32) / heights / widths
@@ -82,7 +87,9 @@ def level_size(height: int, width: int, scale: float) -> tuple[int, int]:
     return int(height * scale + 1), int(width * scale + 1)
 
 
-def proposals(offsets: np.ndarray, probs: np.ndarray, scale: float, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def proposals(
+    offsets: np.ndarray, probs: np.ndarray, scale: float, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """P-net cells at or above ``threshold`` -> image boxes.
 
     Args:
@@ -118,8 +125,14 @@ def nms(boxes: np.ndarray, scores: np.ndarray, threshold: float, mode: str = "un
     keep = []
     while order.size:
         best, rest = order[0], order[1:]
-        w = np.maximum(np.float32(0), np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest]) + inclusive)
-        h = np.maximum(np.float32(0), np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest]) + inclusive)
+        w = np.maximum(
+            np.float32(0),
+            np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest]) + inclusive,
+        )
+        h = np.maximum(
+            np.float32(0),
+            np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest]) + inclusive,
+        )
         inter = w * h
         with np.errstate(divide="ignore", invalid="ignore"):
             if mode == "min":
@@ -127,7 +140,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, threshold: float, mode: str = "un
                 keep_rest = overlap.astype(np.float64) <= threshold
             else:
                 overlap = inter / (areas[best] + areas[rest] - inter)
-                keep_rest = ~(overlap.astype(np.float64) > threshold)  # a 0/0 overlap keeps, as in torchvision
+                keep_rest = ~(
+                    overlap.astype(np.float64) > threshold
+                )  # a 0/0 overlap keeps, as in torchvision
         keep.append(best)
         order = rest[keep_rest]
     return np.asarray(keep, np.int64)

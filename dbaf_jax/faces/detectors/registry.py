@@ -28,7 +28,9 @@ from dbaf_jax.faces.detectors import dlib_detectors, mtcnn
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.faces.detectors.ensemble import Ensemble
 
-MTCNN_MIN_FACE = mtcnn.MIN_FACE_SIZE  # 12 px measured: no face more than the band at 20 px, 3 more sure false alarms, 2.5x the time
+MTCNN_MIN_FACE = (
+    mtcnn.MIN_FACE_SIZE
+)  # 12 px measured: no face more than the band at 20 px, 3 more sure false alarms, 2.5x the time
 MTCNN_LOW_THRESHOLDS = (0.5, 0.5, 0.5)
 HOG_UPSAMPLE = 2
 HOG_SURE = 0.0
@@ -47,21 +49,34 @@ class Entry:
 
 def _mtcnn(directory: Path, low_band: bool) -> Detector:
     if low_band:
-        return mtcnn.MTCNN.load(directory, min_face_size=MTCNN_MIN_FACE, thresholds=MTCNN_LOW_THRESHOLDS, sure_threshold=mtcnn.THRESHOLDS[2])
-    return mtcnn.MTCNN.load(directory)  # facenet-pytorch's settings (the evaluation's, the parity tests')
+        return mtcnn.MTCNN.load(
+            directory,
+            min_face_size=MTCNN_MIN_FACE,
+            thresholds=MTCNN_LOW_THRESHOLDS,
+            sure_threshold=mtcnn.THRESHOLDS[2],
+        )
+    return mtcnn.MTCNN.load(
+        directory
+    )  # facenet-pytorch's settings (the evaluation's, the parity tests')
 
 
 def _dlib(kind: str, upsample: int, sure: float, low: float) -> Callable[[Path, bool], Detector]:
     def build(directory: Path, low_band: bool) -> Detector:
-        return dlib_detectors.DlibDetector(kind, upsample, low if low_band else sure, sure if low_band else None)
+        return dlib_detectors.DlibDetector(
+            kind, upsample, low if low_band else sure, sure if low_band else None
+        )
 
     return build
 
 
 DETECTORS: dict[str, Entry] = {
     "mtcnn": Entry(_mtcnn, lambda: None),
-    "dlib-hog": Entry(_dlib("hog", HOG_UPSAMPLE, HOG_SURE, HOG_LOW), dlib_detectors.DlibDetector.unavailable),
-    "dlib-cnn": Entry(_dlib("cnn", CNN_UPSAMPLE, CNN_SURE, 0.0), dlib_detectors.DlibDetector.unavailable),
+    "dlib-hog": Entry(
+        _dlib("hog", HOG_UPSAMPLE, HOG_SURE, HOG_LOW), dlib_detectors.DlibDetector.unavailable
+    ),
+    "dlib-cnn": Entry(
+        _dlib("cnn", CNN_UPSAMPLE, CNN_SURE, 0.0), dlib_detectors.DlibDetector.unavailable
+    ),
 }
 DEFAULT = ("mtcnn", "dlib-hog")  # the CNN is left out for its cost on CPUs (docs/photos.md)
 
@@ -71,7 +86,9 @@ def parse_names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in DETECTORS]
     if unknown or not names:
-        raise ConfigError(f"--detectors {text!r}: expected names from {', '.join(DETECTORS)} separated by commas")
+        raise ConfigError(
+            f"--detectors {text!r}: expected names from {', '.join(DETECTORS)} separated by commas"
+        )
     return names
 
 
@@ -85,11 +102,15 @@ def weights_dir(model_dir: str | Path, given: str | Path | None = None) -> Path:
             hint = f"python -m convert.mtcnn --out {directory.parent} writes it"
         else:
             hint = f"python -m convert.mtcnn --out {directory} writes {directory / 'mtcnn'}: pass that as --detector"
-        raise ModelDirectoryError(f"{directory}: no MTCNN face detector ({hint}; or --aligned for aligned crops)")
+        raise ModelDirectoryError(
+            f"{directory}: no MTCNN face detector ({hint}; or --aligned for aligned crops)"
+        )
     return directory
 
 
-def build(mtcnn_dir: str | Path, names: Sequence[str] | None = None, low_band: bool = True) -> tuple[Detector, list[str]]:
+def build(
+    mtcnn_dir: str | Path, names: Sequence[str] | None = None, low_band: bool = True
+) -> tuple[Detector, list[str]]:
     """The detector of ``names`` (None: `DEFAULT`, those installed) and notes naming
     each default detector that could not run and why. A named detector that cannot run
     is a ConfigError; MTCNN's weights are read from ``mtcnn_dir``."""
@@ -100,7 +121,9 @@ def build(mtcnn_dir: str | Path, names: Sequence[str] | None = None, low_band: b
         if why is not None:
             if names is not None:
                 raise ConfigError(f"--detectors {name}: cannot run: {why}")
-            notes.append(f"detector {name} not run: {why}; faces only it would find are not looked for")
+            notes.append(
+                f"detector {name} not run: {why}; faces only it would find are not looked for"
+            )
             continue
         detectors.append(DETECTORS[name].build(Path(mtcnn_dir), low_band))
     return (detectors[0] if len(detectors) == 1 else Ensemble(detectors)), notes

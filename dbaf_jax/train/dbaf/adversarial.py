@@ -28,8 +28,15 @@ from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.train.dbaf.networks import Networks
-from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, discriminate_each, discriminate_real_and_fakes
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR, Optimizers, TrainState
+from dbaf_jax.train.shared import (
+    REMAT_POLICIES,
+    Critics,
+    Metrics,
+    discriminate_each,
+    discriminate_real_and_fakes,
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
@@ -47,17 +54,29 @@ class StepSettings:
     remat: str
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, terms: tuple[str, ...]) -> "StepSettings":
+    def from_config(
+        cls, config: ml_collections.ConfigDict, terms: tuple[str, ...]
+    ) -> "StepSettings":
         if config.loss.form not in losses.FORMS:
-            raise ConfigError(f"loss.form {config.loss.form!r}: expected one of {sorted(losses.FORMS)}")
+            raise ConfigError(
+                f"loss.form {config.loss.form!r}: expected one of {sorted(losses.FORMS)}"
+            )
         if config.loss.identity_reduction not in losses.IDENTITY_REDUCTIONS:
-            raise ConfigError(f"loss.identity_reduction {config.loss.identity_reduction!r}: expected one of {losses.IDENTITY_REDUCTIONS}")
+            raise ConfigError(
+                f"loss.identity_reduction {config.loss.identity_reduction!r}: expected one of {losses.IDENTITY_REDUCTIONS}"
+            )
         if config.loss.form == "reference" and config.loss.identity_reduction != "sum":
-            raise ConfigError("loss.identity_reduction 'mean' is the paper form's (HFORD eqs. 10-12); the reference's averages are fixed")
+            raise ConfigError(
+                "loss.identity_reduction 'mean' is the paper form's (HFORD eqs. 10-12); the reference's averages are fixed"
+            )
         if config.loss.adversarial_reduction not in ("", "sum", "mean"):
-            raise ConfigError(f"loss.adversarial_reduction {config.loss.adversarial_reduction!r}: expected '', 'sum' or 'mean'")
+            raise ConfigError(
+                f"loss.adversarial_reduction {config.loss.adversarial_reduction!r}: expected '', 'sum' or 'mean'"
+            )
         return cls(
-            form=losses.FORMS[config.loss.form].with_adversarial_reduction(config.loss.adversarial_reduction),
+            form=losses.FORMS[config.loss.form].with_adversarial_reduction(
+                config.loss.adversarial_reduction
+            ),
             weights=tuple((name, float(config.loss[name])) for name in terms if config.loss[name]),
             id_margin=config.loss.id_margin,
             identity_reduction=config.loss.identity_reduction,
@@ -78,7 +97,9 @@ class StepSettings:
 
 def _merged(model_state: Variables, updates: Variables) -> Variables:
     """Model state (MAAR's running statistics, ...) with a forward pass's updates applied."""
-    return {name: {**collections, **updates.get(name, {})} for name, collections in model_state.items()}
+    return {
+        name: {**collections, **updates.get(name, {})} for name, collections in model_state.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +118,15 @@ class AdversarialStage:
 
     # ---- what a stage defines
 
-    def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Any:
+    def prepare(
+        self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array
+    ) -> Any:
         """What the step needs besides the trained networks, computed once (frozen networks only)."""
         raise NotImplementedError
 
-    def forward(self, variables: Variables, inputs: Any, rng: jax.Array, train: bool) -> tuple[Any, Variables]:
+    def forward(
+        self, variables: Variables, inputs: Any, rng: jax.Array, train: bool
+    ) -> tuple[Any, Variables]:
         """The generator side: -> (outputs, model-state updates of the trained networks)."""
         raise NotImplementedError
 
@@ -114,7 +139,11 @@ class AdversarialStage:
         raise NotImplementedError
 
     def generator_terms(
-        self, outputs: Any, inputs: Any, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
+        self,
+        outputs: Any,
+        inputs: Any,
+        critics: Critics,
+        discriminate: Callable[[jax.Array], jax.Array],
     ) -> dict[str, jax.Array]:
         """The unweighted generator-side loss terms (named as in ``terms``)."""
         raise NotImplementedError
@@ -127,7 +156,9 @@ class AdversarialStage:
         """The networks a finished run writes to its model directory."""
         raise NotImplementedError
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> Metrics:
         """Scalar measures (inference mode) of how well the stage does on held-out ``images``."""
         raise NotImplementedError
 
@@ -151,14 +182,20 @@ class AdversarialStage:
 
     def discriminator(self, d_params) -> Callable[[jax.Array], jax.Array]:
         """D with ``d_params``: images (B, H, W, 3) -> logits (B, 1), float32."""
-        return lambda x: self.networks.apply(DISCRIMINATOR, {DISCRIMINATOR: {"params": d_params}}, x)
+        return lambda x: self.networks.apply(
+            DISCRIMINATOR, {DISCRIMINATOR: {"params": d_params}}, x
+        )
 
     def generator_loss(self, terms: dict[str, jax.Array]) -> tuple[jax.Array, Metrics]:
         """(total, weighted terms) over the terms that have a weight."""
         weights = dict(self.settings.weights)
-        return losses.weighted_total({k: v for k, v in terms.items() if k in weights}, weights, self.terms)
+        return losses.weighted_total(
+            {k: v for k, v in terms.items() if k in weights}, weights, self.terms
+        )
 
-    def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         """The sample-grid columns for ``images`` (inference mode; index 1 of an epoch)."""
         inputs = self.prepare(frozen, images, jnp.asarray(1), rng)
         outputs, _ = self.forward(variables, inputs, rng, train=False)
@@ -186,20 +223,26 @@ class AdversarialStage:
         fast = state.generator_params.fast
 
         def forward(fast_params, model_state, rng):
-            return self.forward(state.variables(frozen, fast_params, model_state), inputs, rng, train=True)
+            return self.forward(
+                state.variables(frozen, fast_params, model_state), inputs, rng, train=True
+            )
 
         if self.settings.remat != "none":
             forward = jax.checkpoint(forward, policy=REMAT_POLICIES[self.settings.remat])
 
         def loss_of_outputs(outputs, d_params):
             d_apply = self.discriminator(d_params)
-            terms = self.generator_terms(outputs, inputs, critics, lambda x: discriminate_each(d_apply, x))
+            terms = self.generator_terms(
+                outputs, inputs, critics, lambda x: discriminate_each(d_apply, x)
+            )
             return self.generator_loss(terms)
 
         real = self.real_images(inputs)
         if self.settings.two_pass:
             d_outputs, d_updates = forward(fast, state.model_state, d_rng)
-            state, d_metrics = self._discriminator_update(state, real, self.fake_images(d_outputs), take_r1)
+            state, d_metrics = self._discriminator_update(
+                state, real, self.fake_images(d_outputs), take_r1
+            )
             model_state = _merged(state.model_state, d_updates)
 
             def loss(fast_params):
@@ -210,14 +253,20 @@ class AdversarialStage:
             (total, (terms, g_updates)), grads = jax.value_and_grad(loss, has_aux=True)(fast)
             model_state = _merged(model_state, g_updates)
         else:
-            outputs, pullback, updates = jax.vjp(lambda p: forward(p, state.model_state, g_rng), fast, has_aux=True)
-            state, d_metrics = self._discriminator_update(state, real, self.fake_images(outputs), take_r1)
+            outputs, pullback, updates = jax.vjp(
+                lambda p: forward(p, state.model_state, g_rng), fast, has_aux=True
+            )
+            state, d_metrics = self._discriminator_update(
+                state, real, self.fake_images(outputs), take_r1
+            )
             (total, terms), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(
                 outputs, state.discriminator_params.fast
             )
             (grads,) = pullback(output_grads)
             model_state = _merged(state.model_state, updates)
-        state = state.after_generator_update(self.optimizers.generator, grads, rng, model_state=model_state)
+        state = state.after_generator_update(
+            self.optimizers.generator, grads, rng, model_state=model_state
+        )
         return state, {**d_metrics, "g_total": total, **terms}
 
     def _discriminator_update(
@@ -229,17 +278,32 @@ class AdversarialStage:
 
         def loss_fn(d_params):
             d_apply = self.discriminator(d_params)
-            if take_r1:  # R1 differentiates D's real logits twice: the real batch keeps a trace of its own
+            if (
+                take_r1
+            ):  # R1 differentiates D's real logits twice: the real batch keeps a trace of its own
                 r1, real_logits = losses.r1_penalty(d_apply, real, settings.r1_gamma)
                 fake_logits = discriminate_each(d_apply, fakes)
             else:
-                r1, (real_logits, fake_logits) = jnp.zeros(()), discriminate_real_and_fakes(d_apply, real, fakes)
-            logistic = jax.vmap(lambda f: losses.discriminator_logistic_loss(real_logits, f))(fake_logits)
-            return losses.discriminator_loss(logistic, r1, settings.form.output_reductions["d_logistic"])
+                r1, (real_logits, fake_logits) = (
+                    jnp.zeros(()),
+                    discriminate_real_and_fakes(d_apply, real, fakes),
+                )
+            logistic = jax.vmap(lambda f: losses.discriminator_logistic_loss(real_logits, f))(
+                fake_logits
+            )
+            return losses.discriminator_loss(
+                logistic, r1, settings.form.output_reductions["d_logistic"]
+            )
 
-        (total, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.discriminator_params.fast)
+        (total, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.discriminator_params.fast
+        )
         metrics = {"d_total": total, **terms}
         if not settings.train_discriminator:
             return state, metrics
-        params, opt_state = self.optimizers.discriminator.step(grads, state.discriminator_opt_state, state.discriminator_params)
-        return state.replace(discriminator_params=params, discriminator_opt_state=opt_state), metrics
+        params, opt_state = self.optimizers.discriminator.step(
+            grads, state.discriminator_opt_state, state.discriminator_params
+        )
+        return state.replace(
+            discriminator_params=params, discriminator_opt_state=opt_state
+        ), metrics

@@ -43,10 +43,19 @@ class Settings(NamedTuple):
     def from_config(cls, config: ml_collections.ConfigDict) -> "Settings":
         w = config.kria_warmup
         settings = cls(int(w.steps), float(w.learning_rate), float(w.noise), int(w.images))
-        if settings.steps < 0 or settings.images < 1 or settings.learning_rate <= 0 or settings.noise < 0:
-            raise ConfigError(f"kria_warmup {dict(w)}: steps >= 0, images >= 1, learning_rate > 0 and noise >= 0")
+        if (
+            settings.steps < 0
+            or settings.images < 1
+            or settings.learning_rate <= 0
+            or settings.noise < 0
+        ):
+            raise ConfigError(
+                f"kria_warmup {dict(w)}: steps >= 0, images >= 1, learning_rate > 0 and noise >= 0"
+            )
         if settings.steps and "kria" not in config.trainable:
-            raise ConfigError("kria_warmup.steps > 0 warms up KRIA, which config.trainable does not train")
+            raise ConfigError(
+                "kria_warmup.steps > 0 warms up KRIA, which config.trainable does not train"
+            )
         return settings
 
 
@@ -61,7 +70,9 @@ def loss(kria: KRIA, params, codes: jax.Array, keys: jax.Array) -> jax.Array:
     anonymized = kria.apply({"params": params}, codes, keys[0])
     recovered = kria.apply({"params": params}, anonymized, keys[0])
     wrong = kria.apply({"params": params}, anonymized, keys[1])
-    push_away = jax.nn.relu(scale - mean_square(anonymized, codes)) + jax.nn.relu(scale - mean_square(wrong, codes))
+    push_away = jax.nn.relu(scale - mean_square(anonymized, codes)) + jax.nn.relu(
+        scale - mean_square(wrong, codes)
+    )
     return jnp.mean(mean_square(recovered, codes) + push_away) / scale
 
 
@@ -75,14 +86,18 @@ def fit(
 ):
     """KRIA's ``params`` after ``settings.steps`` LAMB steps on ``codes`` (N, L, D);
     ``sample_keys(rng, n)`` gives keys (2, n, L, D) as training draws them."""
-    tx = optax.lamb(optax.cosine_decay_schedule(settings.learning_rate, settings.steps), weight_decay=0.0)
+    tx = optax.lamb(
+        optax.cosine_decay_schedule(settings.learning_rate, settings.steps), weight_decay=0.0
+    )
     rms = jnp.sqrt(jnp.mean(codes**2))
 
     def step(i, carry):
         params, opt_state = carry
         key_rng, noise_rng = jax.random.split(jax.random.fold_in(rng, i))
         noisy = codes + settings.noise * rms * jax.random.normal(noise_rng, codes.shape)
-        grads = jax.grad(lambda p: loss(kria, p, noisy, sample_keys(key_rng, codes.shape[0])))(params)
+        grads = jax.grad(lambda p: loss(kria, p, noisy, sample_keys(key_rng, codes.shape[0])))(
+            params
+        )
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 

@@ -53,7 +53,9 @@ class Networks:
 
     def apply(self, name: str, variables: Variables, *args, **kwargs):
         """Network ``name`` (`modules`) on ``variables[name]`` as the step runs it (`dbaf.apply_network`)."""
-        return apply_network(self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs)
+        return apply_network(
+            self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs
+        )
 
     def modules(self) -> dict:
         """Network name -> module, for every network of the run."""
@@ -110,7 +112,10 @@ def build(config: ml_collections.ConfigDict) -> Networks:
     maar = MAAR(channels=decoder.channels(16), variant=m.maar.variant) if m.maar.enabled else None
     model = DBAF(
         e4e=Encoder4Editing(
-            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
+            stylegan_size=m.size,
+            style_dim=m.style_dim,
+            width_scale=m.encoder_width_scale,
+            input_size=m.size,
         ),
         cid=cid,
         maar=maar,
@@ -120,7 +125,9 @@ def build(config: ml_collections.ConfigDict) -> Networks:
     )
     networks = Networks(
         model=model,
-        discriminator=Discriminator(size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale),
+        discriminator=Discriminator(
+            size=m.size, channel_multiplier=m.channel_multiplier, width_scale=m.width_scale
+        ),
         arcface=ArcFace(width_scale=m.encoder_width_scale),
         lpips=LPIPS(net="alex"),
         parser=UNetParser(),
@@ -145,16 +152,45 @@ def _maar_init(n: Networks, keys: dict, x: Examples) -> Variables:
 # exported. The key generator (the base StyleGAN2, whose mapping turns
 # a key's z into w) starts as the decoder does, from the decoder's key.
 DBAF_NETWORKS = (
-    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
+    NetworkSpec(
+        "e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)
+    ),
     NetworkSpec("cid", None, lambda n, k, x: n.model.cid.init(k["cid"], x.latents)),
     NetworkSpec("maar", None, _maar_init),
-    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),  # the reference fine-tunes g_ema
-    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
+    NetworkSpec(
+        "decoder",
+        model_directory.GENERATOR_DIR,
+        lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents),
+    ),  # the reference fine-tunes g_ema
+    NetworkSpec(
+        KEY_GENERATOR,
+        model_directory.GENERATOR_DIR,
+        lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents),
+        own_key=False,
+    ),
     NetworkSpec("kria", None, lambda n, k, x: n.model.kria.init(k["kria"], x.latents, x.latents)),
-    NetworkSpec(DISCRIMINATOR, model_directory.DISCRIMINATOR_DIR, lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images)),
-    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.arcface.init(k["arcface"], x.images), exported=False),
-    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images), exported=False),
-    NetworkSpec("parser", model_directory.parser_dir("unet"), lambda n, k, x: n.parser.init(k["parser"], x.images), exported=False),
+    NetworkSpec(
+        DISCRIMINATOR,
+        model_directory.DISCRIMINATOR_DIR,
+        lambda n, k, x: n.discriminator.init(k[DISCRIMINATOR], x.images),
+    ),
+    NetworkSpec(
+        "arcface",
+        model_directory.ARCFACE_DIR,
+        lambda n, k, x: n.arcface.init(k["arcface"], x.images),
+        exported=False,
+    ),
+    NetworkSpec(
+        "lpips",
+        model_directory.lpips_dir("alex"),
+        lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images),
+        exported=False,
+    ),
+    NetworkSpec(
+        "parser",
+        model_directory.parser_dir("unet"),
+        lambda n, k, x: n.parser.init(k["parser"], x.images),
+        exported=False,
+    ),
 )
 PRETRAINED = pretrained_of(DBAF_NETWORKS)
-

@@ -26,11 +26,11 @@ import ml_collections
 from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.models.e4e import EncoderOutput
-from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
 from dbaf_jax.train import networks as networks_lib
-from dbaf_jax.train.shared import Critics, agreement
+from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
 from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.dbaf.state import Optimizers
+from dbaf_jax.train.shared import Critics, agreement
 
 
 class Inputs(NamedTuple):
@@ -63,7 +63,9 @@ class Stage1(AdversarialStage):
     trained_recovery = "none"  # stage 1 trains anonymization only (`model_directory.RECOVERY`)
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers) -> "Stage1":
+    def from_config(
+        cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers
+    ) -> "Stage1":
         return cls(
             networks=networks,
             optimizers=optimizers,
@@ -73,7 +75,9 @@ class Stage1(AdversarialStage):
             different_threshold=config.loss.different_threshold,
         )
 
-    def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Inputs:
+    def prepare(
+        self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array
+    ) -> Inputs:
         def partners(x):
             return losses.pair_attribute_images(x, index_in_epoch, self.pair_self_every)[0]
 
@@ -93,11 +97,15 @@ class Stage1(AdversarialStage):
             latent_avg=frozen["e4e"]["buffers"]["latent_avg"],
         )
 
-    def forward(self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool) -> tuple[Outputs, Variables]:
+    def forward(
+        self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool
+    ) -> tuple[Outputs, Variables]:
         model = self.networks.model
         identity_rng, attribute_rng = jax.random.split(rng)
         identity, _ = model.disentangle(variables, inputs.encoded, train, identity_rng)
-        attributes, updates = model.disentangle(variables, inputs.attribute_encoded, train, attribute_rng)
+        attributes, updates = model.disentangle(
+            variables, inputs.attribute_encoded, train, attribute_rng
+        )
         mixed, latents = model.mix(variables, identity, attributes)
         return Outputs(mixed, latents), updates
 
@@ -108,17 +116,25 @@ class Stage1(AdversarialStage):
         return outputs.mixed[None]
 
     def generator_terms(
-        self, outputs: Outputs, inputs: Inputs, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
+        self,
+        outputs: Outputs,
+        inputs: Inputs,
+        critics: Critics,
+        discriminate: Callable[[jax.Array], jax.Array],
     ) -> dict[str, jax.Array]:
         form, margin = self.settings.form, self.settings.id_margin
         mixed_embedding = critics.embed(outputs.mixed)
         distances = losses.contrastive_distance(inputs.attribute_embedding, mixed_embedding, margin)
         return {
             "id": losses.identity_loss(inputs.identity_embedding, mixed_embedding, margin),
-            "contrastive": losses.contrastive_loss(distances, inputs.same, self.same_threshold, self.different_threshold),
+            "contrastive": losses.contrastive_loss(
+                distances, inputs.same, self.same_threshold, self.different_threshold
+            ),
             "rec": form.reconstruction(inputs.attribute_images, outputs.mixed),
             "lpips": losses.lpips_batch_mean(critics.lpips(inputs.attribute_images, outputs.mixed)),
-            "parse": losses.parse_loss(inputs.attribute_logits, critics.parse(outputs.mixed), self.settings.parse_classes),
+            "parse": losses.parse_loss(
+                inputs.attribute_logits, critics.parse(outputs.mixed), self.settings.parse_classes
+            ),
             "reg": form.regulariser(outputs.latents, inputs.latent_avg),
             "adv": losses.generator_nonsaturating_loss(discriminate(self.fake_images(outputs))[0]),
         }
@@ -126,7 +142,9 @@ class Stage1(AdversarialStage):
     def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:
         return [inputs.images, inputs.attribute_images, outputs.mixed]
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> dict:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> dict:
         """Reconstruction (each image mixed with itself) and identity transfer (identity of
         each image on its neighbour's attributes: ArcFace similarity to the identity image)."""
         critics = self.critics(frozen)
@@ -137,7 +155,9 @@ class Stage1(AdversarialStage):
             if index_in_epoch == 0:
                 metrics.update(agreement(critics, images, outputs.mixed, "reconstruction"))
             else:
-                similarity = losses.cosine_similarity(inputs.identity_embedding, critics.embed(outputs.mixed))
+                similarity = losses.cosine_similarity(
+                    inputs.identity_embedding, critics.embed(outputs.mixed)
+                )
                 metrics["identity_transfer_similarity"] = jnp.mean(similarity)
         return metrics
 
@@ -147,4 +167,3 @@ class Stage1(AdversarialStage):
     def exported_networks(self) -> tuple[str, ...]:
         """Everything stage 2 starts from; KRIA is not trained yet."""
         return networks_lib.exported_of(self.networks, leave_out=("kria",))
-

@@ -23,15 +23,16 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from dbaf_jax import data, images as images_lib, losses, sharding
+from dbaf_jax import data, losses, sharding
+from dbaf_jax import images as images_lib
 from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf import kria_warmup
 from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
-from dbaf_jax.train import networks as networks_lib
-from dbaf_jax.train.shared import Critics, agreement
 from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.dbaf.state import Optimizers, TrainState
+from dbaf_jax.train.shared import Critics, agreement
 
 RECOVERY_MODES = ("latent", "image")
 KEYS_PER_STEP = 4  # p1, p2, wrong 1, wrong 2
@@ -54,7 +55,9 @@ class Outputs(NamedTuple):
     latents: jax.Array  # (5, B, n_latent, style_dim)
 
 
-def sample_keys(networks: Networks, frozen: Variables, rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+def sample_keys(
+    networks: Networks, frozen: Variables, rng: jax.Array, shape: tuple[int, ...]
+) -> jax.Array:
     """Random training keys (*shape, n_latent, style_dim): z ~ N(0, I) per latent group
     through the frozen mapping network, as the reference draws them."""
     model = networks.model
@@ -74,14 +77,23 @@ class Stage2(AdversarialStage):
         return self.recovery
 
     terms = losses.STAGE2_TERMS
-    sample_columns = ("input", "anonymized 1", "anonymized 2", "recovered", "wrong key 1", "wrong key 2")
+    sample_columns = (
+        "input",
+        "anonymized 1",
+        "anonymized 2",
+        "recovered",
+        "wrong key 1",
+        "wrong key 2",
+    )
 
     def __post_init__(self):
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery {self.recovery!r}: expected one of {RECOVERY_MODES}")
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers) -> "Stage2":
+    def from_config(
+        cls, config: ml_collections.ConfigDict, networks: Networks, optimizers: Optimizers
+    ) -> "Stage2":
         return cls(
             networks=networks,
             optimizers=optimizers,
@@ -99,22 +111,35 @@ class Stage2(AdversarialStage):
             return state
         count = min(self.warmup.images, len(source))
         images = jnp.asarray(images_lib.to_float(np.stack([source[i] for i in range(count)])))
-        rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), 0x4B524941)  # state.rng itself stays as it was
+        rng = jax.random.fold_in(
+            jax.random.wrap_key_data(state.rng), 0x4B524941
+        )  # state.rng itself stays as it was
 
         @jax.jit
         def warmed_kria(state):
             variables = state.variables(frozen)
             encoding, _ = self.networks.model.encode(variables, images)
             keys = lambda key_rng, n: sample_keys(self.networks, frozen, key_rng, (2, n))  # noqa: E731
-            return kria_warmup.fit(self.networks.model.kria, state.generator_params.fast["kria"], encoding.identity_code, keys, self.warmup, rng)
+            return kria_warmup.fit(
+                self.networks.model.kria,
+                state.generator_params.fast["kria"],
+                encoding.identity_code,
+                keys,
+                self.warmup,
+                rng,
+            )
 
         kria = warmed_kria(state)
         # A fresh state: the optimizer starts again from the warmed weights (slow = fast, zero moments).
-        params, opt_state = self.optimizers.generator.init({**state.generator_params.fast, "kria": kria})
+        params, opt_state = self.optimizers.generator.init(
+            {**state.generator_params.fast, "kria": kria}
+        )
         warmed = state.replace(generator_params=params, generator_opt_state=opt_state)
         return jax.device_put(warmed, jax.tree.map(lambda x: x.sharding, state))  # placed as before
 
-    def prepare(self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array) -> Inputs:
+    def prepare(
+        self, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array, rng: jax.Array
+    ) -> Inputs:
         critics = self.critics(frozen)
         return Inputs(
             images=images,
@@ -124,7 +149,9 @@ class Stage2(AdversarialStage):
             latent_avg=frozen["e4e"]["buffers"]["latent_avg"],
         )
 
-    def forward(self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool) -> tuple[Outputs, Variables]:
+    def forward(
+        self, variables: Variables, inputs: Inputs, rng: jax.Array, train: bool
+    ) -> tuple[Outputs, Variables]:
         model = self.networks.model
         encode_rng, recover_rng = jax.random.split(rng)
         encoding, updates = model.encode(variables, inputs.images, train, encode_rng)
@@ -132,14 +159,23 @@ class Stage2(AdversarialStage):
         if self.recovery == "latent":
             # The recoveries need the anonymized identity codes, not images: all five
             # outputs decode as one generator batch of 5 * B.
-            anonymized_latents, anonymized_identity = model.anonymized_codes(variables, encoding, inputs.keys[:2])
-            recovered = model.recovered_latents(variables, encoding, anonymized_identity[0], recovery_keys)
+            anonymized_latents, anonymized_identity = model.anonymized_codes(
+                variables, encoding, inputs.keys[:2]
+            )
+            recovered = model.recovered_latents(
+                variables, encoding, anonymized_identity[0], recovery_keys
+            )
             latents = jnp.concatenate([anonymized_latents, recovered])
-            return Outputs(model.synthesize(variables, latents, encoding.attribute_maps), latents), updates
+            return Outputs(
+                model.synthesize(variables, latents, encoding.attribute_maps), latents
+            ), updates
         anonymized = model.anonymize(variables, encoding, inputs.keys[:2])
-        recovered, latents = model.recover_image(variables, anonymized.images[0], recovery_keys, train, recover_rng)
+        recovered, latents = model.recover_image(
+            variables, anonymized.images[0], recovery_keys, train, recover_rng
+        )
         outputs = Outputs(
-            jnp.concatenate([anonymized.images, recovered]), jnp.concatenate([anonymized.latents, latents])
+            jnp.concatenate([anonymized.images, recovered]),
+            jnp.concatenate([anonymized.latents, latents]),
         )
         return outputs, updates
 
@@ -150,11 +186,17 @@ class Stage2(AdversarialStage):
         return outputs.images
 
     def generator_terms(
-        self, outputs: Outputs, inputs: Inputs, critics: Critics, discriminate: Callable[[jax.Array], jax.Array]
+        self,
+        outputs: Outputs,
+        inputs: Inputs,
+        critics: Critics,
+        discriminate: Callable[[jax.Array], jax.Array],
     ) -> dict[str, jax.Array]:
         form = self.settings.form
         count = outputs.images.shape[0]
-        flat = sharding.merge_into_batch(outputs.images)  # one critic call for all five, image-major
+        flat = sharding.merge_into_batch(
+            outputs.images
+        )  # one critic call for all five, image-major
         per_output = lambda x: sharding.split_from_batch(x, count)  # noqa: E731
         embeddings = per_output(critics.embed(flat))
         logits = per_output(critics.parse(flat))
@@ -163,20 +205,27 @@ class Stage2(AdversarialStage):
             {
                 "rec": jax.vmap(lambda x: form.reconstruction(inputs.images, x))(outputs.images),
                 "lpips": jax.vmap(losses.lpips_batch_mean)(distances),
-                "parse": jax.vmap(lambda x: losses.parse_loss(inputs.logits, x, self.settings.parse_classes))(logits),
+                "parse": jax.vmap(
+                    lambda x: losses.parse_loss(inputs.logits, x, self.settings.parse_classes)
+                )(logits),
                 "reg": jax.vmap(lambda w: form.regulariser(w, inputs.latent_avg))(outputs.latents),
                 "adv": jax.vmap(losses.generator_nonsaturating_loss)(discriminate(outputs.images)),
             }
         )
         terms["id"] = form.stage2_identity(
-            inputs.embedding, *embeddings, margin=self.settings.id_margin, reduction=self.settings.identity_reduction
+            inputs.embedding,
+            *embeddings,
+            margin=self.settings.id_margin,
+            reduction=self.settings.identity_reduction,
         )
         return terms
 
     def sample_images(self, inputs: Inputs, outputs: Outputs) -> list[jax.Array]:
         return [inputs.images, *outputs.images]
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> dict:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> dict:
         """Anonymization (ArcFace similarity of anonymized 1 to its input: low is private),
         recovery with the right key (PSNR, LPIPS, similarity) and with a wrong one (similarity,
         PSNR), PSNRs against the inputs and against the model's own reconstruction of each
@@ -187,14 +236,22 @@ class Stage2(AdversarialStage):
         outputs, _ = self.forward(variables, inputs, rng, train=False)
         anonymized, recovered, wrong = outputs.images[0], outputs.images[2], outputs.images[3]
         encoding, _ = self.networks.model.encode(variables, images)
-        reconstruction = self.networks.model.synthesize(variables, encoding.code, encoding.attribute_maps)
+        reconstruction = self.networks.model.synthesize(
+            variables, encoding.code, encoding.attribute_maps
+        )
         embedding = inputs.embedding
         return {
-            "anonymized_similarity": jnp.mean(losses.cosine_similarity(embedding, critics.embed(anonymized))),
+            "anonymized_similarity": jnp.mean(
+                losses.cosine_similarity(embedding, critics.embed(anonymized))
+            ),
             **agreement(critics, images, recovered, "recovery"),
-            "wrong_key_similarity": jnp.mean(losses.cosine_similarity(embedding, critics.embed(wrong))),
+            "wrong_key_similarity": jnp.mean(
+                losses.cosine_similarity(embedding, critics.embed(wrong))
+            ),
             "wrong_key_psnr": jnp.mean(image_metrics.psnr(images, wrong)),
-            "recovery_psnr_to_reconstruction": jnp.mean(image_metrics.psnr(reconstruction, recovered)),
+            "recovery_psnr_to_reconstruction": jnp.mean(
+                image_metrics.psnr(reconstruction, recovered)
+            ),
             "wrong_key_psnr_to_reconstruction": jnp.mean(image_metrics.psnr(reconstruction, wrong)),
         }
 

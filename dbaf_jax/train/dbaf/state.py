@@ -55,9 +55,14 @@ class TrainState(flax.struct.PyTreeNode):
         model state (or ``fast_params`` and ``model_state`` in their place) plus the frozen ones."""
         fast_params = self.generator_params.fast if fast_params is None else fast_params
         model_state = self.model_state if model_state is None else model_state
-        return {**joined(frozen, fast_params, model_state), DISCRIMINATOR: {"params": self.discriminator_params.fast}}
+        return {
+            **joined(frozen, fast_params, model_state),
+            DISCRIMINATOR: {"params": self.discriminator_params.fast},
+        }
 
-    def after_generator_update(self, optimizer: optimizers.Optimizer, grads, rng: jax.Array, **fields) -> "TrainState":
+    def after_generator_update(
+        self, optimizer: optimizers.Optimizer, grads, rng: jax.Array, **fields
+    ) -> "TrainState":
         """The next step's state: ``grads`` of the fast generator-side params applied by
         ``optimizer``, the step counted, ``rng`` (a typed key) carried on, and any other
         ``fields`` replaced."""
@@ -82,10 +87,14 @@ def make_optimizers(config: ml_collections.ConfigDict, generator_side_params) ->
     """Ranger for both sides with the reference's lr; the generator side centralises its
     gradients over the axes PyTorch's tensors imply (`optimizers.reference_centralization`)."""
     if config.optimizer.name != "ranger":
-        raise ValueError(f"optimizer {config.optimizer.name!r}: only 'ranger' (the reference's) is implemented")
+        raise ValueError(
+            f"optimizer {config.optimizer.name!r}: only 'ranger' (the reference's) is implemented"
+        )
     lr = config.optimizer.learning_rate
     return Optimizers(
-        generator=optimizers.ranger(lr, centralization_axes=optimizers.reference_centralization(generator_side_params)),
+        generator=optimizers.ranger(
+            lr, centralization_axes=optimizers.reference_centralization(generator_side_params)
+        ),
         discriminator=optimizers.ranger(lr),
     )
 
@@ -102,7 +111,9 @@ def create(
     generator_side, model_state, frozen = split_trainable(config, variables, apart=(DISCRIMINATOR,))
     txs = optimizers_for(config, generator_side)
     g_params, g_opt_state = txs.generator.init(generator_side)
-    d_params, d_opt_state = txs.discriminator.init(variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {})
+    d_params, d_opt_state = txs.discriminator.init(
+        variables[DISCRIMINATOR]["params"] if DISCRIMINATOR in variables else {}
+    )
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         generator_params=g_params,

@@ -47,7 +47,9 @@ class IFADITNetworks:
         """Network ``name`` on ``variables[name]`` as the step runs it (`IFADIT.apply` for the model's)."""
         if name in self.model.networks():
             return self.model.apply(name, variables, *args, **kwargs)
-        return apply_network(self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs)
+        return apply_network(
+            self.compute_dtype, self.modules()[name], variables[name], *args, **kwargs
+        )
 
     def modules(self) -> dict:
         return {**self.model.networks(), "lpips": self.lpips, "landmarks": self.landmarks}
@@ -78,7 +80,10 @@ def build(config: ml_collections.ConfigDict) -> IFADITNetworks:
     )
     model = IFADIT(
         e4e=Encoder4Editing(
-            stylegan_size=m.size, style_dim=m.style_dim, width_scale=m.encoder_width_scale, input_size=m.size
+            stylegan_size=m.size,
+            style_dim=m.style_dim,
+            width_scale=m.encoder_width_scale,
+            input_size=m.size,
         ),
         arcface=ArcFace(width_scale=m.encoder_width_scale, embedding_dim=m.identity_dim),
         mapper=IdentityAttributeMapper(style_dim=m.style_dim, hidden=m.mapper_hidden),
@@ -103,17 +108,50 @@ def build(config: ml_collections.ConfigDict) -> IFADITNetworks:
 # in both phases (paper 3.2); the model's ArcFace and BiSeNet serve the losses too;
 # LPIPS and the landmark extractor serve only the losses, and are not exported.
 IFADIT_NETWORKS = (
-    NetworkSpec("e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)),
-    NetworkSpec("arcface", model_directory.ARCFACE_DIR, lambda n, k, x: n.model.arcface.init(k["arcface"], x.images)),
-    NetworkSpec("mapper", None, lambda n, k, x: n.model.mapper.init(k["mapper"], x.identity, x.latents)),
-    NetworkSpec("sif", None, lambda n, k, x: n.model.sif.init(k["sif"], x.identity, jnp.zeros((2, n.model.sif.key_dim)))),
+    NetworkSpec(
+        "e4e", model_directory.E4E_DIR, lambda n, k, x: n.model.e4e.init(k["e4e"], x.images)
+    ),
+    NetworkSpec(
+        "arcface",
+        model_directory.ARCFACE_DIR,
+        lambda n, k, x: n.model.arcface.init(k["arcface"], x.images),
+    ),
+    NetworkSpec(
+        "mapper", None, lambda n, k, x: n.model.mapper.init(k["mapper"], x.identity, x.latents)
+    ),
+    NetworkSpec(
+        "sif",
+        None,
+        lambda n, k, x: n.model.sif.init(k["sif"], x.identity, jnp.zeros((2, n.model.sif.key_dim))),
+    ),
     NetworkSpec("icl", None, lambda n, k, x: n.model.icl.init(k["icl"], x.identity)),
-    NetworkSpec("decoder", model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents)),
-    NetworkSpec(KEY_GENERATOR, model_directory.GENERATOR_DIR, lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents), own_key=False),
-    NetworkSpec("parser", model_directory.parser_dir("bisenet"), lambda n, k, x: n.model.parser.init(k["parser"], x.images)),
-    NetworkSpec("lpips", model_directory.lpips_dir("alex"), lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images), exported=False),
-    NetworkSpec("landmarks", f"{model_directory.MTCNN_DIR}/onet", lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3))), exported=False),
+    NetworkSpec(
+        "decoder",
+        model_directory.GENERATOR_DIR,
+        lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents),
+    ),
+    NetworkSpec(
+        KEY_GENERATOR,
+        model_directory.GENERATOR_DIR,
+        lambda n, k, x: n.model.decoder.init(k["decoder"], x.latents),
+        own_key=False,
+    ),
+    NetworkSpec(
+        "parser",
+        model_directory.parser_dir("bisenet"),
+        lambda n, k, x: n.model.parser.init(k["parser"], x.images),
+    ),
+    NetworkSpec(
+        "lpips",
+        model_directory.lpips_dir("alex"),
+        lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images),
+        exported=False,
+    ),
+    NetworkSpec(
+        "landmarks",
+        f"{model_directory.MTCNN_DIR}/onet",
+        lambda n, k, x: n.landmarks.init(k["landmarks"], jnp.zeros((2, ONET_SIDE, ONET_SIDE, 3))),
+        exported=False,
+    ),
 )
 PRETRAINED = pretrained_of(IFADIT_NETWORKS)
-
-

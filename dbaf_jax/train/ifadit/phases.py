@@ -31,16 +31,18 @@ from dbaf_jax.models.ifadit import Variables
 from dbaf_jax.models.mtcnn import ONET_SIDE
 from dbaf_jax.models.parsers import bisenet_inputs
 from dbaf_jax.train import networks as networks_lib
-from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement
 from dbaf_jax.train.ifadit import PHASE1, PHASE2
 from dbaf_jax.train.ifadit.networks import IFADITNetworks
 from dbaf_jax.train.ifadit.state import PhaseState
+from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement
 
 ANONYMIZATION_KEYS = 2  # the diversity loss's inter-key term needs two
 RECOVERY_KEYS = 2  # the first anonymization key, then a wrong one
 
 
-def sample_keys(networks: IFADITNetworks, variables: Variables, rng: jax.Array, count: int) -> jax.Array:
+def sample_keys(
+    networks: IFADITNetworks, variables: Variables, rng: jax.Array, count: int
+) -> jax.Array:
     """``count`` random keys shared by the batch, (count, 1, 1, style_dim): z ~ N(0, I)
     through the key generator, as a password's key is made."""
     model = networks.model
@@ -53,7 +55,9 @@ class Phase:
     """What both phases share: the non-adversarial step and the frozen networks the losses use."""
 
     networks: IFADITNetworks
-    optimizer: optax.GradientTransformation | None  # None: a phase built only to sample, evaluate or export
+    optimizer: (
+        optax.GradientTransformation | None
+    )  # None: a phase built only to sample, evaluate or export
     remat: str
     trained_recovery = "image"  # iFADIT's recovery is the flow's exact inverse, on the image
 
@@ -61,7 +65,10 @@ class Phase:
 
     @classmethod
     def from_config(
-        cls, config: ml_collections.ConfigDict, networks: IFADITNetworks, optimizer: optax.GradientTransformation | None
+        cls,
+        config: ml_collections.ConfigDict,
+        networks: IFADITNetworks,
+        optimizer: optax.GradientTransformation | None,
     ) -> "Phase":
         if config.remat not in REMAT_POLICIES:
             raise ConfigError(f"remat {config.remat!r}: expected one of {sorted(REMAT_POLICIES)}")
@@ -69,14 +76,20 @@ class Phase:
 
     # ---- what a phase defines
 
-    def loss(self, variables: Variables, images: jax.Array, rng: jax.Array) -> tuple[jax.Array, Metrics]:
+    def loss(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> tuple[jax.Array, Metrics]:
         """(total, unweighted terms) on ``images`` (B, H, W, 3)."""
         raise NotImplementedError
 
-    def sample_images(self, variables: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample_images(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         raise NotImplementedError
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> Metrics:
         raise NotImplementedError
 
     def evaluation_summary(self, evaluated: dict[str, float], count: int) -> None:
@@ -95,7 +108,9 @@ class Phase:
         model = nets.model
 
         def landmarks(images):
-            resized = jax.image.resize(images, (images.shape[0], ONET_SIDE, ONET_SIDE, 3), "bilinear")
+            resized = jax.image.resize(
+                images, (images.shape[0], ONET_SIDE, ONET_SIDE, 3), "bilinear"
+            )
             return nets.apply("landmarks", variables, resized)[1]
 
         return ifadit_losses.LossNetworks(
@@ -115,10 +130,14 @@ class Phase:
         del step
         return {}
 
-    def step(self, state: PhaseState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array) -> tuple[PhaseState, Metrics]:
+    def step(
+        self, state: PhaseState, frozen: Variables, images: jax.Array, index_in_epoch: jax.Array
+    ) -> tuple[PhaseState, Metrics]:
         """One Adam update of the trained networks on ``images`` (B, H, W, 3)."""
         del index_in_epoch  # every step of an epoch is alike
-        assert self.optimizer is not None, "a phase built without an optimizer only samples and evaluates"
+        assert self.optimizer is not None, (
+            "a phase built without an optimizer only samples and evaluates"
+        )
         rng, loss_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
 
         def loss(params):
@@ -129,11 +148,16 @@ class Phase:
         (total, terms), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         state = state.replace(
-            step=state.step + 1, rng=jax.random.key_data(rng), params=optax.apply_updates(state.params, updates), opt_state=opt_state
+            step=state.step + 1,
+            rng=jax.random.key_data(rng),
+            params=optax.apply_updates(state.params, updates),
+            opt_state=opt_state,
         )
         return state, {"total": total, **terms}
 
-    def sample(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         """The sample-grid columns for ``images``, one batch (B, H, W, 3) per `sample_columns`."""
         del frozen  # ``variables`` hold them
         return self.sample_images(variables, images, rng)
@@ -153,14 +177,20 @@ class Phase2Outputs(NamedTuple):
 class Phase1(Phase):
     sample_columns = ("input", "reconstructed")
 
-    def loss(self, variables: Variables, images: jax.Array, rng: jax.Array) -> tuple[jax.Array, Metrics]:
+    def loss(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> tuple[jax.Array, Metrics]:
         reconstructed = self.networks.model.reconstruct(variables, images)
         return ifadit_losses.phase1_loss(reconstructed, images, self.loss_networks(variables))
 
-    def sample_images(self, variables: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample_images(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         return [images, self.networks.model.reconstruct(variables, images)]
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> Metrics:
         """Reconstruction PSNR, LPIPS and ArcFace similarity on held-out ``images``."""
         reconstructed = self.networks.model.reconstruct(variables, images)
         return agreement(self.critics(variables), images, reconstructed, "reconstruction")
@@ -176,18 +206,26 @@ class Phase2(Phase):
         model = self.networks.model
         keys = sample_keys(self.networks, variables, rng, ANONYMIZATION_KEYS + 1)
         anonymized = model.anonymize(variables, images, keys[:ANONYMIZATION_KEYS]).images
-        recovered = model.recover(variables, anonymized[0], keys[jnp.array([0, ANONYMIZATION_KEYS])])
+        recovered = model.recover(
+            variables, anonymized[0], keys[jnp.array([0, ANONYMIZATION_KEYS])]
+        )
         return Phase2Outputs(anonymized, recovered[:1], recovered[1:])
 
-    def loss(self, variables: Variables, images: jax.Array, rng: jax.Array) -> tuple[jax.Array, Metrics]:
+    def loss(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> tuple[jax.Array, Metrics]:
         outputs = self.forward(variables, images, rng)
         return ifadit_losses.phase2_loss(images, *outputs, self.loss_networks(variables))
 
-    def sample_images(self, variables: Variables, images: jax.Array, rng: jax.Array) -> list[jax.Array]:
+    def sample_images(
+        self, variables: Variables, images: jax.Array, rng: jax.Array
+    ) -> list[jax.Array]:
         outputs = self.forward(variables, images, rng)
         return [images, *outputs.anonymized, outputs.recovered[0], outputs.wrongly_recovered[0]]
 
-    def evaluate(self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array) -> Metrics:
+    def evaluate(
+        self, variables: Variables, frozen: Variables, images: jax.Array, rng: jax.Array
+    ) -> Metrics:
         """Anonymization (ArcFace similarity to the input: low is private), recovery with the
         right key (PSNR, LPIPS, similarity) and with a wrong one (similarity)."""
         critics = self.critics(variables)

@@ -40,8 +40,12 @@ class PhaseState(flax.struct.PyTreeNode):
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """Adam with the paper's b1 = 0, b2 = 0.999 (configs/ifadit.py)."""
     if config.optimizer.name != "adam":
-        raise ConfigError(f"optimizer {config.optimizer.name!r}: iFADIT trains with 'adam' (the paper's)")
-    return optax.adam(config.optimizer.learning_rate, b1=config.optimizer.b1, b2=config.optimizer.b2)
+        raise ConfigError(
+            f"optimizer {config.optimizer.name!r}: iFADIT trains with 'adam' (the paper's)"
+        )
+    return optax.adam(
+        config.optimizer.learning_rate, b1=config.optimizer.b1, b2=config.optimizer.b2
+    )
 
 
 def create_state(
