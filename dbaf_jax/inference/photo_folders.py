@@ -267,14 +267,12 @@ def anonymize_photo_folder(
         kept=kept,
         passed_over=list(plan.passed_over),
     )
-    report.notes += [
-        faces.describe(),
-        *faces.notes,
-    ]  # which detectors ran, and any default one that could not
     if face_ledger is not None:  # before any photo: one entry each at least
         report.notes += [
             note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note
         ]
+    # Which detectors ran, and any default one that could not.
+    report.notes += [faces.describe(), *faces.notes]
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
     _photo_run(
         plan,

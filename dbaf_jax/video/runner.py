@@ -298,11 +298,11 @@ def anonymize_video(
     (`track_ledger`)."""
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
-    notes = _prepare_outputs(source, [target, side], overwrite) + [faces.describe(), *faces.notes]
-    if (
-        face_ledger is not None
-    ):  # before any frame is read, then with its entries counted (`ledger.check_appendable`)
+    notes = _prepare_outputs(source, [target, side], overwrite)
+    if face_ledger is not None:
+        # Before any frame is read, then again with its entries counted.
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
+    notes += [faces.describe(), *faces.notes]  # which detectors ran
     info = clip.probe(source)
     found, placed, count, tracker, short = find_tracks(faces, source, info, sigma)
     record = record or keys.new_key_record()

@@ -73,8 +73,9 @@ def test_unavailable_names_the_missing_package(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name)
     )
-    assert dlib_detectors.DlibDetector.unavailable().startswith(
-        "dlib is not installed (pip install -r requirements-eval.txt"
+    assert (
+        dlib_detectors.DlibDetector.unavailable()
+        == f"dlib is not installed ({dlib_detectors.INSTALL_HINT})"
     )
 
 
@@ -133,7 +134,8 @@ def test_registry_names_what_did_not_run(mtcnn_dir, monkeypatch):
     )
     detector, notes = registry.build(mtcnn_dir)
     assert detector.name == "mtcnn" and notes == [
-        "detector dlib-hog not run: dlib is not installed (pip install -r requirements-eval.txt); faces only it would find are not looked for"
+        f"detector dlib-hog not run: dlib is not installed ({dlib_detectors.INSTALL_HINT}); "
+        "faces only it would find are not looked for"
     ]
     with pytest.raises(
         ConfigError, match="--detectors dlib-hog: cannot run: dlib is not installed"

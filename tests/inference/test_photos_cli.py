@@ -652,7 +652,7 @@ def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymize
         and report.faces_found == len(found.boxes)
     )
     assert report.status == EXIT_FALLBACK
-    assert any("1 face(s) the model cannot take" in note for note in report.notes)
+    assert any("1 face(s) hidden by pixelation" in note for note in report.notes)
 
 
 def test_outputs_name_no_path_or_user(workspace, tmp_path):
