@@ -59,7 +59,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)"
+        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
     )
     parser.add_argument("--photo", type=Path, default=TEST_PHOTO)
     parser.add_argument("--repeats", type=int, default=2)

@@ -25,7 +25,7 @@ Photos default to tests/data's office3.jpg, office5.jpg and jf.jpg. Two parts:
    pixels where its box mask is 1.
 
 With --model, a DBAF model directory (and its ``mtcnn/`` unless --detector) runs; without,
-the tests' tiny model (reduced width, random weights) with the real MTCNN converted from
+a tiny random model (reduced width, random weights) with the real MTCNN converted from
 facenet-pytorch's bundled files: its outputs are not faces, so MTCNN does not re-detect
 them, and its recovery PSNRs say only how much JPEG changes a random model's result.
 """
@@ -272,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("photos", nargs="*", type=Path, default=list(PHOTOS))
     parser.add_argument(
-        "--model", help="DBAF model directory (default: the tests' tiny model, random weights)"
+        "--model", help="DBAF model directory (default: a tiny random model, random weights)"
     )
     parser.add_argument("--detector", help="MTCNN directory (default MODEL/mtcnn)")
     parser.add_argument("--parser", help="BiSeNet directory for soft masks (default the box mask)")
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             run(convert_mtcnn, ["--out", str(model)])
         else:
             from benchmarks.wild import (
-                tiny_model,  # builds the tests' tiny model with the real MTCNN
+                tiny_model,  # builds a tiny random model with the real MTCNN
             )
 
             model = tiny_model(work / "tiny")

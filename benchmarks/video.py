@@ -19,7 +19,7 @@ cache). Per run:
   over tracks, for the anonymized and the original clip. A person who keeps one
   pseudo-identity stays near the original's spread, far under dlib's 0.6 threshold.
 
-Without --model the tests' tiny model (random weights) runs with the real MTCNN: its
+Without --model a tiny random model (random weights) runs with the real MTCNN: its
 faces are not faces, so only the flicker of the crop's placement, the speed and the
 mechanics mean anything; its recovery PSNR is not a quality figure.
 """
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--model", help="DBAF model directory with mtcnn/ (default: the tests' tiny model)"
+        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
     )
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--smooth", type=float, nargs="+", default=[0.0, 2.0])
