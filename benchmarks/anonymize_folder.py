@@ -1,4 +1,4 @@
-"""Anonymization files in, files out: the whole `python -m dbaf_jax.anonymize` command
+"""Anonymization files in, files out: the whole `python -m dbaf_jax.commands.anonymize` command
 on a folder of photos, beside the device-only figure of `benchmarks.anonymize`.
 
     python -m benchmarks.anonymize_folder [--model DIR | --width tiny|full] [--detector DIR]
@@ -34,7 +34,8 @@ from pathlib import Path
 from PIL import Image
 
 from benchmarks import models, timing
-from dbaf_jax import anonymize, compilation_cache
+from dbaf_jax import compilation_cache
+from dbaf_jax.commands import anonymize
 
 TEST_PHOTOS = Path(__file__).resolve().parents[1] / "tests" / "data"
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")

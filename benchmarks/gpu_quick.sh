@@ -9,7 +9,7 @@
 #   train2-cold   the stage-2 step, bfloat16, batch 8, compiled with an empty cache of its own
 #   train2-warm   the same in a second process, from that cache (the warm compile)
 #   train1        the stage-1 step, bfloat16, batch 8
-#   folder        files in, files out: python -m dbaf_jax.anonymize on a folder of photos
+#   folder        files in, files out: python -m dbaf_jax.commands.anonymize on a folder of photos
 #                 (the photos of tests/data, 8 copies each), the full-width random model,
 #                 MTCNN's real weights from --detector (a converted mtcnn directory)
 #

@@ -11,9 +11,9 @@ Photos default to tests/data's office3.jpg, office5.jpg and jf.jpg. Two parts:
    "in order" when both have the same index. Displacement is that of the 256x256 crop's
    four corners, in crop pixels: where the re-encoding's crop corner lies in the
    original's crop.
-2. The round trip, through the commands: ``dbaf_jax.anonymize --key-file`` on the
+2. The round trip, through the commands: ``dbaf_jax.commands.anonymize --key-file`` on the
    photos; each anonymized photo re-encoded as PNG (lossless) or JPEG at each quality
-   (PIL, its default 4:2:0 chroma subsampling), metadata dropped; ``dbaf_jax.recover
+   (PIL, its default 4:2:0 chroma subsampling), metadata dropped; ``dbaf_jax.commands.recover
    --key-file``, which finds the faces again by detection. The same re-encoded pixels
    are also recovered with the anonymized output's metadata put back ("recorded"), which
    separates what the model loses to JPEG from what re-detection loses. Per photo and
@@ -45,7 +45,8 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, compilation_cache, images, metadata, new_key, recover
+from dbaf_jax import compilation_cache, images, metadata
+from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.faces import align, paste, photos
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detector

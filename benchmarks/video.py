@@ -35,7 +35,8 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.clips import pan_frames, write_clip
-from dbaf_jax import anonymize_video, compilation_cache, recover_video
+from dbaf_jax import compilation_cache
+from dbaf_jax.commands import anonymize_video, recover_video
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces import align, paste
 from dbaf_jax.video import clip, sidecar

@@ -33,7 +33,9 @@ def base_config() -> ml_collections.ConfigDict:
     )
 
     c.data = ml_collections.ConfigDict()
-    c.data.dir = ""  # prepared with `python -m dbaf_jax.prepare_data --images DIR --out DATA_DIR`
+    c.data.dir = (
+        ""  # prepared with `python -m dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR`
+    )
     c.data.synthetic = False  # deterministic synthetic images, for smoke runs
     c.data.synthetic_size = 64  # number of synthetic images
 

@@ -95,7 +95,7 @@ def tiny(c: ml_collections.ConfigDict) -> None:
     c.model.cid.mlp_dim = 32
 
 
-QUICKSTART_DATA = "workdirs/quickstart/faces64"  # README: python -m dbaf_jax.prepare_data --images quickstart/faces --out this --size 64
+QUICKSTART_DATA = "workdirs/quickstart/faces64"  # README: python -m dbaf_jax.commands.prepare_data --images quickstart/faces --out this --size 64
 
 
 def quickstart(c: ml_collections.ConfigDict) -> None:

@@ -31,7 +31,7 @@ A directory converted without --kria is a stage-1 result: give it to stage 2 as
 ``init_from`` (with the default ``reference`` variant, whose CID attends across the
 batch as the converted one does), together with --discriminator (stage 2 continues the discriminator; when the
 stage-1 discriminator is not at hand, pass the StyleGAN2 file to start from its ``d``).
-With --kria the directory is what `dbaf_jax.anonymize` and `dbaf_jax.recover` run.
+With --kria the directory is what `dbaf_jax.commands.anonymize` and `dbaf_jax.commands.recover` run.
 
 The key mappings of DBAF's own stage checkpoints (plain PyTorch state_dicts):
 
@@ -575,7 +575,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {path}")
     if args.kria is None:
         print(
-            f"no --kria: {args.out} is a stage-1 result (stage 2's init_from), not yet usable by dbaf_jax.anonymize"
+            f"no --kria: {args.out} is a stage-1 result (stage 2's init_from), not yet usable by dbaf_jax.commands.anonymize"
         )
 
 

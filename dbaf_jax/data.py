@@ -1,7 +1,7 @@
 """Dataset preparation and the training input pipeline.
 
 Preparation (`prepare`, once, on one machine; the command ``python -m
-dbaf_jax.prepare_data --images DIR --out DATA_DIR --size 256``) walks ``DIR`` (any nesting, sorted), decodes every image with PIL, converts it to
+dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR --size 256``) walks ``DIR`` (any nesting, sorted), decodes every image with PIL, converts it to
 RGB, resizes it to size x size with PIL's bilinear filter (what the reference's
 ``transforms.Resize((size, size))`` does to a PIL image, so the pixels match it) and
 writes the images as PNG inside an ArrayRecord dataset built by a
@@ -263,7 +263,7 @@ class PreparedImages:
         builder_dir = Path(data_dir) / DATASET_NAME / DATASET_VERSION
         if not (builder_dir / "dataset_info.json").is_file():
             raise DatasetError(
-                f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.prepare_data`"
+                f"{data_dir}: not a dataset prepared by `python -m dbaf_jax.commands.prepare_data`"
             )
         builder = tfds.builder_from_directory(str(builder_dir))
         self.data_dir = Path(data_dir)

@@ -388,7 +388,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read image ({err})") from None
     if text is None:
         raise NoMetadataError(
-            f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)"
+            f"{path}: no {METADATA_CHUNK} metadata (not written by dbaf_jax.commands.anonymize)"
         )
     try:
         metadata = json.loads(text)

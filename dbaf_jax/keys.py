@@ -13,7 +13,7 @@ derivation version): never the password, which also never appears in logs or nam
 
 Faces in photos each get their own key: `face_seed` turns the seed and the face's index
 into that face's seed (SHAKE-256, docs/photos.md). A key file (`write_key_file`, the
-command ``python -m dbaf_jax.new_key --out me.key``) holds one record, so that images
+command ``python -m dbaf_jax.commands.new_key --out me.key``) holds one record, so that images
 stripped of their metadata can still be recovered with the password and the file.
 Passwords are read from the first line of a file (`read_password`).
 """

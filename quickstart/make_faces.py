@@ -6,7 +6,7 @@ The crops are committed; this script says how they were made and remakes them:
     python quickstart/make_faces.py --mtcnn models/mtcnn --out quickstart/faces PHOTO...
 
 Every face MTCNN finds whose FFHQ quad is at least ``--min-face-size`` pixels is
-aligned as `dbaf_jax.anonymize` aligns faces, at ``--size`` pixels, and written as
+aligned as `dbaf_jax.commands.anonymize` aligns faces, at ``--size`` pixels, and written as
 ``{photo stem}_{face index}.png``.
 """
 

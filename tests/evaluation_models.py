@@ -29,7 +29,7 @@ FACE_SIZE = 256
 
 def build_metrics_models(folder: Path) -> Path:
     """``folder``/networks: the package's random metric networks (`write_random_metric_networks`,
-    what ``python -m dbaf_jax.make_metric_networks`` writes; ArcFace at 1/4 width for speed)
+    what ``python -m dbaf_jax.commands.make_metric_networks`` writes; ArcFace at 1/4 width for speed)
     with MTCNN's real weights (converted from facenet-pytorch's bundled files); no
     facenet_casia_webface, which a report must then name as not measured."""
     # In a fresh interpreter, as tests/conftest.py's real_detector does: the converter reads the

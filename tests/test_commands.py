@@ -9,6 +9,7 @@ import tomllib
 import pytest
 
 from dbaf_jax import commands, data
+from dbaf_jax.commands import scripts
 from dbaf_jax.errors import DatasetError
 from dbaf_jax.inference import anonymizer
 from tests.paths import REPO
@@ -87,15 +88,25 @@ def test_a_folder_that_is_no_prepared_dataset(tmp_path):
 
 
 def test_every_command_is_a_console_script():
-    """pyproject.toml declares each command of `commands.COMMANDS` as dbaf-<name>, run
-    by the entry of that name in `commands`; each command module has ``main(argv)``."""
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {
-        f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands:{name}" for name in commands.COMMANDS
+    """pyproject.toml declares each command of `scripts.COMMANDS` as dbaf-<name>, run
+    by the entry of that name in `commands.scripts`; each command module (in
+    dbaf_jax/commands/, the web page's package beside it) has ``main(argv)``."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert declared == {
+        f"dbaf-{name.replace('_', '-')}": f"dbaf_jax.commands.scripts:{name}"
+        for name in scripts.COMMANDS
     }
-    for name in commands.COMMANDS:
-        assert callable(getattr(commands, name))
-        assert callable(importlib.import_module(f"dbaf_jax.{name}").main)
+    for name in scripts.COMMANDS:
+        assert callable(getattr(scripts, name))
+        package = "dbaf_jax" if name == "web" else "dbaf_jax.commands"
+        assert callable(importlib.import_module(f"{package}.{name}").main)
+
+
+def test_the_command_modules_are_the_commands_folder():
+    """Every module of dbaf_jax/commands/ but the shared ones is a command of `COMMANDS`."""
+    folder = REPO / "dbaf_jax" / "commands"
+    modules = {path.stem for path in folder.glob("*.py")} - {"__init__", "scripts"}
+    assert modules == set(scripts.COMMANDS) - {"web"}
 
 
 def test_console_script_exits_with_the_commands_status(tmp_path, monkeypatch, capsys):
@@ -104,7 +115,7 @@ def test_console_script_exits_with_the_commands_status(tmp_path, monkeypatch, ca
     existing.write_text("kept")
     monkeypatch.setattr(sys, "argv", ["dbaf-new-key", "--out", str(existing)])
     with pytest.raises(SystemExit) as exit_info:
-        commands.new_key()
+        scripts.new_key()
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.startswith("error: ")
     assert existing.read_text() == "kept"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import commands, data, prepare_data
+from dbaf_jax import commands, data
+from dbaf_jax.commands import prepare_data
 from dbaf_jax.errors import DatasetError
 
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from dbaf_jax import keys as keys_module
-from dbaf_jax import new_key
+from dbaf_jax.commands import new_key
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.keys import (
     DEFAULT_SCRYPT,

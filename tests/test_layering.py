@@ -52,20 +52,7 @@ LAYERS = [
     ("applications", ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]),
     (
         "commands",
-        [
-            "dbaf_jax.commands",
-            "dbaf_jax.anonymize",
-            "dbaf_jax.recover",
-            "dbaf_jax.anonymize_video",
-            "dbaf_jax.recover_video",
-            "dbaf_jax.evaluate",
-            "dbaf_jax.sample",
-            "dbaf_jax.new_key",
-            "dbaf_jax.prepare_data",
-            "dbaf_jax.make_splits",
-            "dbaf_jax.make_metric_networks",
-            "dbaf_jax.web",
-        ],
+        ["dbaf_jax.commands", "dbaf_jax.web"],
     ),
 ]
 APPLICATIONS = ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]

@@ -15,7 +15,8 @@ from PIL import Image
 from configs import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import anonymize, commands, model_directory, model_families
+from dbaf_jax import commands, model_directory, model_families
+from dbaf_jax.commands import anonymize
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf

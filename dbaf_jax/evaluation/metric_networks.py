@@ -9,7 +9,7 @@
 - ``lpips_alex`` (required): LPIPS on AlexNet;
 - ``mtcnn`` (required): the face detector of the utility metrics.
 
-A folder written by ``python -m dbaf_jax.make_metric_networks`` (random weights, for
+A folder written by ``python -m dbaf_jax.commands.make_metric_networks`` (random weights, for
 trying the evaluation without checkpoints) holds `FOLDER_FILE`, which says so; the
 report reads it (`folder_record`) and calls its figures a smoke test.
 

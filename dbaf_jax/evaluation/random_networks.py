@@ -33,7 +33,7 @@ from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
 
-SOURCE = "random (python -m dbaf_jax.make_metric_networks)"
+SOURCE = "random (python -m dbaf_jax.commands.make_metric_networks)"
 # MTCNN's stages and the input side each is initialised at (its own crop sizes).
 MTCNN_STAGES = {"pnet": (PNet(), 12), "rnet": (RNet(), 24), "onet": (ONet(), 48)}
 

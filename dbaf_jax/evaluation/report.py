@@ -152,7 +152,7 @@ def provenance_lines(results: dict[str, Any]) -> list[str]:
     if record and record["random_weights"]:
         lines += [
             f"**Smoke test: the metric networks have random weights** (their folder's {FOLDER_FILE} records "
-            "it; `python -m dbaf_jax.make_metric_networks` wrote them). No figure below is a measurement.",
+            "it; `python -m dbaf_jax.commands.make_metric_networks` wrote them). No figure below is a measurement.",
             "",
         ]
     if any(p["random"] for p in provenance.values()):

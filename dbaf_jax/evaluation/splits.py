@@ -1,6 +1,6 @@
 """Seeded, reproducible split lists of a folder of face images.
 
-    python -m dbaf_jax.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
+    python -m dbaf_jax.commands.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
 
 Protocols (the DBAF paper's):
 - ``ffhq``: test.txt (1000) and train.txt (69000) of FFHQ's 70000 images;

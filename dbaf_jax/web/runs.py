@@ -18,7 +18,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from dbaf_jax import images, keys, recover
+from dbaf_jax import images, keys
+from dbaf_jax.commands import recover
 from dbaf_jax.errors import ConfigError, DbafError, InputError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer

@@ -7,7 +7,7 @@ machines cannot reach it. ``--host ADDRESS --allow-remote`` listens elsewhere (t
 page then serves anyone who can reach that address; it prints a warning). Uploads and
 results stay in a private temporary folder, deleted when the results are downloaded,
 after --keep-minutes of no use, and when the server stops (Ctrl-C). The model and
-photo options are those of ``python -m dbaf_jax.anonymize``. See docs/web.md.
+photo options are those of ``python -m dbaf_jax.commands.anonymize``. See docs/web.md.
 """
 
 from __future__ import annotations

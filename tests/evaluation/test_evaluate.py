@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 
 from configs import ifadit as ifadit_config
-from dbaf_jax import commands, evaluate, model_directory
+from dbaf_jax import commands, model_directory
+from dbaf_jax.commands import evaluate
 from dbaf_jax.evaluation import dlib_recognition, fid
 from dbaf_jax.evaluation.metric_networks import CONVERTER_COMMANDS, MetricNetworks
 from dbaf_jax.evaluation.paper import ABLATION, QUALITY

@@ -1,5 +1,5 @@
 """Random metric networks (`dbaf_jax.evaluation.random_networks`, the command
-``python -m dbaf_jax.make_metric_networks``): BatchNorm statistics calibrated so that
+``python -m dbaf_jax.commands.make_metric_networks``): BatchNorm statistics calibrated so that
 every layer works at order one, a folder that says its weights are random, the report's
 bold smoke-test line read from that record, and the refusals."""
 
@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dbaf_jax import commands, make_metric_networks, model_directory
+from dbaf_jax import commands, model_directory
+from dbaf_jax.commands import make_metric_networks
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.evaluation import metric_networks, random_networks, report
 from dbaf_jax.models.facenet import InceptionResnetV1

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dbaf_jax import make_splits
+from dbaf_jax.commands import make_splits
 from dbaf_jax.errors import ConfigError, DatasetError, OutputExistsError
 from dbaf_jax.evaluation import splits
 

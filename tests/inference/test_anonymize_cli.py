@@ -1,5 +1,5 @@
-"""The user commands end to end: ``python -m dbaf_jax.anonymize`` then
-``python -m dbaf_jax.recover`` with the right and a wrong password, on a model
+"""The user commands end to end: ``python -m dbaf_jax.commands.anonymize`` then
+``python -m dbaf_jax.commands.recover`` with the right and a wrong password, on a model
 directory converted by ``python -m convert.dbaf`` from random reference weights
 (reduced width). Random weights mean recovered faces look like nothing, so the tests
 assert exact properties: metadata, keys re-derived from it, latent recovery equal to
@@ -24,7 +24,8 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import anonymize, commands, images, keys, model_directory, model_families, recover
+from dbaf_jax import commands, images, keys, model_directory, model_families
+from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.inference.aligned_folders import anonymize_folder, recover_folder
@@ -286,7 +287,7 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
         "--aligned",
     ]
     result = subprocess.run(
-        [sys.executable, "-m", "dbaf_jax.anonymize", *args],
+        [sys.executable, "-m", "dbaf_jax.commands.anonymize", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
@@ -536,7 +537,7 @@ def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
             "this machine does not let a process mount a private file system (unshare --user --mount)"
         )
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    for module in ("dbaf_jax.anonymize", "dbaf_jax.recover"):
+    for module in ("dbaf_jax.commands.anonymize", "dbaf_jax.commands.recover"):
         command = (
             f"mount -t tmpfs -o ro tmpfs '{out}' && exec '{sys.executable}' -m {module} --aligned"
             f" --model '{workspace / 'model'}' --password-file '{workspace / 'password.txt'}' '{workspace / 'faces'}' '{out}'"
@@ -575,7 +576,7 @@ def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "dbaf_jax.anonymize", *args],
+            [sys.executable, "-m", "dbaf_jax.commands.anonymize", *args],
             stderr=subprocess.PIPE,
             text=True,
             env=env,
@@ -838,7 +839,7 @@ def test_recover_killed_while_writing_leaves_nothing_readable(workspace, anonymi
         [
             sys.executable,
             "-m",
-            "dbaf_jax.recover",
+            "dbaf_jax.commands.recover",
             *aligned_args(
                 workspace, many, out, "--batch-size", "1", "--mode", "image", "--untrained-mode"
             ),

@@ -1,4 +1,4 @@
-"""Every input of a folder accounted for, end to end: ``python -m dbaf_jax.anonymize``
+"""Every input of a folder accounted for, end to end: ``python -m dbaf_jax.commands.anonymize``
 and ``recover`` on a folder of real photos (JPEG, TIFF, GIF) and a short clip, with the
 real MTCNN and the tempered tiny DBAF model of the photo tests. Clips go through the
 video path; an animated GIF, files of unknown type, damaged files, each kind of link,
@@ -14,7 +14,8 @@ from PIL import Image
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, images, recover
+from dbaf_jax import images
+from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.video import clip, sidecar
 from tests.cli_helpers import PASSWORD, pixels, temper_

@@ -1,4 +1,4 @@
-"""The photo path end to end: ``python -m dbaf_jax.anonymize`` and ``recover`` on real
+"""The photo path end to end: ``python -m dbaf_jax.commands.anonymize`` and ``recover`` on real
 photos (tests/data) with the real MTCNN weights (converted from facenet-pytorch's) and
 a DBAF model converted from random reduced-width reference weights. Its faces look
 like nothing, so the tests assert the mechanics: every face found is changed, pixels
@@ -21,7 +21,8 @@ from benchmarks.jpeg_recovery import psnr
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize, commands, images, keys, metadata, new_key, recover
+from dbaf_jax import commands, images, keys, metadata
+from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.faces.detectors.base import Detections
@@ -793,7 +794,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path)
         key_file,
     ]
     killed = subprocess.Popen(
-        [sys.executable, "-m", "dbaf_jax.anonymize", *argv],
+        [sys.executable, "-m", "dbaf_jax.commands.anonymize", *argv],
         stderr=subprocess.DEVNULL,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )

@@ -26,7 +26,7 @@ from convert.dbaf import (
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
 from dbaf_jax import keys, model_directory, model_families
-from dbaf_jax.anonymize import FaceAnonymizer
+from dbaf_jax.commands.anonymize import FaceAnonymizer
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.cid import CID
 from dbaf_jax.models.e4e import Encoder4Editing

@@ -19,8 +19,9 @@ import pytest
 from PIL import Image
 
 from configs import ifadit as ifadit_config
-from dbaf_jax import anonymize, data, keys, model_directory, model_families, recover
+from dbaf_jax import data, keys, model_directory, model_families
 from dbaf_jax import images as images_lib
+from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit

@@ -607,7 +607,7 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
     model, variables = model_families.load_family(
         dbaf.FAMILY, second / loop.MODEL_EXPORT
-    )  # what `dbaf_jax.anonymize` runs
+    )  # what `dbaf_jax.commands.anonymize` runs
     assert model.kria.groups == (3, 3, 4) and set(variables) >= {
         "e4e",
         "cid",

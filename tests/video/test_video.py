@@ -21,7 +21,8 @@ from PIL import Image
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import anonymize_video, commands, keys, recover_video
+from dbaf_jax import commands, keys
+from dbaf_jax.commands import anonymize_video, recover_video
 from dbaf_jax.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detectors.base import Detections
@@ -511,7 +512,7 @@ def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
         [
             sys.executable,
             "-m",
-            "dbaf_jax.recover_video",
+            "dbaf_jax.commands.recover_video",
             "--model",
             str(ws / "model"),
             "--password-file",

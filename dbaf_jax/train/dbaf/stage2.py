@@ -264,5 +264,5 @@ class Stage2(AdversarialStage):
         )
 
     def exported_networks(self) -> tuple[str, ...]:
-        """What `dbaf_jax.anonymize` runs, and D to continue training."""
+        """What `dbaf_jax.commands.anonymize` runs, and D to continue training."""
         return networks_lib.exported_of(self.networks)

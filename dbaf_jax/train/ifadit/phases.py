@@ -163,7 +163,7 @@ class Phase:
         return self.sample_images(variables, images, rng)
 
     def exported_networks(self) -> tuple[str, ...]:
-        """Every network of the model (phase 2 starts from phase 1's; `dbaf_jax.anonymize` runs phase 2's)."""
+        """Every network of the model (phase 2 starts from phase 1's; `dbaf_jax.commands.anonymize` runs phase 2's)."""
         return networks_lib.exported_of(self.networks)
 
 

@@ -1,9 +1,9 @@
 """Evaluate a DBAF model with the paper's protocol (Tables I-IV, diversity).
 
-    python -m dbaf_jax.evaluate --model DIR --images DIR [--list FILE] --metrics-models DIR --out REPORT_DIR
+    python -m dbaf_jax.commands.evaluate --model DIR --images DIR [--list FILE] --metrics-models DIR --out REPORT_DIR
 
 Anonymizes the images (all below --images, or those a split list names, e.g. the
-rates200.txt of ``python -m dbaf_jax.make_splits``) with a fixed test password,
+rates200.txt of ``python -m dbaf_jax.commands.make_splits``) with a fixed test password,
 recovers them in both modes with it and with a wrong one, and writes into REPORT_DIR:
 report.json (every number, the options, the model's fingerprint, versions),
 report.md (the provenance of every network, identity at calibrated thresholds with
@@ -32,7 +32,7 @@ from dbaf_jax.evaluation.splits import read_split
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.evaluate",
+        prog="python -m dbaf_jax.commands.evaluate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

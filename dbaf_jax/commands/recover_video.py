@@ -1,6 +1,6 @@
-"""Recover a video anonymized by ``python -m dbaf_jax.anonymize_video``.
+"""Recover a video anonymized by ``python -m dbaf_jax.commands.anonymize_video``.
 
-    python -m dbaf_jax.recover_video --model DIR --password-file F ANON.mp4 OUT.mp4
+    python -m dbaf_jax.commands.recover_video --model DIR --password-file F ANON.mp4 OUT.mp4
 
 The sidecar ``ANON.mp4.dbaf.json`` (or ``--sidecar``; or, when no file is there, its
 copy in the container's metadata) gives the salt and every track's place in every
@@ -24,7 +24,7 @@ from dbaf_jax.video import runner
 
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
-    parser = commands.video_parser("python -m dbaf_jax.recover_video", __doc__)
+    parser = commands.video_parser("python -m dbaf_jax.commands.recover_video", __doc__)
     parser.add_argument(
         "--sidecar",
         help="the anonymization's sidecar; default INPUT.dbaf.json, else the copy in INPUT's container metadata",

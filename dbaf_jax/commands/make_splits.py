@@ -1,6 +1,6 @@
 """Write the evaluation's seeded split lists of a folder of face images (`evaluation.splits`).
 
-python -m dbaf_jax.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
+python -m dbaf_jax.commands.make_splits --images DIR --out LISTS_DIR --protocol ffhq|celebahq [--seed 0]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dbaf_jax.evaluation import splits
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.make_splits", description=__doc__.split("\n\n")[0]
+        prog="python -m dbaf_jax.commands.make_splits", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--images", required=True, help="folder of face images (searched recursively)"

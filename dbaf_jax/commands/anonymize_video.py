@@ -1,6 +1,6 @@
 """Anonymize every face of a video with a password, one key per tracked person.
 
-    python -m dbaf_jax.anonymize_video --model DIR --password-file F IN.mp4 OUT.mp4
+    python -m dbaf_jax.commands.anonymize_video --model DIR --password-file F IN.mp4 OUT.mp4
 
 The face detectors (``--detectors``, as for photos) find the faces of every frame; ByteTrack
 links them into tracks, each anonymized with its own key (password + the clip's salt +
@@ -9,7 +9,7 @@ interpolated, never shown as they were, and landmarks are smoothed along each tr
 (``--smooth``). The output keeps the size, frame times, rotation and audio (copied);
 its codec is ``--codec``/``--crf``/``--pix-fmt`` (H.264, CRF 18, yuv420p by default).
 ``OUT.mp4.dbaf.json`` beside it records the tracks and the key record (never the
-password) for ``python -m dbaf_jax.recover_video``; with ``--key-file K`` the tracks'
+password) for ``python -m dbaf_jax.commands.recover_video``; with ``--key-file K`` the tracks'
 faces also go to K's face ledger (``K.faces.jsonl``), which lets recovery verify the
 faces it finds again in a copy that lost the sidecar. See docs/video.md.
 """
@@ -25,7 +25,7 @@ from dbaf_jax.video import runner
 
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
-    parser = commands.video_parser("python -m dbaf_jax.anonymize_video", __doc__)
+    parser = commands.video_parser("python -m dbaf_jax.commands.anonymize_video", __doc__)
     args = parser.parse_args(argv)
     password = keys.read_password(args.password_file)
     record = keys.read_key_file(args.key_file) if args.key_file else None

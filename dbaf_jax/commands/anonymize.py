@@ -1,6 +1,6 @@
 """Anonymize every face of a folder of photos (or of aligned crops) with a password.
 
-    python -m dbaf_jax.anonymize --model DIR --password-file F IN_DIR OUT_DIR
+    python -m dbaf_jax.commands.anonymize --model DIR --password-file F IN_DIR OUT_DIR
 
 Photos of any size (the default): the face detectors (``--detectors``, default every
 installed one of MTCNN, weights in ``--detector`` or DIR/mtcnn, and dlib's HOG
@@ -14,10 +14,10 @@ training data and the evaluation use; --save-latents (aligned only) also writes
 
 Writes one PNG per input below OUT_DIR (``photo.jpg`` -> ``photo.png``, sub-folders
 kept) carrying the salt, the model's fingerprint and each face's place, never the
-password; --key-file uses a key file's salt (``python -m dbaf_jax.new_key``) so that
+password; --key-file uses a key file's salt (``python -m dbaf_jax.commands.new_key``) so that
 recovery works on copies that lost that metadata, and appends each photo's anonymized
 faces to the key file's face ledger (``KEY.faces.jsonl``, `dbaf_jax.faces.ledger`),
-which recovery needs to tell them from faces that were never anonymized. ``python -m dbaf_jax.recover`` with
+which recovery needs to tell them from faces that were never anonymized. ``python -m dbaf_jax.commands.recover`` with
 the same password undoes it. Existing outputs are never replaced without --overwrite.
 
 Every face MTCNN reports is anonymized (small ones upsampled); one the model cannot take
@@ -50,7 +50,7 @@ from dbaf_jax.video.folders import FolderClips
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
-    parser = commands.folder_parser("python -m dbaf_jax.anonymize", __doc__)
+    parser = commands.folder_parser("python -m dbaf_jax.commands.anonymize", __doc__)
     parser.add_argument(
         "--save-latents",
         action="store_true",

@@ -5,15 +5,15 @@ them through and `run_main` turns one into a single ``error: <message>`` line on
 stderr and exit status 1. Any other exception is a bug and keeps its traceback.
 Every command runs with the persistent compilation cache on (`compilation_cache`).
 
-The commands are the thin modules at the top of the package (`COMMANDS`), each run as
-``python -m dbaf_jax.NAME`` or, once installed, as the console script ``dbaf-NAME``
-(pyproject.toml: ``dbaf_jax.commands:NAME``). No library module imports this one.
+The commands are the thin modules of this folder (`scripts.COMMANDS`; the web page,
+``python -m dbaf_jax.web``, is its own package), each run as ``python -m
+dbaf_jax.commands.NAME`` or, once installed, as the console script ``dbaf-NAME``
+(pyproject.toml: ``dbaf_jax.commands.scripts:NAME``). No library module imports this one.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Any, Callable, Sequence
 
@@ -44,42 +44,6 @@ def run_main(main: Main, argv: Sequence[str] | None = None) -> None:
     status = exit_status(main, argv)
     if status:
         raise SystemExit(status)
-
-
-def _console_script(module: str) -> Callable[[], None]:
-    def run() -> None:
-        run_main(importlib.import_module(module).main)
-
-    run.__doc__ = f"The console script of ``python -m {module}``."
-    return run
-
-
-# The user commands, each a module of the package with ``main(argv)``; pyproject.toml
-# declares each as ``dbaf-<name with dashes>``.
-COMMANDS = (
-    "anonymize",
-    "recover",
-    "anonymize_video",
-    "recover_video",
-    "evaluate",
-    "sample",
-    "new_key",
-    "prepare_data",
-    "make_splits",
-    "make_metric_networks",
-    "web",
-)
-anonymize = _console_script("dbaf_jax.anonymize")
-recover = _console_script("dbaf_jax.recover")
-anonymize_video = _console_script("dbaf_jax.anonymize_video")
-recover_video = _console_script("dbaf_jax.recover_video")
-evaluate = _console_script("dbaf_jax.evaluate")
-sample = _console_script("dbaf_jax.sample")
-new_key = _console_script("dbaf_jax.new_key")
-prepare_data = _console_script("dbaf_jax.prepare_data")
-make_splits = _console_script("dbaf_jax.make_splits")
-make_metric_networks = _console_script("dbaf_jax.make_metric_networks")
-web = _console_script("dbaf_jax.web")
 
 
 DETECTORS_HELP = (
@@ -149,7 +113,7 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="leave faces whose crop side is under N pixels as they were (counted, exit status 4); default 0: every face",
     )
     photos.add_argument(
-        "--key-file", help="key file (python -m dbaf_jax.new_key) instead of a fresh salt"
+        "--key-file", help="key file (python -m dbaf_jax.commands.new_key) instead of a fresh salt"
     )
     photos.add_argument(
         "--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png"
@@ -209,7 +173,7 @@ def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default=0.0,
         help="smaller detected faces (crop side in pixels) are left alone; default 0: every detected face is processed",
     )
-    parser.add_argument("--key-file", help="key file (python -m dbaf_jax.new_key)")
+    parser.add_argument("--key-file", help="key file (python -m dbaf_jax.commands.new_key)")
     parser.add_argument(
         "--smooth",
         type=float,

@@ -1,6 +1,6 @@
 """Prepare a training dataset from a folder of face images (`dbaf_jax.data.prepare`).
 
-    python -m dbaf_jax.prepare_data --images DIR --out DATA_DIR --size 256
+    python -m dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR --size 256
 
 Every image below DIR (any nesting) is decoded, converted to RGB and resized to
 size x size (PIL bilinear, as the reference's transforms), then written into an
@@ -18,7 +18,7 @@ from dbaf_jax import commands, data
 def main(argv: list[str] | None = None) -> data.PrepareSummary:
     """Parses ``argv`` and runs `data.prepare`."""
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.prepare_data", description=__doc__.split("\n\n")[0]
+        prog="python -m dbaf_jax.commands.prepare_data", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--images", required=True, help="folder of face images (searched recursively)"

@@ -1,6 +1,6 @@
 """Write a key file: a fresh random salt (`keys.KeyRecord`) to keep with the password.
 
-    python -m dbaf_jax.new_key --out me.key
+    python -m dbaf_jax.commands.new_key --out me.key
 
 Anonymize with ``--key-file me.key`` and its images stay recoverable with the
 password and this file after their metadata is stripped (docs/photos.md).
@@ -19,7 +19,7 @@ from dbaf_jax.commands import run_main
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.new_key",
+        prog="python -m dbaf_jax.commands.new_key",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

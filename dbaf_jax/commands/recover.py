@@ -1,6 +1,6 @@
-"""Recover photos (or aligned crops) anonymized by ``python -m dbaf_jax.anonymize``.
+"""Recover photos (or aligned crops) anonymized by ``python -m dbaf_jax.commands.anonymize``.
 
-    python -m dbaf_jax.recover --model DIR --password-file F IN_DIR OUT_DIR
+    python -m dbaf_jax.commands.recover --model DIR --password-file F IN_DIR OUT_DIR
 
 Photos (the default): each output's metadata gives its salt and every face's place,
 so only the password is needed; each face is re-cropped there, recovered with its own
@@ -61,7 +61,7 @@ def recovery_mode(
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
-    parser = commands.folder_parser("python -m dbaf_jax.recover", __doc__)
+    parser = commands.folder_parser("python -m dbaf_jax.commands.recover", __doc__)
     parser.add_argument(
         "--mode",
         choices=RECOVERY_MODES,

@@ -1,6 +1,6 @@
 """Samples a grid of faces from a StyleGAN2 generator into a PNG.
 
-    python -m dbaf_jax.sample --model DIR/generator --out faces.png [--rows 4 --cols 4 --psi 0.7]
+    python -m dbaf_jax.commands.sample --model DIR/generator --out faces.png [--rows 4 --cols 4 --psi 0.7]
 
 Without --model, a randomly initialised generator of the given size and width is
 sampled (a smoke test of the whole synthesis path; the faces are noise).

@@ -1,9 +1,9 @@
 """Write metric networks with random weights, so that `evaluate` runs without checkpoints.
 
-    python -m dbaf_jax.make_metric_networks --out metrics/ [--mtcnn DIR] [--seed 0]
+    python -m dbaf_jax.commands.make_metric_networks --out metrics/ [--mtcnn DIR] [--seed 0]
 
 Writes ArcFace, LPIPS (AlexNet), FaceNet and the FID Inception with random weights into
-a new folder for ``python -m dbaf_jax.evaluate --metrics-models``, and MTCNN copied from
+a new folder for ``python -m dbaf_jax.commands.evaluate --metrics-models``, and MTCNN copied from
 ``--mtcnn`` (a converted detector, e.g. the ``mtcnn`` of a model directory) or else random
 as well. The folder records that its weights are random, and every report made with it
 says in bold that its figures are a smoke test (docs/evaluation.md). For real figures,
@@ -23,7 +23,7 @@ from dbaf_jax.evaluation.random_networks import write_random_metric_networks
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(
-        prog="python -m dbaf_jax.make_metric_networks",
+        prog="python -m dbaf_jax.commands.make_metric_networks",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
