@@ -32,9 +32,10 @@ import jax.numpy as jnp
 
 from benchmarks import timing
 from benchmarks.train_step import stage_config
-from dbaf_jax import compilation_cache, losses, sharding
+from dbaf_jax import compilation_cache, sharding
 from dbaf_jax.train import loop, stages
 from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.shared import REMAT_POLICIES
 
 

@@ -55,10 +55,10 @@ export DBAF_JAX_CACHE_DIR="${cache:-$out/xla-cache}"
 seconds="${PART_SECONDS:-570}"
 # Every test that compares a converted network with its PyTorch reference.
 parity_tests=(tests/models/test_stylegan2.py tests/models/test_e4e.py tests/models/test_irse.py
-              tests/models/test_arcface.py tests/models/test_cid.py tests/models/test_maar.py
-              tests/models/test_kria.py tests/models/test_lpips.py tests/models/test_parsers.py
+              tests/models/test_arcface.py tests/models/dbaf/test_cid.py tests/models/dbaf/test_maar.py
+              tests/models/dbaf/test_kria.py tests/models/test_lpips.py tests/models/test_parsers.py
               tests/models/test_mtcnn.py tests/models/test_facenet.py tests/models/test_inception.py
-              tests/test_losses.py tests/models/test_dbaf_pipeline.py tests/train/test_training_parity.py)
+              tests/train/dbaf/test_losses.py tests/models/dbaf/test_dbaf_pipeline.py tests/train/test_training_parity.py)
 
 run() {  # run PART python-module args...
   local part="$1"; shift

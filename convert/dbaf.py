@@ -74,12 +74,12 @@ from convert.stylegan2 import (
     infer_generator,
 )
 from dbaf_jax.model_directory import MODEL_FILE, save_model
-from dbaf_jax.models.cid import CID
 from dbaf_jax.models.dbaf import FAMILY, KEY_GENERATOR
+from dbaf_jax.models.dbaf.cid import CID
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing
 from dbaf_jax.models.irse import stage_ends, unit_specs
-from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.maar import MAAR
 
 Array = np.ndarray
 

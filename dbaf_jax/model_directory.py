@@ -56,18 +56,18 @@ from flax import traverse_util
 
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.cid import CID, LatentMLP
+from dbaf_jax.models.dbaf.cid import CID, LatentMLP
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.models.facenet import InceptionResnetV1
-from dbaf_jax.models.icl import IdentityCompensation
+from dbaf_jax.models.ifadit.icl import IdentityCompensation
+from dbaf_jax.models.ifadit.mapper import IdentityAttributeMapper
+from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.inception import FIDInceptionV3
-from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.lpips import LPIPS
-from dbaf_jax.models.maar import MAAR
-from dbaf_jax.models.mapper import IdentityAttributeMapper
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
-from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 FORMAT_VERSION = 1

@@ -87,7 +87,7 @@ def param_sharding(mesh: Mesh, tree: Any, min_size: int = DEFAULT_MIN_SHARD_SIZE
 def put_batch(mesh: Mesh, local_batch: Any) -> Any:
     """This process's rows of a global batch (a numpy array or pytree of them) -> global jax.Arrays.
 
-    Every process passes its own (B_local, ...) slice, as `dbaf_jax.data` yields it;
+    Every process passes its own (B_local, ...) slice, as `dbaf_jax.train.data` yields it;
     the result has the global leading size B_local * process_count, sharded by
     `batch_sharding`.
     """

@@ -5,7 +5,7 @@
 Each process has 8 / N forced CPU devices; with N > 1 they join through
 ``jax.distributed.initialize`` on localhost (the several-hosts path of launch.py
 --distributed) and exchange collectives with gloo. The data-parallel mesh spans all 8
-devices, each process feeds its own rows of the global batch (`dbaf_jax.data.batches`),
+devices, each process feeds its own rows of the global batch (`dbaf_jax.train.data.batches`),
 and process 0 writes the step's metrics and updated parameters to FILE (.npz).
 """
 
@@ -31,8 +31,8 @@ def main() -> None:
         jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.process_id)
 
     from configs import stage1
-    from dbaf_jax import data, sharding
-    from dbaf_jax.train import loop, stages
+    from dbaf_jax import sharding
+    from dbaf_jax.train import data, loop, stages
 
     config = stage1.get_config("tiny")
     config.batch_size = 8

@@ -8,10 +8,11 @@ import tomllib
 
 import pytest
 
-from dbaf_jax import commands, data
+from dbaf_jax import commands
 from dbaf_jax.commands import scripts
 from dbaf_jax.errors import DatasetError
 from dbaf_jax.inference import anonymizer
+from dbaf_jax.train import data
 from tests.paths import REPO
 
 

@@ -38,17 +38,8 @@ LAYERS = [
             "dbaf_jax.model_families",
         ],
     ),
-    (
-        "faces and losses",
-        [
-            "dbaf_jax.faces",
-            "dbaf_jax.metadata",
-            "dbaf_jax.losses",
-            "dbaf_jax.ifadit_losses",
-            "dbaf_jax.evaluation.image_metrics",
-        ],
-    ),
-    ("data and inference", ["dbaf_jax.data", "dbaf_jax.inference"]),
+    ("faces", ["dbaf_jax.faces", "dbaf_jax.metadata", "dbaf_jax.evaluation.image_metrics"]),
+    ("inference", ["dbaf_jax.inference"]),
     ("applications", ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]),
     (
         "commands",

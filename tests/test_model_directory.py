@@ -20,9 +20,9 @@ from dbaf_jax.commands import anonymize
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
+from dbaf_jax.models.dbaf.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
-from dbaf_jax.models.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
 from dbaf_jax.train import networks as networks_lib

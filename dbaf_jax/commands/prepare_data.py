@@ -1,4 +1,4 @@
-"""Prepare a training dataset from a folder of face images (`dbaf_jax.data.prepare`).
+"""Prepare a training dataset from a folder of face images (`dbaf_jax.train.prepare.prepare`).
 
     python -m dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR --size 256
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from dbaf_jax import commands, data
+from dbaf_jax import commands
+from dbaf_jax.train import prepare
 
 
-def main(argv: list[str] | None = None) -> data.PrepareSummary:
-    """Parses ``argv`` and runs `data.prepare`."""
+def main(argv: list[str] | None = None) -> prepare.PrepareSummary:
+    """Parses ``argv`` and runs `prepare.prepare`."""
     parser = argparse.ArgumentParser(
         prog="python -m dbaf_jax.commands.prepare_data", description=__doc__.split("\n\n")[0]
     )
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> data.PrepareSummary:
         "--overwrite", action="store_true", help="replace an existing dataset at --out"
     )
     args = parser.parse_args(argv)
-    return data.prepare(args.images, args.out, args.size, overwrite=args.overwrite)
+    return prepare.prepare(args.images, args.out, args.size, overwrite=args.overwrite)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from dbaf_jax.inference.programs import (
     recover_latent_program,
     unpadded,
 )
-from dbaf_jax.models import dbaf
+from dbaf_jax.models import composition
 
 # Per device: on an accelerator 32 faces (~5 GB of activations at 256 px) keep it busy;
 # on a CPU larger batches are not faster and only delay the first outputs.
@@ -297,8 +297,9 @@ class FaceAnonymizer:
 
     @property
     def latent_recovery(self) -> bool:
-        """Whether the model has the reference's latent-space recovery (DBAF's)."""
-        return self.model.FAMILY == dbaf.FAMILY
+        """Whether the model has the reference's latent-space recovery (DBAF's):
+        `composition.LatentRecovery`, asked of the model, not of its family's name."""
+        return isinstance(self.model, composition.LatentRecovery)
 
     def _check_latent_recovery(self) -> None:
         if not self.latent_recovery:

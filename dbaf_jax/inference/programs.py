@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax.models import dbaf
+from dbaf_jax.models import composition
 
 
 def _key_axes(key: jax.Array) -> jax.Array:
@@ -26,16 +26,17 @@ def _key_axes(key: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, static_argnums=(0, 4))
 def anonymize_program(model, variables, images, key, with_latents: bool):
     """Anonymized images (B, s, s, 3) float32 of placed images and a placed key (`FaceAnonymizer.place`,
-    `place_key`), and with ``with_latents`` DBAF's (identity code, attribute code, attribute maps)."""
+    `place_key`), and with ``with_latents`` (a `composition.LatentRecovery` model only) the
+    latents its recovery reads (anonymized identity code, attribute code, attribute maps)."""
     if not with_latents:
         return model.anonymize_images(variables, images, _key_axes(key))[0].astype(
             jnp.float32
         ), None
-    # DBAF's latent-space recovery also needs the codes of this anonymization.
-    encoding, _ = model.encode(variables, images)
-    anonymized = model.anonymize(variables, encoding, _key_axes(key))
-    latents = (anonymized.identity_code[0], encoding.attribute_code, encoding.attribute_maps)
-    return anonymized.images[0].astype(jnp.float32), latents
+    # Latent-space recovery also needs the codes of this anonymization.
+    anonymized, (identity, attribute, maps) = model.anonymize_with_latents(
+        variables, images, _key_axes(key)
+    )
+    return anonymized[0].astype(jnp.float32), (identity[0], attribute, maps)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -51,12 +52,11 @@ def recover_image_program(model, variables, anonymized, key):
 
 @functools.partial(jax.jit, static_argnums=0)
 def recover_latent_program(
-    model: dbaf.DBAF, variables, anonymized_identity, attribute_code, maps, key
+    model: composition.LatentRecovery, variables, anonymized_identity, attribute_code, maps, key
 ):
-    encoding = dbaf.Encoding(None, attribute_code, None, tuple(maps))  # what latent recovery reads
-    return model.recover_latent(variables, encoding, anonymized_identity, _key_axes(key))[0][
-        0
-    ].astype(jnp.float32)
+    return model.recover_from_latents(
+        variables, anonymized_identity, attribute_code, maps, _key_axes(key)
+    )[0].astype(jnp.float32)
 
 
 def latents_dict(latents) -> dict[str, Any]:

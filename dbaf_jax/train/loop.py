@@ -32,10 +32,10 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from dbaf_jax import data, model_directory, sharding
 from dbaf_jax import images as images_lib
+from dbaf_jax import model_directory, sharding
 from dbaf_jax.errors import DatasetError, ModelDirectoryError
-from dbaf_jax.train import checkpoints, evaluation, profiling, stages
+from dbaf_jax.train import checkpoints, data, evaluation, profiling, stages
 from dbaf_jax.train import metrics as metrics_lib
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import progress as progress_lib

@@ -127,7 +127,7 @@ class TrainingStage(Protocol[NetworksT]):
 
     def warm_up(self, state: Any, frozen: Variables, source: Any) -> Any:
         """A fresh state (never a resumed one) changed once before the first step, from
-        the training images ``source`` (`dbaf_jax.data.ImageSource`); most stages return
+        the training images ``source`` (`dbaf_jax.train.data.ImageSource`); most stages return
         it unchanged (DBAF's stage 2 may warm KRIA up, `dbaf_jax.train.dbaf.kria_warmup`)."""
         ...
 

@@ -19,13 +19,13 @@ import pytest
 from PIL import Image
 
 from configs import ifadit as ifadit_config
-from dbaf_jax import data, keys, model_directory, model_families
 from dbaf_jax import images as images_lib
+from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
-from dbaf_jax.train import loop, stages
+from dbaf_jax.train import data, loop, stages
 from tests.paths import REPO
 
 STEPS = 16

@@ -202,7 +202,7 @@ def params_leaf(tree, path):
 
 def test_reference_centralization_on_the_project_networks():
     """Leaves whose torch tensor has another layout are found by structure in the real trees."""
-    from dbaf_jax.models.cid import CID
+    from dbaf_jax.models.dbaf.cid import CID
     from dbaf_jax.models.stylegan2 import Generator
 
     generator = Generator(size=8, style_dim=16, n_mlp=2, width_scale=1 / 32)

@@ -2,8 +2,7 @@
 README says, feed the ``:quickstart`` configs with 16 faces held out."""
 
 from configs import stage1, stage2
-from dbaf_jax import data
-from dbaf_jax.train import evaluation, loop
+from dbaf_jax.train import evaluation, loop, prepare
 from tests.paths import REPO
 
 FACES = REPO / "quickstart" / "faces"
@@ -20,7 +19,7 @@ def test_shipped_faces_are_small_real_crops_with_their_licence():
 
 def test_quickstart_configs_train_on_the_prepared_faces_with_16_held_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    data.prepare(FACES, stage1.get_config("quickstart").data.dir, size=64)  # README's command
+    prepare.prepare(FACES, stage1.get_config("quickstart").data.dir, size=64)  # README's command
     for module in (stage1, stage2):
         config = module.get_config("quickstart")
         source = loop.data_source(config)

@@ -29,12 +29,12 @@ from jax.experimental.compilation_cache import compilation_cache as jax_compilat
 from jax.sharding import PartitionSpec as P
 
 from configs import stage1, stage2
-from dbaf_jax import data, model_families, sharding
+from dbaf_jax import model_families, sharding
 from dbaf_jax.models import composition, dbaf
-from dbaf_jax.models.cid import CID
-from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.dbaf.cid import CID
+from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import checkpoints, loop, profiling, shared, stages
+from dbaf_jax.train import checkpoints, data, loop, profiling, shared, stages
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.dbaf import adversarial, kria_warmup
@@ -355,7 +355,7 @@ def test_rematerialised_step_equals_the_plain_one():
 
 
 def test_cid_scan_reaches_the_networks():
-    """``cid_scan`` builds CID with scanned blocks (tests/models/test_cid.py: the same
+    """``cid_scan`` builds CID with scanned blocks (tests/models/dbaf/test_cid.py: the same
     outputs and gradients as unrolled)."""
     assert [
         dbaf_networks.build(small_config(1, cid_scan=scan)).model.cid.scan for scan in (False, True)

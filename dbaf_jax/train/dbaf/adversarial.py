@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax import losses
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR, Optimizers, TrainState
 from dbaf_jax.train.shared import (

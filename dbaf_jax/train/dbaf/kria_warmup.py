@@ -30,7 +30,7 @@ import ml_collections
 import optax
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.dbaf.kria import KRIA
 
 
 class Settings(NamedTuple):

@@ -16,12 +16,12 @@ import ml_collections
 
 from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
+from dbaf_jax.models.dbaf.cid import CID, LatentMLP
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.kria import KRIA
 from dbaf_jax.models.lpips import LPIPS
-from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.parsers import UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR

@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax import losses
 from dbaf_jax.models.dbaf import Variables
 from dbaf_jax.models.e4e import EncoderOutput
 from dbaf_jax.train import networks as networks_lib
+from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
 from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.dbaf.state import Optimizers

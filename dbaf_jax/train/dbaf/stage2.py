@@ -23,12 +23,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from dbaf_jax import data, losses, sharding
 from dbaf_jax import images as images_lib
+from dbaf_jax import sharding
 from dbaf_jax.evaluation import image_metrics
 from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.train import data
 from dbaf_jax.train import networks as networks_lib
-from dbaf_jax.train.dbaf import kria_warmup
+from dbaf_jax.train.dbaf import kria_warmup, losses
 from dbaf_jax.train.dbaf.adversarial import AdversarialStage, StepSettings
 from dbaf_jax.train.dbaf.networks import Networks
 from dbaf_jax.train.dbaf.state import Optimizers, TrainState

@@ -15,15 +15,15 @@ import ml_collections
 
 from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.dbaf import KEY_GENERATOR, Variables, apply_network
+from dbaf_jax.models.composition import KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.icl import IdentityCompensation
 from dbaf_jax.models.ifadit import IFADIT
+from dbaf_jax.models.ifadit.icl import IdentityCompensation
+from dbaf_jax.models.ifadit.mapper import IdentityAttributeMapper
+from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.lpips import LPIPS
-from dbaf_jax.models.mapper import IdentityAttributeMapper
 from dbaf_jax.models.mtcnn import ONET_SIDE, ONet
 from dbaf_jax.models.parsers import BiSeNet
-from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Generator
 from dbaf_jax.train.networks import Examples, NetworkSpec, examples, pretrained_of
 

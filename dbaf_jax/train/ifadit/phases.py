@@ -10,7 +10,7 @@
 
 There is no discriminator: a step is one Adam update of the trained networks
 (`dbaf_jax.train.ifadit.state`); a phase is a `dbaf_jax.train.method.TrainingStage`. The losses are
-`dbaf_jax.ifadit_losses`, looking through the frozen networks: ArcFace (E_ID),
+`dbaf_jax.train.ifadit.losses`, looking through the frozen networks: ArcFace (E_ID),
 MTCNN's O-net on the image resized to 48x48 (the landmark stand-in E_LM), the model's
 BiSeNet (E_FP, parsing at the training size) and LPIPS.
 """
@@ -25,13 +25,14 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from dbaf_jax import ifadit_losses, losses
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.ifadit import Variables
 from dbaf_jax.models.mtcnn import ONET_SIDE
 from dbaf_jax.models.parsers import bisenet_inputs
+from dbaf_jax.train import losses
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.ifadit import PHASE1, PHASE2
+from dbaf_jax.train.ifadit import losses as ifadit_losses
 from dbaf_jax.train.ifadit.networks import IFADITNetworks
 from dbaf_jax.train.ifadit.state import PhaseState
 from dbaf_jax.train.shared import REMAT_POLICIES, Critics, Metrics, agreement

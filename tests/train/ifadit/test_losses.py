@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from skimage.metrics import structural_similarity
 
-from dbaf_jax import ifadit_losses
 from dbaf_jax.errors import ConfigError
+from dbaf_jax.train.ifadit import losses as ifadit_losses
 from tests.parity import assert_parity
 
 TOL = 1e-5

@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import to_numpy
 from convert.dbaf import cid_variables
-from dbaf_jax.models.cid import CID
+from dbaf_jax.models.dbaf.cid import CID
 from tests.conversion import (
     assert_not_a_checkpoint_message,
     convert_state_dict,

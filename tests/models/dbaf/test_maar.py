@@ -13,11 +13,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from convert.common import to_numpy
 from convert.dbaf import maar_variables
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.models.cid import CID
 from dbaf_jax.models.dbaf import DBAF
+from dbaf_jax.models.dbaf.cid import CID
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
 from tests.conversion import convert_state_dict, edited, layout_refusal
 from tests.parity import assert_parity, nchw, nhwc, randomize_

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import commands, data
+from dbaf_jax import commands
 from dbaf_jax.commands import prepare_data
 from dbaf_jax.errors import DatasetError
+from dbaf_jax.train import data, prepare
 
 
 def make_loader(data_dir, *args, **kwargs):
-    """`data.batches` (its arguments after the source) of a dataset prepared by `data.prepare`."""
+    """`data.batches` (its arguments after the source) of a dataset prepared by `prepare.prepare`."""
     return data.batches(data.PreparedImages(data_dir), *args, **kwargs)
 
 
@@ -64,7 +65,7 @@ def image_folder(tmp_path_factory):
 def prepared(image_folder, tmp_path_factory):
     root, _ = image_folder
     out = tmp_path_factory.mktemp("prepared") / "dataset"
-    return out, data.prepare(root, out, size=SIZE)
+    return out, prepare.prepare(root, out, size=SIZE)
 
 
 def test_prepare_counts_and_skips(prepared):
@@ -101,7 +102,7 @@ def test_prepare_refuses_existing_output(image_folder, prepared):
     root, _ = image_folder
     out, _ = prepared
     with pytest.raises(FileExistsError, match="not empty"):
-        data.prepare(root, out, size=SIZE)
+        prepare.prepare(root, out, size=SIZE)
     assert (
         commands.exit_status(
             prepare_data.main, ["--images", str(root), "--out", str(out), "--size", str(SIZE)]

@@ -14,7 +14,7 @@ compensation layer (ICL) and ``G`` the generator (the paper's eqs. 1-11):
 The key is one 512-d vector: one z ~ N(0, I) through the key generator's mapping
 network (`composition.latents_to_key` with a single group), so keys are (..., 1, style_dim).
 Variables live outside, one dict keyed by network name, as for DBAF
-(`dbaf_jax.models.dbaf`); every method is a pure function of (variables, inputs).
+(`dbaf_jax.models.dbaf`; what both share: `dbaf_jax.models.composition`); every method is a pure function of (variables, inputs).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from dbaf_jax import precision, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models import composition
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.dbaf import KEY_GENERATOR, apply_network
+from dbaf_jax.models.composition import KEY_GENERATOR, apply_network
 from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.icl import IdentityCompensation
-from dbaf_jax.models.mapper import IdentityAttributeMapper
+from dbaf_jax.models.ifadit.icl import IdentityCompensation
+from dbaf_jax.models.ifadit.mapper import IdentityAttributeMapper
+from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.parsers import FACE_LABELS, FEATHER, PARSE_SIZE, BiSeNet, bisenet_inputs
-from dbaf_jax.models.sif import SecureIdentityFlow
 from dbaf_jax.models.stylegan2 import Generator
 
 Variables = dict[str, Any]

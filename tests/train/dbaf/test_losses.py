@@ -1,4 +1,4 @@
-"""Each loss term against a PyTorch computation of the reference's formula on the same inputs."""
+"""Each loss term of DBAF (and the two it shares with iFADIT, `dbaf_jax.train.losses`) against a PyTorch computation of the reference's formula on the same inputs."""
 
 import itertools
 from typing import Sequence
@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from configs import stage1, stage2
-from dbaf_jax import losses
+from dbaf_jax.train import losses as shared_losses
+from dbaf_jax.train.dbaf import losses
 from tests.parity import assert_parity, nchw, nhwc
 
 
@@ -46,7 +47,9 @@ def embeddings(np_rng):
 
 def test_cosine_similarity(embeddings, np_rng):
     a, b = embeddings[0], np_rng.normal(size=(6, 512)).astype(np.float32) * 3  # not unit
-    assert_parity(losses.cosine_similarity(a, b), torch.cosine_similarity(t(a), t(b)).numpy(), TOL)
+    assert_parity(
+        shared_losses.cosine_similarity(a, b), torch.cosine_similarity(t(a), t(b)).numpy(), TOL
+    )
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.1])
@@ -95,7 +98,7 @@ def test_image_terms(np_rng):
     assert_parity(
         losses.smooth_l1_loss(a, b), torch.nn.SmoothL1Loss()(nchw(a), nchw(b)).numpy(), TOL
     )
-    assert_parity(losses.l1_loss(a, b), F.l1_loss(nchw(a), nchw(b)).numpy(), TOL)
+    assert_parity(shared_losses.l1_loss(a, b), F.l1_loss(nchw(a), nchw(b)).numpy(), TOL)
     distances = np_rng.uniform(0, 0.5, size=(5,)).astype(np.float32)
     expected = torch.sum(t(distances).reshape(5, 1, 1, 1)) / 5  # sum(cat(per-layer maps)) / B
     assert_parity(losses.lpips_batch_mean(distances), expected.numpy(), TOL)

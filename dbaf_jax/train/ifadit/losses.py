@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.evaluation import image_metrics
-from dbaf_jax.losses import cosine_similarity, l1_loss
+from dbaf_jax.train.losses import cosine_similarity, l1_loss
 
 Array = jax.Array
 

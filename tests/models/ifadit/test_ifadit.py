@@ -15,7 +15,7 @@ import pytest
 from configs import ifadit as ifadit_config
 from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.models import ifadit
-from dbaf_jax.models.sif import SecureIdentityFlow, bounded_log_scale
+from dbaf_jax.models.ifadit.sif import SecureIdentityFlow, bounded_log_scale
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.ifadit.networks import IFADITNetworks

@@ -8,7 +8,7 @@ import torch
 
 from convert.common import to_numpy
 from convert.dbaf import kria_variables
-from dbaf_jax.models.kria import KRIA
+from dbaf_jax.models.dbaf.kria import KRIA
 from tests.conversion import convert_state_dict, edited, layout_refusal
 from tests.parity import assert_parity
 from tests.torch_reference.dbaf import AnonymizationNet

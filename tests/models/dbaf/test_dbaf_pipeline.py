@@ -26,12 +26,12 @@ from convert.dbaf import (
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
 from dbaf_jax import keys, model_directory, model_families
-from dbaf_jax.commands.anonymize import FaceAnonymizer
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.models import dbaf
-from dbaf_jax.models.cid import CID
+from dbaf_jax.models.dbaf.cid import CID
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing
-from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator
 from dbaf_jax.train import networks, stages
 from tests.conversion import (

@@ -1,4 +1,5 @@
-"""Every loss term of both DBAF stages as a pure jnp function, and the stages' weighted sums.
+"""Every loss term of both DBAF stages as a pure jnp function, and the stages' weighted sums
+(the terms iFADIT uses too, cosine similarity and L1, are in `dbaf_jax.train.losses`).
 
 Terms take already computed network outputs (ArcFace embeddings and maps, parser
 logits, LPIPS distances, discriminator logits, latent codes), so they are
@@ -30,6 +31,8 @@ from typing import Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
+from dbaf_jax.train.losses import cosine_similarity, l1_loss
+
 Array = jax.Array
 
 # Parser classes whose logits the parse loss compares (reference ParseLoss.select_list;
@@ -41,13 +44,6 @@ IDENTITY_REDUCTIONS = ("sum", "mean")
 
 # --------------------------------------------------------------------------------------
 # Identity terms (ArcFace embeddings (B, 512), as IDLossExtractor computes them)
-
-
-def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
-    """torch.cosine_similarity along the last axis: each vector over max(||x||, eps)."""
-    a = a / jnp.maximum(jnp.linalg.norm(a, axis=-1, keepdims=True), eps)
-    b = b / jnp.maximum(jnp.linalg.norm(b, axis=-1, keepdims=True), eps)
-    return jnp.sum(a * b, axis=-1)
 
 
 def identity_loss(emb_a: Array, emb_b: Array, margin: float = 0.0) -> Array:
@@ -150,11 +146,6 @@ def smooth_l1_loss(a: Array, b: Array, beta: float = 1.0) -> Array:
     """torch.nn.SmoothL1Loss() (beta 1, mean): 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2."""
     d = jnp.abs(a - b)
     return jnp.mean(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta))
-
-
-def l1_loss(a: Array, b: Array) -> Array:
-    """Mean absolute difference (the paper's L_rec)."""
-    return jnp.mean(jnp.abs(a - b))
 
 
 def lpips_batch_mean(distances: Array) -> Array:

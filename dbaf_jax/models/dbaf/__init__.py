@@ -18,7 +18,7 @@ CID's attribute code, ``I = C - A`` the identity code, ``M`` MAAR's maps:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -27,15 +27,13 @@ import jax.numpy as jnp
 from dbaf_jax import precision, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models import composition
+from dbaf_jax.models.composition import KEY_GENERATOR, apply_network
+from dbaf_jax.models.dbaf.kria import KRIA
+from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing, EncoderOutput
-from dbaf_jax.models.kria import KRIA
-from dbaf_jax.models.maar import MAAR
 from dbaf_jax.models.stylegan2 import Generator, noise_resolution
 
 Variables = dict[str, Any]
-
-# The frozen StyleGAN2 (the base g_ema) whose mapping network turns key z into key w.
-KEY_GENERATOR = "key_generator"
 
 
 class Encoding(NamedTuple):
@@ -306,6 +304,30 @@ class DBAF(composition.EncoderDecoder):
         latents = self.recovered_latents(variables, encoding, anonymized_identity, keys)
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
+    def anonymize_with_latents(
+        self, variables: Variables, images: jax.Array, keys: jax.Array
+    ) -> tuple[jax.Array, composition.Latents]:
+        """`composition.LatentRecovery`: images (B, S, S, 3) -> (anonymized (K, B, s, s, 3),
+        (``KRIA(I, key)`` (K, B, L, D), A (B, L, D), the images' MAAR maps))."""
+        encoding, _ = self.encode(variables, images)
+        anonymized = self.anonymize(variables, encoding, keys)
+        latents = (anonymized.identity_code, encoding.attribute_code, encoding.attribute_maps)
+        return anonymized.images, latents
+
+    def recover_from_latents(
+        self,
+        variables: Variables,
+        anonymized_identity: jax.Array,
+        attribute_code: jax.Array,
+        attribute_maps: Sequence[jax.Array],
+        keys: jax.Array,
+    ) -> jax.Array:
+        """`composition.LatentRecovery`: the reference's recovery (`recover_latent`) from
+        what `anonymize_with_latents` gave for one key -> images (K, B, s, s, 3)."""
+        # Only A and the maps are read: the codes latent recovery has no use for stay None.
+        encoding = Encoding(None, attribute_code, None, tuple(attribute_maps))  # type: ignore[arg-type]
+        return self.recover_latent(variables, encoding, anonymized_identity, keys)[0]
+
     def recover_image(
         self,
         variables: Variables,
@@ -326,25 +348,8 @@ class DBAF(composition.EncoderDecoder):
         return self.synthesize(variables, latents, encoding.attribute_maps), latents
 
 
-def apply_network(
-    compute_dtype: str | None, module: nn.Module, variables: Variables, *args, **kwargs
-) -> Any:
-    """``module.apply(variables, *args, **kwargs)`` as a step runs a network: in
-    ``compute_dtype`` (`dbaf_jax.precision.apply`) and, under a mesh, with the batch
-    axis of its inputs and outputs split over the devices (`sharding.constrain_batch`)
-    and its variables gathered whole for the call (fsdp keeps them split between
-    calls). Left split, XLA would split activations along the parameters' split axis
-    inside the network and move them to and from the batch split. With ``mutable`` the
-    updated collections (whole-batch statistics) are not split."""
-    variables = sharding.replicate(variables)
-    args, kwargs = sharding.constrain_batch((args, kwargs))
-    outputs = precision.apply(compute_dtype, module, variables, *args, **kwargs)
-    if "mutable" in kwargs:
-        outputs, updates = outputs
-        return sharding.constrain_batch(outputs), updates
-    return sharding.constrain_batch(outputs)
-
-
 # The networks of a DBAF model, by name: the fields of `DBAF` but ``compute_dtype``.
 NETWORKS = composition.network_names(DBAF)
 FAMILY = DBAF.FAMILY
+# DBAF has the reference's latent-space recovery; the type checker holds it to the protocol.
+LATENT_RECOVERY: type[composition.LatentRecovery] = DBAF
