@@ -1,6 +1,6 @@
 """Trains a DBAF stage.
 
-    python launch.py --config configs/stage1.py[:variants] --workdir W [--config.batch_size=32 ...]
+    python launch.py --config configs/dbaf/stage1.py[:variants] --workdir W [--config.batch_size=32 ...]
 
 The config file's ``get_config(variants)`` gives every hyperparameter; any field can
 be overridden on the command line, written ``--config.FIELD=VALUE`` (a boolean needs
@@ -26,7 +26,10 @@ flags.DEFINE_bool(
     "Resume a workdir with a configuration other than the stored one (logged to W/config_history.jsonl).",
 )
 config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file (configs/*.py[:variants]).", lock_config=True
+    "config",
+    None,
+    "Experiment config file (configs/<method>/*.py[:variants], e.g. configs/dbaf/stage1.py:tiny).",
+    lock_config=True,
 )
 flags.mark_flags_as_required(["config"])
 

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import device_info, timing
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax import commands, compilation_cache, sharding
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.train import loop

@@ -2,7 +2,7 @@
 of the variants.
 
 Each method's schema adds its own fields to `base_config` (DBAF's and HFORD's:
-`configs/dbaf_schema.py`; iFADIT's: `configs/ifadit.py`), so a shared default is
+`configs/dbaf/schema.py`; iFADIT's: `configs/ifadit/phases.py`), so a shared default is
 written once, here. Sources named in the comments: "ref" is the authors' PyTorch code
 of DBAF (its argparse defaults and training scripts); docs/reference_code.md
 describes it.
@@ -33,9 +33,7 @@ def base_config() -> ml_collections.ConfigDict:
     )
 
     c.data = ml_collections.ConfigDict()
-    c.data.dir = (
-        ""  # prepared with `python -m dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR`
-    )
+    c.data.dir = ""  # `python -m dbaf_jax.commands.prepare_data --images DIR --out DATA_DIR`
     c.data.synthetic = False  # deterministic synthetic images, for smoke runs
     c.data.synthetic_size = 64  # number of synthetic images
 

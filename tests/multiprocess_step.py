@@ -30,7 +30,7 @@ def main() -> None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.process_id)
 
-    from configs import stage1
+    from configs.dbaf import stage1
     from dbaf_jax import sharding
     from dbaf_jax.train import data, loop, stages
 

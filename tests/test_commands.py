@@ -65,7 +65,7 @@ def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
             sys.executable,
             "launch.py",
             "--config",
-            "configs/stage1.py:tiny",
+            "configs/dbaf/stage1.py:tiny",
             "--workdir",
             str(tmp_path / "w"),
             "--config.data.synthetic=False",

@@ -12,7 +12,7 @@ import pytest
 from flax import traverse_util
 from PIL import Image
 
-from configs import stage2
+from configs.dbaf import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
 from dbaf_jax import commands, model_directory, model_families

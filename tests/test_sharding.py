@@ -149,7 +149,7 @@ REMATERIALIZATION = "Involuntary full rematerialization"
 # Compiles the tiny stage-2 step (batch 8) on data=2 x fsdp=4 as the loop builds it.
 COMPILE_FSDP_STEP = """
 import jax, jax.numpy as jnp, numpy as np
-from configs import stage2
+from configs.dbaf import stage2
 from dbaf_jax import sharding
 from dbaf_jax.train import loop, networks, stages
 config = stage2.get_config("tiny")

@@ -13,7 +13,7 @@ continues from the latest one, data position and RNG included), ``metrics/``
 ``samples/`` (PNG grids), ``best/`` (`dbaf_jax.train.evaluation`) and, at the end,
 ``model/``: a model directory (`dbaf_jax.model_directory`) that stage 2 starts from
 (``init_from``) and, after stage 2, that `dbaf_jax.commands.anonymize` runs. iFADIT's two phases
-(``configs/ifadit.py``, `dbaf_jax.train.ifadit`) run through the same loop and export
+(``configs/ifadit/phases.py``, `dbaf_jax.train.ifadit`) run through the same loop and export
 an iFADIT model directory.
 """
 

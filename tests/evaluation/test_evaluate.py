@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from configs import ifadit as ifadit_config
+from configs.ifadit import phases as ifadit_config
 from dbaf_jax import commands, model_directory
 from dbaf_jax.commands import evaluate
 from dbaf_jax.evaluation import dlib_recognition, fid

@@ -5,7 +5,7 @@ both methods)."""
 import numpy as np
 import pytest
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.dbaf.adversarial import StepSettings

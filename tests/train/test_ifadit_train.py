@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from configs import ifadit as ifadit_config
+from configs.ifadit import phases as ifadit_config
 from dbaf_jax import images as images_lib
 from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.commands import anonymize, recover
@@ -61,14 +61,14 @@ def config(phase: int, init_from: Path | None = None):
 
 
 def launch(phase: int, workdir: Path, init_from: Path | None = None) -> None:
-    """``python launch.py --config configs/ifadit.py:phaseN,tiny`` on one CPU device."""
+    """``python launch.py --config configs/ifadit/phases.py:phaseN,tiny`` on one CPU device."""
     env = {
         k: v for k, v in os.environ.items() if k != "XLA_FLAGS"
     }  # not the suite's 8 forced devices
     command = [
         sys.executable,
         "launch.py",
-        f"--config=configs/ifadit.py:phase{phase},tiny",
+        f"--config=configs/ifadit/phases.py:phase{phase},tiny",
         f"--workdir={workdir}",
     ]
     command += overrides() + ([f"--config.init_from={init_from}"] if init_from else [])

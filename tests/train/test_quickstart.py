@@ -1,7 +1,7 @@
 """The quick start's data: the real face crops the repository ships, prepared as the
 README says, feed the ``:quickstart`` configs with 16 faces held out."""
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax.train import evaluation, loop, prepare
 from tests.paths import REPO
 

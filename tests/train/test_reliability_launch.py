@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import stage1
+from configs.dbaf import stage1
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.train import run_config
 from tests.paths import REPO
@@ -18,7 +18,7 @@ from tests.paths import REPO
 
 def launch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "launch.py", "--config", "configs/stage1.py:tiny", *args],
+        [sys.executable, "launch.py", "--config", "configs/dbaf/stage1.py:tiny", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

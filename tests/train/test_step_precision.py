@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import stage2
+from configs.dbaf import stage2
 from dbaf_jax import precision
 from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet

@@ -28,7 +28,7 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 from jax.sharding import PartitionSpec as P
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax import model_families, sharding
 from dbaf_jax.models import composition, dbaf
 from dbaf_jax.models.dbaf.cid import CID
@@ -73,7 +73,7 @@ def compilation_cache(tmp_path_factory):
 
 
 def small_config(stage: int, **fields: Any) -> ml_collections.ConfigDict:
-    """``configs/stage{stage}.py:tiny``, batch 8, logging every step."""
+    """``configs/dbaf/stage{stage}.py:tiny``, batch 8, logging every step."""
     config = (stage1 if stage == 1 else stage2).get_config("tiny")
     config.batch_size = BATCH
     config.data.synthetic_size = 2 * BATCH  # two steps per epoch: resumes cross an epoch boundary

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from convert.arcface import main as convert_arcface
 from convert.common import run, to_numpy
 from convert.dbaf import cid_variables, kria_variables, maar_variables
@@ -101,7 +101,7 @@ STAGE2_NETWORK_TOL = 2e-3
 
 
 def reduced_config(stage: int):
-    """``configs/stage{stage}.py:reference`` at the reduced references' sizes, dropout 0."""
+    """``configs/dbaf/stage{stage}.py:reference`` at the reduced references' sizes, dropout 0."""
     config = (stage1 if stage == 1 else stage2).get_config("reference,tiny")
     m = config.model
     m.size, m.style_dim, m.n_mlp = SIZE, STYLE_DIM, N_MLP

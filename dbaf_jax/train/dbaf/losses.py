@@ -15,7 +15,7 @@ reg                mean(w^2) over all entries            eq. 15/36: sum_{i=1}^{N
 stage-1 id         0.5 x (1 - clamp(cos(X_id, X_mix)))   none (eq. 18)
 stage-2 id         `stage2_identity_reference`           `stage2_identity_paper` (eqs. 29-32)
 stage-2 adv, D     averaged over the five outputs        summed over S2 (eqs. 37-38)
-weights            configs/stage*.py ``reference``       configs/stage*.py ``paper``
+weights            configs/dbaf/stage*.py ``reference``       configs/dbaf/stage*.py ``paper``
 =================  ====================================  =====================================
 
 `FORMS` holds each set's choices. In both, stage 2's rec, lpips and parse terms are

@@ -82,7 +82,7 @@ class Networks:
 
 def build(config: ml_collections.ConfigDict) -> Networks:
     """A DBAF run's modules described by ``config.model`` (widths, variants), computing in
-    ``config.compute_dtype`` (configs/stage1.py, configs/stage2.py)."""
+    ``config.compute_dtype`` (configs/dbaf/stage1.py, configs/dbaf/stage2.py)."""
     m = config.model
     decoder = Generator(
         size=m.size,

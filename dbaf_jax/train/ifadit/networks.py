@@ -1,4 +1,4 @@
-"""iFADIT's networks table and the modules of an iFADIT run (configs/ifadit.py).
+"""iFADIT's networks table and the modules of an iFADIT run (configs/ifadit/phases.py).
 
 The `IFADIT` composition (`dbaf_jax.models.ifadit`; its ArcFace and BiSeNet serve the
 losses too) plus LPIPS and MTCNN's O-net, the landmark extractor (`IFADITNetworks`).
@@ -69,7 +69,7 @@ class IFADITNetworks:
 
 
 def build(config: ml_collections.ConfigDict) -> IFADITNetworks:
-    """An iFADIT run's modules (configs/ifadit.py)."""
+    """An iFADIT run's modules (configs/ifadit/phases.py)."""
     m = config.model
     decoder = Generator(
         size=m.size,

@@ -38,7 +38,7 @@ class PhaseState(flax.struct.PyTreeNode):
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Adam with the paper's b1 = 0, b2 = 0.999 (configs/ifadit.py)."""
+    """Adam with the paper's b1 = 0, b2 = 0.999 (configs/ifadit/phases.py)."""
     if config.optimizer.name != "adam":
         raise ConfigError(
             f"optimizer {config.optimizer.name!r}: iFADIT trains with 'adam' (the paper's)"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from convert.common import run
 from convert.dbaf import (
     compatibility_problems,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import ifadit as ifadit_config
+from configs.ifadit import phases as ifadit_config
 from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.ifadit.sif import SecureIdentityFlow, bounded_log_scale

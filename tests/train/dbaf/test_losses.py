@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from configs import stage1, stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax.train import losses as shared_losses
 from dbaf_jax.train.dbaf import losses
 from tests.parity import assert_parity, nchw, nhwc

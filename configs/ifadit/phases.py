@@ -1,7 +1,7 @@
 """iFADIT (a second model family): its two training phases.
 
-    python launch.py --config configs/ifadit.py:phase1 --workdir runs/ifadit1 --config.model_dir models --config.data.dir data/ffhq256
-    python launch.py --config configs/ifadit.py:phase2 --workdir runs/ifadit2 --config.model_dir models --config.data.dir data/ffhq256 --config.init_from runs/ifadit1
+    python launch.py --config configs/ifadit/phases.py:phase1 --workdir runs/ifadit1 --config.model_dir models --config.data.dir data/ffhq256
+    python launch.py --config configs/ifadit/phases.py:phase2 --workdir runs/ifadit2 --config.model_dir models --config.data.dir data/ffhq256 --config.init_from runs/ifadit1
 
 Variants (combine with commas, e.g. ``:phase2,tiny``):
   phase1   (default) disentangle-reconstruct: e4e and the mapper learn to rebuild the
@@ -14,7 +14,7 @@ Variants (combine with commas, e.g. ``:phase2,tiny``):
 The schema is `configs/common.py`'s shared fields plus iFADIT's own (below).
 "paper" in a comment is the iFADIT paper; "chosen" marks a value the paper leaves
 open, with the reason (docs/ifadit.md lists them all). The loss weights are the
-paper's and fixed (`dbaf_jax.ifadit_losses`).
+paper's and fixed (`dbaf_jax.train.ifadit.losses`).
 """
 
 import ml_collections

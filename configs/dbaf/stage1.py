@@ -1,6 +1,6 @@
 """Stage 1 (disentanglement): CID, MAAR, the generator and D learn to mix identity and attributes.
 
-Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
+Select variants as ``--config configs/dbaf/stage1.py:paper`` or ``:reference,tiny``:
   reference    (default) the authors' train_disentanglement_stage.py exactly: its loss
                terms and weights, CID attention across the batch
   paper        the paper's loss set (eq. 18) and its CID/MAAR arrangement
@@ -14,7 +14,8 @@ Select variants as ``--config configs/stage1.py:paper`` or ``:reference,tiny``:
 
 import ml_collections
 
-from configs import common, dbaf_schema
+from configs import common
+from configs.dbaf import schema as dbaf_schema
 
 
 def reference(c: ml_collections.ConfigDict) -> None:

@@ -1,5 +1,5 @@
 """DBAF's (and HFORD's) config schema: `common.base_config` plus the fields of both
-adversarial stages, and the variants configs/stage1.py and configs/stage2.py share.
+adversarial stages, and the variants configs/dbaf/stage1.py and configs/dbaf/stage2.py share.
 
 Both stages have every field (a field a stage does not read keeps its default), so a
 default is written once, here. "ref" is the authors' PyTorch code, "paper" the DBAF
@@ -41,7 +41,7 @@ def dbaf_config() -> ml_collections.ConfigDict:
     # True: the reference's two forwards (D's fakes, then G's loss), so MAAR's running
     # statistics update twice per step and D and G see different dropout masks.
     c.two_pass = False
-    # True: each of CID's ViTs runs its blocks under one lax.scan (`models.cid.ViT`): a
+    # True: each of CID's ViTs runs its blocks under one lax.scan (`models.dbaf.cid.ViT`): a
     # smaller step program, the same parameters and outputs (docs/performance.md).
     c.cid_scan = False
 
@@ -62,7 +62,7 @@ def dbaf_config() -> ml_collections.ConfigDict:
     # Loss weights (0: the term is not computed) and their parameters; the stages'
     # `reference` and `paper` variants set them.
     c.loss = ml_collections.ConfigDict()
-    c.loss.form = "reference"  # "reference" or "paper": dbaf_jax.losses.FORMS
+    c.loss.form = "reference"  # "reference" or "paper": dbaf_jax.train.dbaf.losses.FORMS
     c.loss.id = 0.0
     c.loss.rec = 0.0
     c.loss.lpips = 0.0

@@ -1,7 +1,7 @@
 """Stage 2 (anonymization): KRIA learns key-conditioned identity transforms.
 
 Starts from a stage-1 result (``init_from``: a stage-1 workdir or a converted DBAF
-model directory). Variants as ``--config configs/stage2.py:paper`` or ``:reference,tiny``:
+model directory). Variants as ``--config configs/dbaf/stage2.py:paper`` or ``:reference,tiny``:
   reference     (default) the authors' train_anonymization_stage.py exactly: latent-space
                 recovery, its loss terms and weights, CID attention across the batch
   paper         the paper's loss set (eqs. 29-39), recovery by re-encoding the anonymized
@@ -15,7 +15,8 @@ model directory). Variants as ``--config configs/stage2.py:paper`` or ``:referen
 
 import ml_collections
 
-from configs import common, dbaf_schema
+from configs import common
+from configs.dbaf import schema as dbaf_schema
 
 
 def reference(c: ml_collections.ConfigDict) -> None:
