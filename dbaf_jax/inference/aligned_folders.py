@@ -129,7 +129,7 @@ def recover_folder(
             report.skipped.append(
                 images.Skipped(
                     source,
-                    f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.anonymize)",
+                    f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.commands.anonymize)",
                 )
             )
         elif made.is_photo:
