@@ -34,6 +34,7 @@ from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.settings import FolderRunSettings
 
 PASSWORD = "hostile metadata benchmark"
 TEST_PHOTO = Path(__file__).resolve().parents[1] / "tests" / "data" / "office5.jpg"
@@ -92,7 +93,7 @@ def main() -> None:
                     PASSWORD,
                     work / folder,
                     work / f"out_{folder}",
-                    overwrite=True,
+                    FolderRunSettings(overwrite=True),
                 ),
                 args.repeats,
             )

@@ -33,8 +33,9 @@ from benchmarks.timing import median_seconds
 from benchmarks.wild import tiny_model
 from dbaf_jax import compilation_cache, keys, metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.video import runner, sidecar
+from dbaf_jax.video.settings import ClipRunSettings
 
 PASSWORD = "hostile sidecar benchmark"
 GRID = 32  # px: one crafted face per GRID x GRID of the frame (metadata.FACE_AREA_PER_FACE)
@@ -81,13 +82,12 @@ def main() -> None:
         model = Path(args.model) if args.model else tiny_model(work)
         anonymizer = FaceAnonymizer(model)
         faces = load_photo_faces(anonymizer)
-        batch = default_batch_size()
         clip_path = write_clip(
             work / "pan.mp4", pan_frames(args.frames, args.photo), audio_streams=0
         )
         record = keys.KeyRecord(salt="5e" * keys.SALT_BYTES)
         anonymized = runner.anonymize_video(
-            anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", batch, record=record
+            anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", record=record
         )
         honest = json.loads(sidecar.path_for(work / "anon.mkv").read_text())
         crafted = {**honest, "tracks": crafted_tracks(honest["clip"]["frames"], honest["size"])}
@@ -113,8 +113,7 @@ def main() -> None:
                     PASSWORD,
                     work / "anon.mkv",
                     work / f"out_{name}.mkv",
-                    batch,
-                    overwrite=True,
+                    ClipRunSettings(overwrite=True),
                     sidecar_path=work / f"{name}.json",
                 ),
                 args.repeats,

@@ -28,7 +28,7 @@ from PIL import Image
 
 from benchmarks.invertible_double import InvertibleDouble
 from dbaf_jax import images, keys, metadata
-from dbaf_jax.faces import ledger, paste, photos
+from dbaf_jax.faces import ledger, ledger_match, paste, photos
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 
@@ -102,7 +102,7 @@ def _face_errors(photo: np.ndarray, original: np.ndarray, discs: list) -> np.nda
 def _anonymized_faces(path: Path, size: int) -> tuple[np.ndarray, list[tuple[float, float, float]]]:
     """The faces the anonymized photo ``path`` records: the (H, W) bool mask of the
     pixels their pastes cover (the box mask's support), and their discs as (x, y,
-    radius) fractions of the photo's width (what `ledger.region` lets recovery change)."""
+    radius) fractions of the photo's width (what `ledger_match.region` lets recovery change)."""
     photo = images.read_photo(path)
     recorded = metadata.recorded_faces(images.read_metadata(path), photo.shape, size)
     covered = np.zeros(photo.shape, np.uint8)
@@ -110,9 +110,9 @@ def _anonymized_faces(path: Path, size: int) -> tuple[np.ndarray, list[tuple[flo
         covered = paste.paste(
             covered, np.ones((size, size, 3), np.float32), paste.box_mask(size), face.transform
         )
-    placed = [ledger.place(photo.shape, face.transform, size) for face in recorded]
+    placed = [ledger_match.place(photo.shape, face.transform, size) for face in recorded]
     return covered.any(axis=-1), [
-        (centre[0], centre[1], ledger.RECOVERY_RADIUS * side) for _, centre, side in placed
+        (centre[0], centre[1], ledger_match.RECOVERY_RADIUS * side) for _, centre, side in placed
     ]
 
 

@@ -10,21 +10,13 @@ dbaf_jax.models.arcface.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    to_numpy,
-)
+from convert import common
 from convert.irse import IGNORED, batch_norm_rules, irse_body_rules
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
@@ -40,7 +32,7 @@ def nchw_flatten_linear_kernel(channels: int, side: int):
 
     def transform(weight: np.ndarray) -> np.ndarray:
         if weight.ndim != 2 or weight.shape[1] != channels * side * side:
-            return weight.T  # wrong size: let map_state_dict report it as mis-shaped
+            return weight.T  # wrong size: let common.map_state_dict report it as mis-shaped
         out = weight.shape[0]
         return weight.reshape(out, channels, side, side).transpose(2, 3, 1, 0).reshape(-1, out)
 
@@ -52,10 +44,10 @@ def arcface_rules(module: ArcFace) -> dict:
     rules.update(batch_norm_rules(("output_bn2d",), "output_layer.0"))
     channels = unit_specs(module.num_layers, module.width_scale)[-1][1]
     side = INPUT_SIZE // 16  # four stride-2 stages: 112 -> 7
-    rules[("params", "output_linear", "kernel")] = Rule(
+    rules[("params", "output_linear", "kernel")] = common.Rule(
         "output_layer.3.weight", nchw_flatten_linear_kernel(channels, side)
     )
-    rules[("params", "output_linear", "bias")] = Rule("output_layer.3.bias")
+    rules[("params", "output_linear", "bias")] = common.Rule("output_layer.3.bias")
     rules.update(batch_norm_rules(("output_bn1d",), "output_layer.4"))
     return rules
 
@@ -64,38 +56,36 @@ def arcface_variables(state_dict: dict, module: ArcFace, source: str) -> dict:
     """The Flax variables of ``module`` from an IR-SE ArcFace state_dict (numpy arrays)."""
     dummy = jnp.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), dummy)
-    return map_state_dict(state_dict, arcface_rules(module), expected, source, ignore=IGNORED)
+    return common.map_state_dict(
+        state_dict, arcface_rules(module), expected, source, ignore=IGNORED
+    )
 
 
 def convert_arcface(
     ckpt: str | Path, out_dir: str | Path, width_scale: float = 1.0, overwrite: bool = False
 ) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/arcface``; returns that path."""
-    target = Path(out_dir) / NETWORK_NAME
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
-    checkpoint = load_torch_checkpoint(ckpt)
+    target = common.refuse_existing(Path(out_dir) / NETWORK_NAME, overwrite)
+    checkpoint = common.load_torch_checkpoint(ckpt)
     module = ArcFace(width_scale=width_scale)
-    variables = arcface_variables(to_numpy(checkpoint, str(ckpt)), module, str(ckpt))
+    variables = arcface_variables(common.to_numpy(checkpoint, str(ckpt)), module, str(ckpt))
     return save_network(target, module, variables, source=str(ckpt), overwrite=overwrite)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.arcface", description=__doc__.split("\n\n")[0]
+    parser = common.converter_parser(
+        "python -m convert.arcface",
+        __doc__.split("\n\n")[0],
+        {"--ckpt": {"required": True, "help": "model_ir_se50.pth"}},
+        {
+            "--width-scale": common.width_scale_option(
+                "channel multiplier (1.0 for the public file)"
+            )
+        },
     )
-    parser.add_argument("--ckpt", required=True, help="model_ir_se50.pth")
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument(
-        "--width-scale",
-        type=float,
-        default=1.0,
-        help="channel multiplier (1.0 for the public file)",
-    )
-    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     print(f"wrote {convert_arcface(args.ckpt, args.out, args.width_scale, args.overwrite)}")
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

@@ -183,3 +183,33 @@ def map_state_dict(
                 lines.append(f"  {label} ({len(keys)}): " + ", ".join(keys))
         raise ConversionError("\n".join(lines))
     return traverse_util.unflatten_dict(flat)
+
+
+Arguments = Mapping[str, Mapping[str, Any]]  # option name -> argparse.add_argument's keywords
+
+
+def converter_parser(
+    prog: str, description: str, inputs: Arguments, options: Arguments | None = None
+) -> argparse.ArgumentParser:
+    """A converter's command line: its ``inputs`` (the files it reads), ``--out`` (the
+    model directory), its other ``options``, then ``--overwrite``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for name, keywords in inputs.items():
+        parser.add_argument(name, **keywords)
+    parser.add_argument("--out", required=True, help="model directory")
+    for name, keywords in (options or {}).items():
+        parser.add_argument(name, **keywords)
+    parser.add_argument("--overwrite", action="store_true")
+    return parser
+
+
+def width_scale_option(help: str) -> dict[str, Any]:
+    """``--width-scale``'s keywords: a channel multiplier, 1.0 by default."""
+    return {"type": float, "default": 1.0, "help": help}
+
+
+def refuse_existing(target: Path, overwrite: bool) -> Path:
+    """``target``, unless it exists and ``overwrite`` is not given: then ConversionError."""
+    if target.exists() and not overwrite:
+        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
+    return target

@@ -34,16 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    linear_kernel,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    sub_dict,
-    to_numpy,
-)
+from convert import common
 from convert.irse import IGNORED, conv_rules, irse_body_rules
 from convert.stylegan2 import generator_variables, infer_generator
 from dbaf_jax import model_directory
@@ -68,20 +59,22 @@ def latent_avg_transform(n_latents: int):
 
 
 def encoder_rules(module: GradualStyleEncoder) -> dict:
-    """Flax leaf -> Rule for the encoder, from the ``encoder.`` keys with the prefix removed."""
+    """Flax leaf -> common.Rule for the encoder, from the ``encoder.`` keys with the prefix removed."""
     rules = irse_body_rules(("body",), module.num_layers, module.width_scale)
     for i in range(module.n_styles):
         for k in range(int(math.log2(module.style_spatial(i)))):
             rules.update(
                 conv_rules((f"styles_{i}", f"conv_{k}"), f"styles.{i}.convs.{2 * k}", bias=True)
             )
-        rules[("params", f"styles_{i}", "linear", "kernel")] = Rule(
-            f"styles.{i}.linear.weight", linear_kernel
+        rules[("params", f"styles_{i}", "linear", "kernel")] = common.Rule(
+            f"styles.{i}.linear.weight", common.linear_kernel
         )
-        rules[("params", f"styles_{i}", "linear", "bias")] = Rule(f"styles.{i}.linear.bias")
+        rules[("params", f"styles_{i}", "linear", "bias")] = common.Rule(f"styles.{i}.linear.bias")
     rules.update(conv_rules(("lateral_middle",), "latlayer1", bias=True))
     rules.update(conv_rules(("lateral_fine",), "latlayer2", bias=True))
-    rules[("buffers", "latent_avg")] = Rule(LATENT_AVG_KEY, latent_avg_transform(module.n_styles))
+    rules[("buffers", "latent_avg")] = common.Rule(
+        LATENT_AVG_KEY, latent_avg_transform(module.n_styles)
+    )
     return rules
 
 
@@ -94,7 +87,9 @@ def encoder_variables(
         jax.random.key(0),
         jnp.zeros((1, module.input_size, module.input_size, 3), jnp.float32),
     )
-    return map_state_dict(state_dict, encoder_rules(module), expected, source, ignore=IGNORED)
+    return common.map_state_dict(
+        state_dict, encoder_rules(module), expected, source, ignore=IGNORED
+    )
 
 
 def decoder_network(decoder_sd: Mapping[str, np.ndarray], size: int, source: str):
@@ -114,7 +109,7 @@ def stylegan_size_from_styles(encoder_sd: Mapping[str, np.ndarray], source: str)
         {m.group(1) for k in encoder_sd if (m := re.fullmatch(r"styles\.(\d+)\.linear\.weight", k))}
     )
     if count < 2 or count % 2:
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: cannot tell the generator size: {count} style blocks and no opts"
         )
     return 2 ** ((count + 2) // 2)
@@ -131,36 +126,35 @@ def convert_e4e(
     out_dir = Path(out_dir)
     targets = (out_dir / ENCODER_NAME, out_dir / DECODER_NAME)
     for target in targets:
-        if target.exists() and not overwrite:
-            raise ConversionError(f"{target} exists; pass --overwrite to replace it")
+        common.refuse_existing(target, overwrite)
     source = str(ckpt)
-    checkpoint = load_torch_checkpoint(ckpt)
+    checkpoint = common.load_torch_checkpoint(ckpt)
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
-        raise ConversionError(f"{source}: not a pSp/e4e checkpoint (no 'state_dict')")
+        raise common.ConversionError(f"{source}: not a pSp/e4e checkpoint (no 'state_dict')")
     opts = read_options(checkpoint)
     encoder_type = encoder_type or opts.get("encoder_type", "Encoder4Editing")
     if encoder_type not in ENCODER_TYPES:
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: encoder_type {encoder_type!r} is not supported (one of {sorted(ENCODER_TYPES)})"
         )
     if opts.get("start_from_latent_avg") is False:
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: opts.start_from_latent_avg is False; only encoders that add latent_avg are supported"
         )
     if LATENT_AVG_KEY not in checkpoint:
-        raise ConversionError(f"{source}: no 'latent_avg' entry")
+        raise common.ConversionError(f"{source}: no 'latent_avg' entry")
 
-    state_dict = to_numpy(checkpoint["state_dict"], f"{source}:state_dict")
+    state_dict = common.to_numpy(checkpoint["state_dict"], f"{source}:state_dict")
     stray = sorted(k for k in state_dict if not k.startswith(("encoder.", "decoder.")))
     if stray:
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: state_dict entries outside encoder.* and decoder.*: {', '.join(stray)}"
         )
-    encoder_sd = sub_dict(state_dict, "encoder.")
-    decoder_sd = sub_dict(state_dict, "decoder.")
-    encoder_sd[LATENT_AVG_KEY] = to_numpy({LATENT_AVG_KEY: checkpoint[LATENT_AVG_KEY]}, source)[
-        LATENT_AVG_KEY
-    ]
+    encoder_sd = common.sub_dict(state_dict, "encoder.")
+    decoder_sd = common.sub_dict(state_dict, "decoder.")
+    encoder_sd[LATENT_AVG_KEY] = common.to_numpy(
+        {LATENT_AVG_KEY: checkpoint[LATENT_AVG_KEY]}, source
+    )[LATENT_AVG_KEY]
     size = int(opts.get("stylegan_size") or stylegan_size_from_styles(encoder_sd, source))
 
     style_dim = int(encoder_sd[LATENT_AVG_KEY].shape[-1])
@@ -173,7 +167,7 @@ def convert_e4e(
         networks.append(
             (targets[0], encoder, encoder_variables(encoder_sd, encoder, f"{source}:encoder"))
         )
-    except ConversionError as err:
+    except common.ConversionError as err:
         errors.append(str(err))
     try:
         decoder, decoder_vars = decoder_network(decoder_sd, size, f"{source}:decoder")
@@ -182,10 +176,10 @@ def convert_e4e(
             errors.append(
                 f"{source}: latent_avg has width {style_dim}, the decoder's style_dim is {decoder.style_dim}"
             )
-    except ConversionError as err:
+    except common.ConversionError as err:
         errors.append(str(err))
     if errors:
-        raise ConversionError("\n".join(errors))
+        raise common.ConversionError("\n".join(errors))
     for target, module, variables in networks:
         save_network(
             target,
@@ -198,23 +192,21 @@ def convert_e4e(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.e4e", description=__doc__.split("\n\n")[0]
+    encoder_type = {
+        "choices": sorted(ENCODER_TYPES),
+        "help": "default: the file's opts.encoder_type",
+    }
+    parser = common.converter_parser(
+        "python -m convert.e4e",
+        __doc__.split("\n\n")[0],
+        {"--ckpt": {"required": True, "help": "e4e_ffhq_encode_256.pt or a pSp checkpoint"}},
+        {
+            "--encoder-type": encoder_type,
+            "--width-scale": common.width_scale_option(
+                "encoder channel multiplier (1.0 for public files)"
+            ),
+        },
     )
-    parser.add_argument("--ckpt", required=True, help="e4e_ffhq_encode_256.pt or a pSp checkpoint")
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument(
-        "--encoder-type",
-        choices=sorted(ENCODER_TYPES),
-        help="default: the file's opts.encoder_type",
-    )
-    parser.add_argument(
-        "--width-scale",
-        type=float,
-        default=1.0,
-        help="encoder channel multiplier (1.0 for public files)",
-    )
-    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     for path in convert_e4e(
         args.ckpt, args.out, args.encoder_type, args.width_scale, args.overwrite
@@ -223,4 +215,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

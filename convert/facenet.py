@@ -13,21 +13,12 @@ Sequential index becomes a suffix (`repeat_2.3.branch1.1` -> `repeat_2_3/branch1
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    linear_kernel,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    to_numpy,
-)
+from convert import common
 from convert.inception import basic_conv_rules
 from convert.irse import batch_norm_rules, conv_rules
 from dbaf_jax import model_directory
@@ -74,7 +65,9 @@ def facenet_rules() -> dict:
             rules.update(basic_conv_rules((flax_name(block), flax_name(unit)), f"{block}.{unit}"))
         if has_residual:
             rules.update(conv_rules((flax_name(block), "conv2d"), f"{block}.conv2d", bias=True))
-    rules[("params", "last_linear", "kernel")] = Rule("last_linear.weight", linear_kernel)
+    rules[("params", "last_linear", "kernel")] = common.Rule(
+        "last_linear.weight", common.linear_kernel
+    )
     rules.update(batch_norm_rules(("last_bn",), "last_bn"))
     return rules
 
@@ -83,13 +76,13 @@ def variant_of(state_dict: dict, source: str) -> str:
     """'vggface2' or 'casia_webface' from the classifier size; refuses any other file."""
     logits = state_dict.get("logits.weight")
     if logits is None or "logits.bias" not in state_dict:
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: no logits.weight/logits.bias, so not one of facenet-pytorch's published files"
         )
     rows = logits.shape[0]
     if rows not in VARIANTS or state_dict["logits.bias"].shape != (rows,):
         known = ", ".join(f"{n} ({v})" for n, v in VARIANTS.items())
-        raise ConversionError(
+        raise common.ConversionError(
             f"{source}: logits.weight {list(logits.shape)} / logits.bias {list(state_dict['logits.bias'].shape)} "
             f"match no published variant (identities: {known})"
         )
@@ -100,15 +93,14 @@ def facenet_variables(state_dict: dict, source: str) -> dict:
     """The Flax variables of `InceptionResnetV1` from a facenet-pytorch state_dict (numpy arrays)."""
     dummy = jnp.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), jnp.float32)
     expected = jax.eval_shape(InceptionResnetV1().init, jax.random.key(0), dummy)
-    return map_state_dict(state_dict, facenet_rules(), expected, source, ignore=IGNORED)
+    return common.map_state_dict(state_dict, facenet_rules(), expected, source, ignore=IGNORED)
 
 
 def convert_facenet(ckpt: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/facenet_<variant>``; returns that path."""
-    state_dict = to_numpy(load_torch_checkpoint(ckpt), str(ckpt))
-    target = Path(out_dir) / model_directory.facenet_dir(variant_of(state_dict, str(ckpt)))
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
+    state_dict = common.to_numpy(common.load_torch_checkpoint(ckpt), str(ckpt))
+    variant = variant_of(state_dict, str(ckpt))
+    target = common.refuse_existing(Path(out_dir) / model_directory.facenet_dir(variant), overwrite)
     variables = facenet_variables(state_dict, str(ckpt))
     return save_network(
         target, InceptionResnetV1(), variables, source=str(ckpt), overwrite=overwrite
@@ -116,21 +108,16 @@ def convert_facenet(ckpt: str | Path, out_dir: str | Path, overwrite: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.facenet",
-        description="FaceNet InceptionResnetV1 -> DIR/facenet_vggface2 (20180402-114759-vggface2.pt) "
+    files = "20180402-114759-vggface2.pt or 20180408-102900-casia-webface.pt"
+    parser = common.converter_parser(
+        "python -m convert.facenet",
+        "FaceNet InceptionResnetV1 -> DIR/facenet_vggface2 (20180402-114759-vggface2.pt) "
         "or DIR/facenet_casia_webface (20180408-102900-casia-webface.pt), told apart by the classifier size.",
+        {"--ckpt": {"required": True, "help": files}},
     )
-    parser.add_argument(
-        "--ckpt",
-        required=True,
-        help="20180402-114759-vggface2.pt or 20180408-102900-casia-webface.pt",
-    )
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     print(f"wrote {convert_facenet(args.ckpt, args.out, args.overwrite)}")
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

@@ -10,13 +10,12 @@ The file is a plain state_dict in torchvision's Inception v3 names. Per `BasicCo
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from convert.common import ConversionError, load_torch_checkpoint, map_state_dict, run, to_numpy
+from convert import common
 from convert.irse import batch_norm_rules, conv_rules
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
@@ -104,29 +103,27 @@ def inception_variables(state_dict: dict, source: str) -> dict:
     """The Flax variables of `FIDInceptionV3` from the FID Inception state_dict (numpy arrays)."""
     dummy = jnp.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), jnp.float32)
     expected = jax.eval_shape(FIDInceptionV3().init, jax.random.key(0), dummy)
-    return map_state_dict(state_dict, inception_rules(), expected, source, ignore=IGNORED)
+    return common.map_state_dict(state_dict, inception_rules(), expected, source, ignore=IGNORED)
 
 
 def convert_inception(ckpt: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/inception_fid``; returns that path."""
-    target = Path(out_dir) / NETWORK_NAME
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
-    variables = inception_variables(to_numpy(load_torch_checkpoint(ckpt), str(ckpt)), str(ckpt))
+    target = common.refuse_existing(Path(out_dir) / NETWORK_NAME, overwrite)
+    variables = inception_variables(
+        common.to_numpy(common.load_torch_checkpoint(ckpt), str(ckpt)), str(ckpt)
+    )
     return save_network(target, FIDInceptionV3(), variables, source=str(ckpt), overwrite=overwrite)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.inception",
-        description="pytorch-fid's FID Inception (pt_inception-2015-12-05-6726825d.pth) -> DIR/inception_fid.",
+    parser = common.converter_parser(
+        "python -m convert.inception",
+        "pytorch-fid's FID Inception (pt_inception-2015-12-05-6726825d.pth) -> DIR/inception_fid.",
+        {"--ckpt": {"required": True, "help": "pt_inception-2015-12-05-6726825d.pth"}},
     )
-    parser.add_argument("--ckpt", required=True, help="pt_inception-2015-12-05-6726825d.pth")
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     print(f"wrote {convert_inception(args.ckpt, args.out, args.overwrite)}")
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

@@ -11,23 +11,13 @@ default the file shipped inside the installed `lpips` package.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    conv_kernel,
-    flatten,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    to_numpy,
-)
+from convert import common
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.lpips import LPIPS, TAP_CHANNELS
@@ -61,14 +51,16 @@ def default_lin_path(net: str) -> Path | None:
 def trunk_rules(net: str) -> dict:
     rules = {}
     for conv, j in TRUNK_CONVS[net].items():
-        rules[("params", "trunk", conv, "kernel")] = Rule(f"features.{j}.weight", conv_kernel)
-        rules[("params", "trunk", conv, "bias")] = Rule(f"features.{j}.bias")
+        rules[("params", "trunk", conv, "kernel")] = common.Rule(
+            f"features.{j}.weight", common.conv_kernel
+        )
+        rules[("params", "trunk", conv, "bias")] = common.Rule(f"features.{j}.bias")
     return rules
 
 
 def linear_rules(net: str) -> dict:
     return {
-        ("params", f"linear_{k}"): Rule(f"lin{k - 1}.model.1.weight", flatten)
+        ("params", f"linear_{k}"): common.Rule(f"lin{k - 1}.model.1.weight", common.flatten)
         for k in range(1, len(TAP_CHANNELS[net]) + 1)
     }
 
@@ -82,23 +74,21 @@ def convert_lpips(
 ) -> Path:
     """Converts the two files and writes ``out_dir/lpips_{net}``; returns that path."""
     if net not in TRUNK_CONVS:
-        raise ConversionError(f"--net must be one of {sorted(TRUNK_CONVS)}, got {net!r}")
-    target = Path(out_dir) / network_name(net)
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
+        raise common.ConversionError(f"--net must be one of {sorted(TRUNK_CONVS)}, got {net!r}")
+    target = common.refuse_existing(Path(out_dir) / network_name(net), overwrite)
     module = LPIPS(net=net)
     dummy = jnp.zeros((1, 64, 64, 3), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), dummy, dummy)["params"]
     expected_trunk = {"params": {"trunk": expected["trunk"]}}
     expected_linear = {"params": {k: v for k, v in expected.items() if k != "trunk"}}
 
-    trunk_sd = to_numpy(load_torch_checkpoint(trunk_path), str(trunk_path))
-    lin_sd = to_numpy(load_torch_checkpoint(lin_path), str(lin_path))
+    trunk_sd = common.to_numpy(common.load_torch_checkpoint(trunk_path), str(trunk_path))
+    lin_sd = common.to_numpy(common.load_torch_checkpoint(lin_path), str(lin_path))
     # torchvision's full ImageNet model: the classifier head plays no part in LPIPS.
-    trunk = map_state_dict(
+    trunk = common.map_state_dict(
         trunk_sd, trunk_rules(net), expected_trunk, str(trunk_path), ignore=("classifier.*",)
     )
-    linear = map_state_dict(lin_sd, linear_rules(net), expected_linear, str(lin_path))
+    linear = common.map_state_dict(lin_sd, linear_rules(net), expected_linear, str(lin_path))
     variables = {"params": {**trunk["params"], **linear["params"]}}
     return save_network(
         target,
@@ -110,22 +100,18 @@ def convert_lpips(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.lpips", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--net", choices=sorted(TRUNK_CONVS), default="alex")
-    parser.add_argument(
-        "--trunk", required=True, help="torchvision ImageNet state_dict (features.{j}.*)"
-    )
-    parser.add_argument(
-        "--lin", help="LPIPS v0.1 linear weights (default: the installed lpips package's file)"
-    )
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--overwrite", action="store_true")
+    inputs = {
+        "--net": {"choices": sorted(TRUNK_CONVS), "default": "alex"},
+        "--trunk": {"required": True, "help": "torchvision ImageNet state_dict (features.{j}.*)"},
+        "--lin": {
+            "help": "LPIPS v0.1 linear weights (default: the installed lpips package's file)"
+        },
+    }
+    parser = common.converter_parser("python -m convert.lpips", __doc__.split("\n\n")[0], inputs)
     args = parser.parse_args(argv)
     lin = args.lin or default_lin_path(args.net)
     if lin is None:
-        raise ConversionError(
+        raise common.ConversionError(
             f"the lpips package is not installed: pass --lin (its weights/v0.1/{args.net}.pth)"
         )
     path = convert_lpips(args.net, lin, args.trunk, args.out, overwrite=args.overwrite)
@@ -133,4 +119,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

@@ -16,7 +16,6 @@ slopes), `denseN.{weight,bias}` (Linear).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 from pathlib import Path
@@ -25,16 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    conv_kernel,
-    linear_kernel,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    to_numpy,
-)
+from convert import common
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
@@ -77,12 +67,12 @@ NETWORKS = {
 def network_rules(layers: dict[str, tuple[str, ...]]) -> dict:
     """Flax leaf -> torch key for one network's conv, PReLU and dense layers."""
     rules = {}
-    for kind, transform in (("conv", conv_kernel), ("dense", linear_kernel)):
+    for kind, transform in (("conv", common.conv_kernel), ("dense", common.linear_kernel)):
         for name in layers[kind]:
-            rules[("params", name, "kernel")] = Rule(f"{name}.weight", transform)
-            rules[("params", name, "bias")] = Rule(f"{name}.bias")
+            rules[("params", name, "kernel")] = common.Rule(f"{name}.weight", transform)
+            rules[("params", name, "bias")] = common.Rule(f"{name}.bias")
     for name in layers["prelu"]:
-        rules[("params", name, "slope")] = Rule(f"{name}.weight")
+        rules[("params", name, "slope")] = common.Rule(f"{name}.weight")
     return rules
 
 
@@ -92,20 +82,20 @@ def network_variables(
     """The Flax variables of one MTCNN network from its state_dict (numpy arrays)."""
     dummy = jnp.zeros((1, side, side, 3), jnp.float32)
     expected = jax.eval_shape(module.init, jax.random.key(0), dummy)
-    return map_state_dict(state_dict, network_rules(layers), expected, source)
+    return common.map_state_dict(state_dict, network_rules(layers), expected, source)
 
 
 def bundled_weights(name: str) -> Path:
     """``facenet_pytorch/data/<name>.pt`` of the installed wheel, found without importing it."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ConversionError(
+        raise common.ConversionError(
             f"no --{name} file given and {PACKAGE} is not installed (its wheel bundles data/{name}.pt); "
             f"pass --pnet, --rnet and --onet"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.pt"
     if not path.is_file():
-        raise ConversionError(
+        raise common.ConversionError(
             f"no --{name} file given and the installed {PACKAGE} has no {path}; pass --{name}"
         )
     return path
@@ -120,14 +110,12 @@ def convert_mtcnn(
     the weights bundled with facenet-pytorch.
     """
     files = files or {}
-    target = Path(out_dir).absolute() / DETECTOR_NAME
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
+    target = common.refuse_existing(Path(out_dir).absolute() / DETECTOR_NAME, overwrite)
     sources = {name: Path(files.get(name) or bundled_weights(name)) for name in NETWORKS}
     converted = {}
     for name, (module, side, layers) in NETWORKS.items():
         label = f"{sources[name]} (given as {name})"
-        state_dict = to_numpy(load_torch_checkpoint(sources[name]), label)
+        state_dict = common.to_numpy(common.load_torch_checkpoint(sources[name]), label)
         converted[name] = network_variables(state_dict, module, side, layers, label)
     # Written beside the target and renamed into place, so a reader never sees a partial detector.
     partial = target.with_name(target.name + ".partial")
@@ -141,19 +129,15 @@ def convert_mtcnn(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.mtcnn", description=__doc__.split("\n\n")[0]
-    )
-    for name in NETWORKS:
-        parser.add_argument(
-            f"--{name}", help=f"{name}.pt (default: the one bundled with facenet-pytorch)"
-        )
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--overwrite", action="store_true")
+    inputs = {
+        f"--{name}": {"help": f"{name}.pt (default: the one bundled with facenet-pytorch)"}
+        for name in NETWORKS
+    }
+    parser = common.converter_parser("python -m convert.mtcnn", __doc__.split("\n\n")[0], inputs)
     args = parser.parse_args(argv)
     files = {name: getattr(args, name) for name in NETWORKS}
     print(f"wrote {convert_mtcnn(args.out, files, args.overwrite)}")
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

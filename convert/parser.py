@@ -10,21 +10,12 @@ BatchNorm's ``num_batches_tracked`` counters are not needed and are skipped.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from convert.common import (
-    ConversionError,
-    Rule,
-    conv_kernel,
-    load_torch_checkpoint,
-    map_state_dict,
-    run,
-    to_numpy,
-)
+from convert import common
 from dbaf_jax import model_directory
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
@@ -39,18 +30,18 @@ def transposed_conv_kernel(x):
 
 
 def conv_rules(path: tuple, key: str, bias: bool = False) -> dict:
-    rules = {("params", *path, "kernel"): Rule(f"{key}.weight", conv_kernel)}
+    rules = {("params", *path, "kernel"): common.Rule(f"{key}.weight", common.conv_kernel)}
     if bias:
-        rules[("params", *path, "bias")] = Rule(f"{key}.bias")
+        rules[("params", *path, "bias")] = common.Rule(f"{key}.bias")
     return rules
 
 
 def bn_rules(path: tuple, key: str) -> dict:
     return {
-        ("params", *path, "scale"): Rule(f"{key}.weight"),
-        ("params", *path, "bias"): Rule(f"{key}.bias"),
-        ("batch_stats", *path, "mean"): Rule(f"{key}.running_mean"),
-        ("batch_stats", *path, "var"): Rule(f"{key}.running_var"),
+        ("params", *path, "scale"): common.Rule(f"{key}.weight"),
+        ("params", *path, "bias"): common.Rule(f"{key}.bias"),
+        ("batch_stats", *path, "mean"): common.Rule(f"{key}.running_mean"),
+        ("batch_stats", *path, "var"): common.Rule(f"{key}.running_var"),
     }
 
 
@@ -74,8 +65,10 @@ def unet_rules() -> dict:
         block((name,), name)
     for level in (1, 2, 3, 4):
         name = f"up_concat{level}"
-        rules[("params", name, "up", "kernel")] = Rule(f"{name}.up.weight", transposed_conv_kernel)
-        rules[("params", name, "up", "bias")] = Rule(f"{name}.up.bias")
+        rules[("params", name, "up", "kernel")] = common.Rule(
+            f"{name}.up.weight", transposed_conv_kernel
+        )
+        rules[("params", name, "up", "bias")] = common.Rule(f"{name}.up.bias")
         block((name, "conv"), f"{name}.conv")
     rules.update(conv_rules(("final",), "final", bias=True))
     return rules
@@ -119,11 +112,9 @@ def convert_parser(
 ) -> Path:
     """Converts ``ckpt`` and writes ``out_dir/parser_{kind}``; returns that path."""
     if kind not in KINDS:
-        raise ConversionError(f"--kind must be one of {KINDS}, got {kind!r}")
-    target = Path(out_dir) / network_name(kind)
-    if target.exists() and not overwrite:
-        raise ConversionError(f"{target} exists; pass --overwrite to replace it")
-    state_dict = to_numpy(load_torch_checkpoint(ckpt), str(ckpt))
+        raise common.ConversionError(f"--kind must be one of {KINDS}, got {kind!r}")
+    target = common.refuse_existing(Path(out_dir) / network_name(kind), overwrite)
+    state_dict = common.to_numpy(common.load_torch_checkpoint(ckpt), str(ckpt))
     dummy = jnp.zeros((1, 64, 64, 3), jnp.float32)
     if kind == "unet":
         module, rules = UNetParser(), unet_rules()
@@ -132,23 +123,19 @@ def convert_parser(
         module, rules = BiSeNet(), bisenet_rules()
         # with_aux creates the two auxiliary heads too, so the whole file converts.
         expected = jax.eval_shape(lambda: module.init(jax.random.key(0), dummy, with_aux=True))
-    variables = map_state_dict(state_dict, rules, expected, str(ckpt), ignore=IGNORED)
+    variables = common.map_state_dict(state_dict, rules, expected, str(ckpt), ignore=IGNORED)
     return save_network(target, module, variables, source=str(ckpt), overwrite=overwrite)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.parser", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--kind", choices=KINDS, required=True)
-    parser.add_argument(
-        "--ckpt", required=True, help="parsenet.pth (unet) or 79999_iter.pth (bisenet)"
-    )
-    parser.add_argument("--out", required=True, help="model directory")
-    parser.add_argument("--overwrite", action="store_true")
+    inputs = {
+        "--kind": {"choices": KINDS, "required": True},
+        "--ckpt": {"required": True, "help": "parsenet.pth (unet) or 79999_iter.pth (bisenet)"},
+    }
+    parser = common.converter_parser("python -m convert.parser", __doc__.split("\n\n")[0], inputs)
     args = parser.parse_args(argv)
     print(f"wrote {convert_parser(args.kind, args.ckpt, args.out, overwrite=args.overwrite)}")
 
 
 if __name__ == "__main__":
-    run(main)
+    common.run(main)

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dbaf_jax import images
+from dbaf_jax import atomic_files
 from dbaf_jax.errors import InputError, PasswordFileError
 
 DERIVATION_VERSION = 1
@@ -203,7 +203,9 @@ def write_key_file(path: str | Path, record: KeyRecord, overwrite: bool = False)
     """
     content = {"format": KEY_FILE_FORMAT, "version": KEY_FILE_VERSION, "key": record.to_dict()}
     text = json.dumps(content, indent=1, sort_keys=True) + "\n"
-    return images.write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite)
+    return atomic_files.write_file(
+        path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite
+    )
 
 
 def read_key_file(path: str | Path) -> KeyRecord:

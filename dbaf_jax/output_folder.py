@@ -3,7 +3,7 @@
 The output folder must not be the input folder nor inside it (outputs would replace
 originals, or be read as inputs by the next run), no output may be one of the inputs,
 and the folder (or the one it will be made in) must take a file. Temporaries a killed run
-left there (`images.remove_stale_partials`: they may hold face pixels) are removed at
+left there (`atomic_files.remove_stale_partials`: they may hold face pixels) are removed at
 the start, and the user is told.
 """
 
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from dbaf_jax import images
+from dbaf_jax import atomic_files
 from dbaf_jax.errors import InputError
 
 
@@ -59,5 +59,5 @@ def clear_stale_temporaries(out_dir: Path, name: str | None = None) -> list[str]
     those of ``out_dir/name``); a note per file."""
     return [
         f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)"
-        for path in images.remove_stale_partials(out_dir, name)
+        for path in atomic_files.remove_stale_partials(out_dir, name)
     ]

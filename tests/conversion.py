@@ -127,3 +127,29 @@ def assert_not_a_checkpoint_message(message: str, path: Path) -> None:
     """A refusal of the file ``path``: one line naming it, no traceback."""
     assert message.count("\n") == 1 and message.endswith("\n"), message
     assert str(path) in message and "not a readable PyTorch checkpoint" in message, message
+
+
+def assert_refuses_wrong_keys(
+    refuse: Callable[..., str],
+    missing: str,
+    unexpected: Mapping[str, Any],
+    misshaped: Mapping[str, Any],
+) -> None:
+    """A converter refuses a state dict with the key ``missing`` dropped, with the
+    ``unexpected`` keys added, and with the ``misshaped`` keys replaced, naming each key
+    (a mis-shaped one with its shape). ``refuse(drop=..., add=...)`` converts the state
+    dict so `edited` and returns the refusal."""
+    assert f"missing (1): {missing}" in refuse(drop=[missing])
+    err = refuse(add=dict(unexpected))
+    assert all(f"unexpected ({len(unexpected)}): {name}" in err for name in unexpected), err
+    err = refuse(add=dict(misshaped))
+    assert f"mis-shaped ({len(misshaped)})" in err, err
+    assert all(f"{name} {list(value.shape)}" in err for name, value in misshaped.items()), err
+
+
+def assert_command_refuses_a_non_checkpoint(module: str, file: Path, out: Path) -> None:
+    """``python -m module --ckpt FILE --out OUT``, ``file`` not a checkpoint: one line
+    naming it, no traceback, nothing written at ``out`` (`command_refusal`)."""
+    bogus = not_a_checkpoint(file)
+    argv = ["--ckpt", str(bogus), "--out", str(out)]
+    assert_not_a_checkpoint_message(command_refusal(module, argv, unwritten=out), bogus)

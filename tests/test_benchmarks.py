@@ -272,27 +272,29 @@ esac
 """
 
 
+def gpu_quick(tmp_path, stand_in: str, *args: str, timeout: float | None = None):
+    """benchmarks/gpu_quick.sh ``args`` with ``stand_in`` (a script) as its Python and
+    ``tmp_path`` as its temporary folder: the finished process."""
+    python = tmp_path / "python"
+    python.write_text(stand_in)
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "REAL_PYTHON": sys.executable}
+    return subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), *args],
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
 def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
     """Every part runs once with its own command; the warm stage-2 part reuses the cold
     part's cache and no other part does; a failing part gets a row naming its log and
     makes the exit status 1; the summary is docs/performance.md's table."""
-    stand_in = tmp_path / "python"
-    stand_in.write_text(STAND_IN)
-    stand_in.chmod(0o755)
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PYTHON": str(stand_in),
-        "REAL_PYTHON": sys.executable,
-        "TMPDIR": str(tmp_path),
-    }
-    result = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--detector", "D"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    result = gpu_quick(tmp_path, STAND_IN, "--out", str(out), "--detector", "D")
     assert result.returncode == 1, result.stderr
     rows = {row["part"]: row for row in table_rows((out / "summary.md").read_text())}
     assert list(rows) == ["anonymize", "train2-cold", "train2-warm", "train1", "folder"]
@@ -321,26 +323,9 @@ def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
 
 
 def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
-    stand_in = tmp_path / "python"
-    stand_in.write_text(
-        '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
-    )
-    stand_in.chmod(0o755)
+    sleeper = '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PYTHON": str(stand_in),
-        "REAL_PYTHON": sys.executable,
-        "TMPDIR": str(tmp_path),
-    }
-    result = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), "--out", str(out), "--budget", "31"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    result = gpu_quick(tmp_path, sleeper, "--out", str(out), "--budget", "31", timeout=120)
     assert result.returncode == 1
     assert "cut off at its limit" in (out / "train2-cold.log").read_text()
     assert "budget spent" in (out / "train2-warm.log").read_text()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import images
+from dbaf_jax import atomic_files, images
 from dbaf_jax.errors import OutputExistsError
 from tests.paths import DATA
 
@@ -60,7 +60,7 @@ def test_exclusive_write_never_replaces_a_file_made_meanwhile(tmp_path):
         Image.fromarray(images.to_uint8(image)).save(tmp, format="PNG")
 
     with pytest.raises(OutputExistsError, match="x.png"):
-        images.write_file(target, racing)
+        atomic_files.write_file(target, racing)
     assert target.read_bytes() == b"the other run's output"
     assert [p.name for p in target.parent.iterdir()] == ["x.png"]
     # Without the race the file is created; again, it is refused; with overwrite, replaced.
@@ -78,7 +78,7 @@ def test_failed_write_leaves_nothing(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        images.write_file(tmp_path / "x.png", failing)
+        atomic_files.write_file(tmp_path / "x.png", failing)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -30,11 +30,13 @@ LAYERS = [
     (
         "storage",
         [
+            "dbaf_jax.atomic_files",
             "dbaf_jax.images",
             "dbaf_jax.keys",
             "dbaf_jax.input_folder",
             "dbaf_jax.output_folder",
             "dbaf_jax.model_directory",
+            "dbaf_jax.network_kinds",
             "dbaf_jax.model_families",
         ],
     ),

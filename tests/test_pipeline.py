@@ -74,15 +74,16 @@ def test_writer_raises_a_failed_job_on_the_callers_thread():
                 writer.submit(lambda: None)
 
 
+def counted(count, produced):
+    """0, 1, ... ``count - 1``, each appended to ``produced`` as it is made."""
+    for i in range(count):
+        produced.append(i)
+        yield i
+
+
 def test_one_behind_yields_after_the_next_is_produced():
     produced = []
-
-    def producer():
-        for i in range(4):
-            produced.append(i)
-            yield i
-
-    seen = [(item, list(produced)) for item in pipeline.one_behind(producer())]
+    seen = [(item, list(produced)) for item in pipeline.one_behind(counted(4, produced))]
     assert [item for item, _ in seen] == [0, 1, 2, 3]
     assert [p for _, p in seen] == [[0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3]]
     assert list(pipeline.one_behind([])) == []
@@ -90,14 +91,8 @@ def test_one_behind_yields_after_the_next_is_produced():
 
 def test_in_background_keeps_order_and_runs_at_most_depth_ahead():
     produced = []
-
-    def items():
-        for i in range(20):
-            produced.append(i)
-            yield i
-
     seen = []
-    for item in pipeline.in_background(items(), depth=3):
+    for item in pipeline.in_background(counted(20, produced), depth=3):
         time.sleep(0.01)
         assert len(produced) <= item + 1 + 3 + 1  # the queue's depth, and one being put
         seen.append(item)

@@ -14,12 +14,17 @@ dbaf_jax.commands.NAME`` or, once installed, as the console script ``dbaf-NAME``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any, Callable, Sequence
 
-from dbaf_jax import compilation_cache, precision
+from dbaf_jax import compilation_cache, keys, precision
 from dbaf_jax.errors import DbafError, printable
+from dbaf_jax.faces.photos import MIN_FACE_SIZE, PhotoFaces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings, RunSettings
 from dbaf_jax.video import clip, tracks
+from dbaf_jax.video.settings import ClipRunSettings
 
 Main = Callable[[Sequence[str] | None], Any]
 
@@ -60,49 +65,74 @@ def positive_int(text: str) -> int:
     return value
 
 
-def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The arguments of the anonymize and recover commands: a model, a password file, an
-    input and an output folder, the batch size and --overwrite."""
+def flags(parser: argparse._ActionsContainer, helps: dict[str, str]) -> None:
+    """On/off options (``store_true``), each name with its help, in order."""
+    for name, help in helps.items():
+        parser.add_argument(name, action="store_true", help=help)
+
+
+MODEL_HELP = "DBAF model directory (python -m convert.dbaf, or a training export)"
+
+
+def compute_arguments(parser: argparse.ArgumentParser, batch_help: str, dtype_help: str) -> None:
+    """``--batch-size`` and ``--dtype``: how the model runs (the run commands and the web
+    page)."""
+    parser.add_argument("--batch-size", type=positive_int, help=batch_help)
+    parser.add_argument(
+        "--dtype", choices=precision.COMPUTE_DTYPES, default="float32", help=dtype_help
+    )
+
+
+def detector_arguments(parser: argparse._ActionsContainer, detectors_help: str) -> None:
+    """``--detector`` (the MTCNN weights) and ``--detectors`` (which detectors)."""
+    parser.add_argument(
+        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
+    )
+    parser.add_argument("--detectors", help=detectors_help)
+
+
+def _run_parser(
+    prog: str,
+    description: str,
+    inputs: Sequence[tuple[str, str | None]],
+    batch_help: str,
+    dtype_help: str,
+) -> argparse.ArgumentParser:
+    """The arguments every anonymize and recover command takes: the model, a password
+    file, the ``inputs`` (positional: name, help), the batch size, the dtype, --overwrite."""
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="DBAF model directory (python -m convert.dbaf, or a training export)",
-    )
+    parser.add_argument("--model", required=True, help=MODEL_HELP)
     parser.add_argument(
         "--password-file", required=True, help="file whose first line is the password"
     )
-    parser.add_argument("in_dir")
-    parser.add_argument("out_dir")
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        help="faces per model call; default 32 per GPU/TPU, 8 on a CPU",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=precision.COMPUTE_DTYPES,
-        default="float32",
-        help="compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)",
-    )
+    for name, help in inputs:
+        parser.add_argument(name, help=help)
+    compute_arguments(parser, batch_help, dtype_help)
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument(
-        "--allow-unchecked-model",
-        action="store_true",
-        help="run a model directory without model.json: its completeness (MAAR) and integrity go unchecked",
+    return parser
+
+
+def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The arguments of the anonymize and recover commands: a model, a password file, an
+    input and an output folder, the batch size and --overwrite."""
+    parser = _run_parser(
+        prog,
+        description,
+        [("in_dir", None), ("out_dir", None)],
+        "faces per model call; default 32 per GPU/TPU, 8 on a CPU",
+        "compute dtype of every network (bfloat16: faster on accelerators; docs/decisions.md)",
+    )
+    flags(
+        parser,
+        {
+            "--allow-unchecked-model": "run a model directory without model.json: its completeness (MAAR) and integrity go unchecked"
+        },
     )
     photos = parser.add_argument_group("photos (the default; see docs/photos.md)")
-    photos.add_argument(
-        "--aligned",
-        action="store_true",
-        help="inputs are aligned face crops (resized to the model's input)",
-    )
-    photos.add_argument(
-        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
-    )
-    photos.add_argument("--detectors", help=DETECTORS_HELP)
+    flags(photos, {"--aligned": "inputs are aligned face crops (resized to the model's input)"})
+    detector_arguments(photos, DETECTORS_HELP)
     photos.add_argument(
         "--parser",
         help="BiSeNet directory (parser_bisenet) for soft face masks; default a box mask",
@@ -138,35 +168,17 @@ def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The arguments both video commands take: model, password, input and output videos, tracking and encoding."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = _run_parser(
+        prog,
+        description,
+        [
+            ("input", "a video file (" + ", ".join(clip.FORMATS) + ")"),
+            ("output", "the video to write; its suffix chooses the container"),
+        ],
+        "faces per model call, across frames; default 32 per GPU, 8 on a CPU",
+        "compute dtype of every network",
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="DBAF model directory (python -m convert.dbaf, or a training export)",
-    )
-    parser.add_argument(
-        "--password-file", required=True, help="file whose first line is the password"
-    )
-    parser.add_argument("input", help="a video file (" + ", ".join(clip.FORMATS) + ")")
-    parser.add_argument("output", help="the video to write; its suffix chooses the container")
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        help="faces per model call, across frames; default 32 per GPU, 8 on a CPU",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=precision.COMPUTE_DTYPES,
-        default="float32",
-        help="compute dtype of every network",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument(
-        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
-    )
-    parser.add_argument("--detectors", help=DETECTORS_HELP)
+    detector_arguments(parser, DETECTORS_HELP)
     parser.add_argument(
         "--min-face-size",
         type=float,
@@ -202,3 +214,67 @@ def video_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def video_encoding(args: argparse.Namespace) -> clip.Encoding:
     """The output encoding `video_parser`'s arguments ask for."""
     return clip.Encoding(args.codec, args.crf, args.pix_fmt)
+
+
+# What a run command builds from its arguments, once: the settings of each concern
+# (`inference.settings`, `video.settings`) and the preamble every run shares.
+
+
+def _given(args: argparse.Namespace, settings: type) -> dict[str, Any]:
+    """The fields of the dataclass ``settings`` that ``args`` has, by name."""
+    return {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(settings)
+        if hasattr(args, field.name)
+    }
+
+
+def folder_run_settings(args: argparse.Namespace) -> FolderRunSettings:
+    """The folder runs' settings (anonymize, recover; the web page's batch size)."""
+    return FolderRunSettings(**_given(args, FolderRunSettings))
+
+
+def clip_run_settings(args: argparse.Namespace) -> ClipRunSettings:
+    """The video commands' settings: `video_parser`'s tracking and encoding, and
+    recover_video's --recover-redetected."""
+    return ClipRunSettings(
+        **_given(args, RunSettings),
+        encoding=video_encoding(args),
+        sigma=args.smooth,
+        redetect=getattr(args, "recover_redetected", False),
+    )
+
+
+def face_finding(args: argparse.Namespace) -> FaceFinding:
+    """How the run finds and masks faces: --detector, --detectors, --parser (photos
+    only) and --min-face-size (unset: `photos.MIN_FACE_SIZE`)."""
+    return FaceFinding(
+        args.detector,
+        args.detectors,
+        getattr(args, "parser", None),
+        MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
+    )
+
+
+@dataclasses.dataclass
+class RunStart:
+    """What every anonymize and recover command reads first, in this order: the password
+    (--password-file), the key file's record (--key-file; None without one) and the model."""
+
+    password: str
+    record: keys.KeyRecord | None
+    anonymizer: FaceAnonymizer
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunStart:
+        password = keys.read_password(args.password_file)
+        record = keys.read_key_file(args.key_file) if args.key_file else None
+        anonymizer = FaceAnonymizer(
+            args.model, args.dtype, without_manifest=getattr(args, "allow_unchecked_model", False)
+        )
+        return cls(password, record, anonymizer)
+
+    def faces(self, args: argparse.Namespace, recovering: bool = False) -> PhotoFaces:
+        """The run's face finder (`face_finding`); ``recovering`` takes low-confidence
+        detections as faces."""
+        return face_finding(args).load(self.anonymizer, recovering)

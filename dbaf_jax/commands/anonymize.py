@@ -39,11 +39,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands, keys
+from dbaf_jax import commands
 from dbaf_jax.faces import ledger
-from dbaf_jax.faces.photos import MIN_FACE_SIZE
 from dbaf_jax.inference.aligned_folders import anonymize_folder
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
 from dbaf_jax.inference.report import Report
 from dbaf_jax.video.folders import FolderClips
@@ -51,25 +49,14 @@ from dbaf_jax.video.folders import FolderClips
 
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = commands.folder_parser("python -m dbaf_jax.commands.anonymize", __doc__)
-    parser.add_argument(
-        "--save-latents",
-        action="store_true",
-        help="with --aligned: also write NAME.latents.npz (private!)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue an interrupted photo run: complete outputs are kept and counted, the rest made",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="a face hidden by the fallback (pixelated: the model cannot take it) fails the run (exit status 5)",
-    )
-    parser.add_argument(
-        "--allow-anonymized-input",
-        action="store_true",
-        help="anonymize inputs that are already outputs of anonymize (their copies lose the recovery record)",
+    commands.flags(
+        parser,
+        {
+            "--save-latents": "with --aligned: also write NAME.latents.npz (private!)",
+            "--resume": "continue an interrupted photo run: complete outputs are kept and counted, the rest made",
+            "--strict": "a face hidden by the fallback (pixelated: the model cannot take it) fails the run (exit status 5)",
+            "--allow-anonymized-input": "anonymize inputs that are already outputs of anonymize (their copies lose the recovery record)",
+        },
     )
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
@@ -77,53 +64,22 @@ def main(argv: Sequence[str] | None = None) -> Report:
         parser.error("--save-latents needs --aligned")
     if args.resume and args.aligned:
         parser.error("--resume is for photos (not --aligned)")
-    password = keys.read_password(args.password_file)
-    record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
+    run = commands.RunStart.from_args(args)
+    settings = commands.folder_run_settings(args)
     if args.aligned:
         report = anonymize_folder(
-            anonymizer,
-            password,
-            args.in_dir,
-            args.out_dir,
-            args.batch_size,
-            args.overwrite,
-            args.save_latents,
+            run.anonymizer, run.password, args.in_dir, args.out_dir, settings=settings
         )
     else:
-        faces = load_photo_faces(
-            anonymizer,
-            args.detector,
-            args.parser,
-            MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
-            args.detectors,
-        )
+        faces = run.faces(args)
         face_ledger = ledger.ledger_path(args.key_file) if args.key_file else None
-        clips = FolderClips(
-            anonymizer,
-            faces,
-            password,
-            args.batch_size or default_batch_size(),
-            "anonymize",
-            args.overwrite,
-            face_ledger,
-            args.allow_anonymized_input,
-        )
+        clips = FolderClips(run.anonymizer, faces, run.password, settings, "anonymize", face_ledger)
         report = anonymize_photo_folder(
-            anonymizer,
-            faces,
-            password,
-            args.in_dir,
-            args.out_dir,
-            args.batch_size,
-            args.overwrite,
-            record,
-            args.save_crops,
-            args.strict,
-            args.resume,
+            *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
+            settings,
+            run.record,
             face_ledger,
             clips,
-            args.allow_anonymized_input,
         )
     report.print()
     return report

@@ -18,31 +18,20 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands, keys
+from dbaf_jax import commands
 from dbaf_jax.faces import ledger
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner
 
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     parser = commands.video_parser("python -m dbaf_jax.commands.anonymize_video", __doc__)
     args = parser.parse_args(argv)
-    password = keys.read_password(args.password_file)
-    record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model, args.dtype)
-    faces = load_photo_faces(anonymizer, args.detector, None, args.min_face_size, args.detectors)
+    run = commands.RunStart.from_args(args)
     report = runner.anonymize_video(
-        anonymizer,
-        faces,
-        password,
-        args.input,
-        args.output,
-        args.batch_size or default_batch_size(),
-        args.overwrite,
-        record,
-        commands.video_encoding(args),
-        args.smooth,
-        ledger.ledger_path(args.key_file) if args.key_file else None,
+        *(run.anonymizer, run.faces(args), run.password, args.input, args.output),
+        settings=commands.clip_run_settings(args),
+        record=run.record,
+        face_ledger=ledger.ledger_path(args.key_file) if args.key_file else None,
     )
     report.print()
     return report

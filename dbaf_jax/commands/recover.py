@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands, keys
+from dbaf_jax import commands
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces import ledger
-from dbaf_jax.faces.photos import MIN_FACE_SIZE
 from dbaf_jax.inference.aligned_folders import RECOVERY_MODES, recover_folder
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.photo_folders import recover_photo_folder
 from dbaf_jax.inference.report import Report
 from dbaf_jax.video.folders import FolderClips
@@ -67,70 +66,43 @@ def main(argv: Sequence[str] | None = None) -> Report:
         choices=RECOVERY_MODES,
         help="image or latent recovery (latent: --aligned only); default the mode the model was trained for",
     )
-    parser.add_argument(
-        "--untrained-mode",
-        action="store_true",
-        help="recover in a mode the model was not trained for (its results are not the original faces)",
-    )
-    parser.add_argument(
-        "--ignore-model-mismatch",
-        action="store_true",
-        help="recover images another model anonymized (the result will not be the original faces)",
+    commands.flags(
+        parser,
+        {
+            "--untrained-mode": "recover in a mode the model was not trained for (its results are not the original faces)",
+            "--ignore-model-mismatch": "recover images another model anonymized (the result will not be the original faces)",
+        },
     )
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.mode == "latent" and not args.aligned:
         parser.error("--mode latent needs --aligned")
-    password = keys.read_password(args.password_file)
-    record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
+    run = commands.RunStart.from_args(args)
+    settings = commands.folder_run_settings(args)
     mode, mode_note, warning = recovery_mode(
-        anonymizer, args.mode, args.aligned, args.untrained_mode
+        run.anonymizer, args.mode, args.aligned, args.untrained_mode
     )
     ledger_notes: list[str] = []  # a torn last line, said once
     if args.aligned:
         report = recover_folder(
-            anonymizer,
-            password,
-            args.in_dir,
-            args.out_dir,
-            args.batch_size,
-            args.overwrite,
-            mode,
-            args.ignore_model_mismatch,
+            run.anonymizer, run.password, args.in_dir, args.out_dir, settings=settings, mode=mode
         )
     else:
-        faces = load_photo_faces(
-            anonymizer,
-            args.detector,
-            args.parser,
-            MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,
-            args.detectors,
-            recovering=True,
-        )
+        faces = run.faces(args, recovering=True)
         face_ledger = ledger.read_for_key_file(args.key_file, ledger_notes)
         clips = FolderClips(
-            anonymizer,
+            run.anonymizer,
             faces,
-            password,
-            args.batch_size or default_batch_size(),
+            run.password,
+            settings,
             "recover",
-            args.overwrite,
-            key_record=record,
+            key_record=run.record,
             face_ledger=face_ledger,
-            ignore_model_mismatch=args.ignore_model_mismatch,
         )
         report = recover_photo_folder(
-            anonymizer,
-            faces,
-            password,
-            args.in_dir,
-            args.out_dir,
-            args.batch_size,
-            args.overwrite,
-            record,
-            args.save_crops,
-            args.ignore_model_mismatch,
+            *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
+            settings,
+            run.record,
             face_ledger,
             clips,
         )

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dbaf_jax import commands, keys
+from dbaf_jax import commands
 from dbaf_jax.faces import ledger
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.video import runner
 
 
@@ -29,41 +28,25 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
         "--sidecar",
         help="the anonymization's sidecar; default INPUT.dbaf.json, else the copy in INPUT's container metadata",
     )
-    parser.add_argument(
-        "--ignore-model-mismatch",
-        action="store_true",
-        help="recover a clip another model anonymized",
-    )
-    parser.add_argument(
-        "--recover-redetected",
-        action="store_true",
-        help="with --key-file, no sidecar and no face ledger beside the key file: recover every face detection and "
-        "tracking find, keys by order of first appearance; nothing checks that a face was anonymized, so one "
-        "that never was is overwritten too",
+    commands.flags(
+        parser,
+        {
+            "--ignore-model-mismatch": "recover a clip another model anonymized",
+            "--recover-redetected": "with --key-file, no sidecar and no face ledger beside the key file: recover "
+            "every face detection and tracking find, keys by order of first appearance; nothing checks that a "
+            "face was anonymized, so one that never was is overwritten too",
+        },
     )
     args = parser.parse_args(argv)
-    password = keys.read_password(args.password_file)
-    record = keys.read_key_file(args.key_file) if args.key_file else None
-    anonymizer = FaceAnonymizer(args.model, args.dtype)
-    faces = load_photo_faces(
-        anonymizer, args.detector, None, args.min_face_size, args.detectors, recovering=True
-    )
+    run = commands.RunStart.from_args(args)
+    faces = run.faces(args, recovering=True)
     ledger_notes: list[str] = []  # a torn last line, said once
     report = runner.recover_video(
-        anonymizer,
-        faces,
-        password,
-        args.input,
-        args.output,
-        args.batch_size or default_batch_size(),
-        args.overwrite,
-        record,
-        args.sidecar,
-        commands.video_encoding(args),
-        args.smooth,
-        args.ignore_model_mismatch,
-        args.recover_redetected,
-        ledger.read_for_key_file(args.key_file, ledger_notes),
+        *(run.anonymizer, faces, run.password, args.input, args.output),
+        settings=commands.clip_run_settings(args),
+        record=run.record,
+        face_ledger=ledger.read_for_key_file(args.key_file, ledger_notes),
+        sidecar_path=args.sidecar,
     )
     report.notes[:0] = ledger_notes
     report.print()

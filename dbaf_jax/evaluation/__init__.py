@@ -2,5 +2,7 @@
 
 One concern per module: `image_metrics` (MSE, PSNR, SSIM), `fid` (feature statistics
 and the Frechet distance), `recognition` (identity distances and rates), `diversity`
-(pairwise identity angles, key grids, t-SNE plots) and `splits` (seeded split lists).
+(pairwise identity angles, key grids, t-SNE plots) and `splits` (seeded split lists);
+`protocol` runs them over a model (`measures`: what it collects and reports) and `report`
+writes the result (`paper_tables`: the paper's Tables I-IV).
 """

@@ -70,7 +70,7 @@ class FoundFaces:
     faces the model cannot take and of low-confidence detections (both hidden by the
     fallback), and optionally for each face
     the photo disc ((x, y), radius in pixels) outside which its paste changes nothing
-    (recovery without metadata: `faces.ledger.region`)."""
+    (recovery without metadata: `faces.ledger_match.region`)."""
 
     faces: list[AlignedFace]
     too_small: list[float]

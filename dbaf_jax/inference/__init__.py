@@ -5,7 +5,9 @@
   and whole photos through `faces.photos.PhotoFaces`).
 - `planning`: which inputs go to which outputs, checked before any work.
 - `report`: what a folder run did and its exit status.
-- `aligned_folders`, `photo_folders`: the folder runs the commands call.
+- `settings`: what a user sets for a run (`FolderRunSettings`, `FaceFinding`), one object.
+- `aligned_folders`, `photo_folders`: the folder runs the commands call (`photo_pipeline`:
+  what both photo runs share).
 
 Evaluation and the benchmarks use `programs` and `anonymizer` only.
 """

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata, pipeline, sidecars
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size
+from dbaf_jax import atomic_files, images, keys, metadata, pipeline, sidecars
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import (
     check_outputs,
     checked_anonymizations,
@@ -28,6 +28,7 @@ from dbaf_jax.inference.planning import (
 )
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import Report
+from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
 
 RECOVERY_MODES = ("image", "latent")
 
@@ -37,7 +38,7 @@ def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) 
         with open(tmp, "wb") as file:
             np.savez_compressed(file, **latents)
 
-    images.write_file(path, write, overwrite)
+    atomic_files.write_file(path, write, overwrite)
 
 
 def anonymize_folder(
@@ -45,17 +46,17 @@ def anonymize_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int | None = None,
-    overwrite: bool = False,
-    save_latents: bool = False,
+    settings: FolderRunSettings = FOLDER_DEFAULTS,
 ) -> Report:
-    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one fresh salt."""
+    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one
+    fresh salt; ``settings``: the batch size, ``overwrite`` and ``save_latents``."""
+    overwrite, save_latents = settings.overwrite, settings.save_latents
     plan = plan_outputs(in_dir, out_dir)
     outputs = list(plan.targets.values())
     check_outputs(
         outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite
     )
-    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
+    batch_size = anonymizer.padded_size(settings.batch)
     record = keys.new_key_record()
     key = anonymizer.key_for(password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
@@ -101,12 +102,12 @@ def recover_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int | None = None,
-    overwrite: bool = False,
+    settings: FolderRunSettings = FOLDER_DEFAULTS,
     mode: str = "image",
-    ignore_model_mismatch: bool = False,
 ) -> Report:
-    """Recovers the aligned PNGs of an anonymize run; each file's own salt gives its key."""
+    """Recovers the aligned PNGs of an anonymize run in ``mode``; each file's own salt
+    gives its key. ``settings``: the batch size, ``overwrite``, ``ignore_model_mismatch``."""
+    overwrite = settings.overwrite
     if mode not in RECOVERY_MODES:
         raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
     plan = plan_outputs(
@@ -119,11 +120,11 @@ def recover_folder(
         ),
     )
     check_outputs(plan.targets.values(), overwrite)
-    batch_size = anonymizer.padded_size(batch_size or default_batch_size())
+    batch_size = anonymizer.padded_size(settings.batch)
     report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
     readable: list[tuple[Path, metadata.Anonymization]] = []
     for source, made in checked_anonymizations(
-        anonymizer, plan, report, ignore_model_mismatch
+        anonymizer, plan, report, settings.ignore_model_mismatch
     ).items():
         if made is None:
             report.skipped.append(

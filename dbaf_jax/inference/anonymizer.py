@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import keys, model_directory, model_families, precision, sharding
+from dbaf_jax import keys, model_directory, model_families, network_kinds, precision, sharding
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detectors import registry
@@ -117,7 +117,7 @@ class FaceAnonymizer:
         model, variables = model_families.load(
             self.model_dir, without_manifest
         )  # without_manifest: `model_directory.load_model`
-        self.fingerprint = model_directory.model_fingerprint(model.networks(), variables)
+        self.fingerprint = network_kinds.model_fingerprint(model.networks(), variables)
         self.trained_recovery = model_directory.trained_recovery(
             self.model_dir
         )  # None: not recorded

@@ -2,9 +2,8 @@
 pasted back (or hidden by the fallback), and recovered from the photo's metadata, or,
 without it, from a key file and its face ledger (`faces.ledger`).
 
-Photos are decoded on worker threads ahead of the model and encoded behind it; the
-model runs on batches of faces gathered across photos (`face_batches`), so a folder of
-one-face photos computes full batches rather than one padded batch per photo.
+Photos go through the shared pipeline of `photo_pipeline` (decoded ahead, faces
+batched across photos, encoded behind); what a user sets is one `FolderRunSettings`.
 ``save_crops`` also writes each processed face as ``NAME.faceN.png``. The folder's
 clips go to ``clips`` (`ClipRunner`: the video path, which this layer cannot import)
 or, without one, are skipped by name; anonymize skips inputs that are already its
@@ -13,24 +12,17 @@ outputs unless ``allow_anonymized_input``.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
-from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata, pipeline
+from dbaf_jax import images, keys, metadata
 from dbaf_jax.errors import InputError, OutputExistsError, OutputWriteError
-from dbaf_jax.faces import ledger, photos
+from dbaf_jax.faces import ledger, ledger_match, photos
 from dbaf_jax.inference import face_batches
-from dbaf_jax.inference.anonymizer import (
-    FaceAnonymizer,
-    PhotoResult,
-    default_batch_size,
-    photo_result,
-)
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult
+from dbaf_jax.inference.photo_pipeline import Photo, run_photos
 from dbaf_jax.inference.planning import (
     Plan,
     anonymized_already,
@@ -41,6 +33,7 @@ from dbaf_jax.inference.planning import (
     saved_crop,
 )
 from dbaf_jax.inference.report import Report
+from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
 
 
 class ClipRunner(Protocol):
@@ -60,150 +53,30 @@ class ClipRunner(Protocol):
     ) -> None: ...
 
 
-def _photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
-    """What a photo's outcome needs said, in the words that are true of it."""
-    notes = []
-    if meta.get("operation") == "recover" and not meta.get("detected"):
-        if not result.faces:
-            notes.append(f"{source}: its metadata records no face; copied unchanged")
-    elif not result.found:
-        notes.append(
-            f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged"
-        )
-    if result.too_small:
-        sides = ", ".join(f"{side:.0f}" for side in result.too_small)
-        notes.append(
-            f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)"
-        )
-    if result.hidden:
-        notes.append(
-            f"{source}: {len(result.hidden)} face(s) hidden by pixelation (low-confidence detections, or unusable landmarks)"
-        )
-    if result.unverified:
-        notes.append(
-            f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are"
-        )
-    return notes
-
-
-def _write_photo(
-    target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool
-) -> None:
-    images.write_png(
-        target,
-        result.photo,
-        {**meta, **metadata.photo_fields(result.photo.shape, result.faces)},
-        overwrite,
-    )
-    if save_crops:
-        for face, face_crop in zip(result.faces, result.crops):
-            images.write_png(
-                crop_path(target, face.index),
-                face_crop,
-                metadata.crop(target.name, face.index),
-                overwrite,
-            )
-
-
-@dataclasses.dataclass
-class _Photo:
-    """A photo's own part of its `face_batches.Item`: where it came from, its output's
-    metadata, the faces left alone as too small, and the detections recovery left unverified."""
-
-    source: Path
-    meta: dict
-    too_small: list[float]
-    unverified: int = 0
-    unverified_why: str = ""
-
-
-def _photo_run(
-    plan: Plan,
-    sources: list[Path],
-    prepare: Callable[[Path, np.ndarray], face_batches.Item | images.Skipped],
-    step: Callable,
-    faces: photos.PhotoFaces,
-    batch_size: int,
-    report: Report,
-    desc: str,
-    save_crops: bool,
-    overwrite: bool | Callable[[Path], bool],
-    made: Callable[[face_batches.Done, PhotoResult], None] = lambda done, result: None,
-) -> Report:
-    """Runs ``sources`` (of ``plan``) through the model: ``prepare(source, photo)`` gives
-    each decoded photo's `face_batches.Item` (its tag a `_Photo`) or a Skipped; faces are
-    batched across photos by ``step`` in batches of ``batch_size``; ``made`` sees each
-    photo as it is done, before it is written. Photos are decoded and encoded on worker
-    threads. ``overwrite`` may be per target. Adds to and returns ``report``."""
-
-    def items():
-        for source, read in tqdm(
-            pipeline.read_ahead(sources, images.read_photo_noted, depth=4),
-            total=len(sources),
-            unit="photo",
-            desc=desc,
-        ):
-            report.photos += 1
-            if isinstance(read, ValueError):
-                report.skipped.append(images.Skipped(source, str(read)))
-                continue
-            photo, note = read
-            report.notes += [note] if note else []
-            item = prepare(source, photo)
-            if isinstance(item, images.Skipped):
-                report.skipped.append(item)
-                continue
-            yield item
-
-    with pipeline.Writer(max_pending=4) as writer:
-        for done in face_batches.processed(items(), faces, step, batch_size):
-            photo: _Photo = done.item.tag
-            result = photo_result(done, photo.too_small)
-            result.unverified, result.unverified_why = photo.unverified, photo.unverified_why
-            made(done, result)
-            report.notes += _photo_notes(photo.source, result, photo.meta)
-            target = plan.targets[photo.source]
-            replace = overwrite(target) if callable(overwrite) else overwrite
-            writer.submit(
-                functools.partial(_write_photo, target, result, photo.meta, save_crops, replace)
-            )
-            report.written.append(target)
-            report.faces += len(result.faces)
-            report.faces_found += result.found
-            report.faces_hidden += len(result.hidden)
-            report.faces_left += len(result.too_small)
-            report.unverified += result.unverified
-    return report
-
-
 def anonymize_photo_folder(
     anonymizer: FaceAnonymizer,
     faces: photos.PhotoFaces,
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int | None = None,
-    overwrite: bool = False,
+    settings: FolderRunSettings = FOLDER_DEFAULTS,
     record: keys.KeyRecord | None = None,
-    save_crops: bool = False,
-    strict: bool = False,
-    resume: bool = False,
     face_ledger: Path | None = None,
     clips: ClipRunner | None = None,
-    allow_anonymized_input: bool = False,
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
-    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``strict``:
-    faces hidden by the fallback make the run's `Report.status` EXIT_FALLBACK.
+    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``settings``:
+    with ``strict``, faces hidden by the fallback make the run's `Report.status`
+    EXIT_FALLBACK; ``resume`` continues an interrupted run (`resumable_outputs`):
+    complete outputs are kept and counted, the rest made, with the earlier run's salt.
     ``face_ledger`` (with a key file: `ledger.ledger_path`) gets each photo's anonymized
-    faces, which recovery without metadata needs to tell them from any other face.
-    ``resume`` continues an interrupted run (`resumable_outputs`): complete outputs are
-    kept and counted, the rest made, with the earlier run's salt."""
+    faces, which recovery without metadata needs to tell them from any other face."""
+    overwrite, save_crops, resume = settings.overwrite, settings.save_crops, settings.resume
     if resume and overwrite:
         raise InputError(
             "--resume keeps complete outputs and --overwrite replaces them: pass one of them"
         )
-    refuse = (lambda path: None) if allow_anonymized_input else anonymized_already
+    refuse = (lambda path: None) if settings.allow_anonymized_input else anonymized_already
     if resume:
         plan = plan_outputs(in_dir, out_dir, refuse, videos=clips is not None)
         kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
@@ -226,7 +99,6 @@ def anonymize_photo_folder(
         kept, redo, kept_clips = [], set(), {}
         if clips is not None:
             clips.check(plan)
-    batch_size = batch_size or default_batch_size()
     record = record or keys.new_key_record()
     seed = keys.derive_seed(password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
@@ -234,7 +106,7 @@ def anonymize_photo_folder(
     def prepare(source: Path, photo: np.ndarray) -> face_batches.Item:
         found = faces.find(photo)
         return anonymizer.photo_item(
-            photo, seed, faces, found, _Photo(source, meta, found.too_small)
+            photo, seed, faces, found, Photo(source, meta, found.too_small)
         )
 
     def made(done: face_batches.Done, result: PhotoResult) -> None:
@@ -247,7 +119,7 @@ def anonymize_photo_folder(
             try:
                 ledger.append(
                     face_ledger,
-                    ledger.entries(
+                    ledger_match.entries(
                         result.photo.shape, indices, transforms, published, done.item.crops
                     ),
                 )
@@ -263,7 +135,7 @@ def anonymize_photo_folder(
     report = Report(
         skipped=list(plan.skipped),
         notes=list(plan.notes),
-        strict=strict,
+        strict=settings.strict,
         kept=kept,
         passed_over=list(plan.passed_over),
     )
@@ -274,13 +146,13 @@ def anonymize_photo_folder(
     # Which detectors ran, and any default one that could not.
     report.notes += [faces.describe(), *faces.notes]
     sources = [source for source in plan.sources if plan.targets[source] not in kept]
-    _photo_run(
+    run_photos(
         plan,
         sources,
         prepare,
         anonymizer.anonymize_faces,
         faces,
-        anonymizer.padded_size(batch_size),
+        anonymizer.padded_size(settings.batch),
         report,
         "anonymize",
         save_crops,
@@ -288,7 +160,7 @@ def anonymize_photo_folder(
         made,
     )
     if clips is not None:
-        clips.run(plan, report, record, kept_clips, redo=resume)
+        clips.run(plan, report, record=record, kept=kept_clips, redo=resume)
     return report
 
 
@@ -337,11 +209,8 @@ def recover_photo_folder(
     password: str,
     in_dir: str | Path,
     out_dir: str | Path,
-    batch_size: int | None = None,
-    overwrite: bool = False,
+    settings: FolderRunSettings = FOLDER_DEFAULTS,
     record: keys.KeyRecord | None = None,
-    save_crops: bool = False,
-    ignore_model_mismatch: bool = False,
     face_ledger: list[ledger.Entry] | None = None,
     clips: ClipRunner | None = None,
 ) -> Report:
@@ -352,11 +221,15 @@ def recover_photo_folder(
     recovered, each with that entry's key index; every other detection is left as it
     is and counted (without a ledger, all of them)."""
     plan = plan_photo_outputs(
-        in_dir, out_dir, overwrite, save_crops, pass_over=saved_crop, videos=clips is not None
+        in_dir,
+        out_dir,
+        settings.overwrite,
+        settings.save_crops,
+        pass_over=saved_crop,
+        videos=clips is not None,
     )
     if clips is not None:
         clips.check(plan)
-    batch_size = batch_size or default_batch_size()
     seeds: dict[keys.KeyRecord, bytes] = {}
     report = Report(
         skipped=list(plan.skipped),
@@ -364,27 +237,29 @@ def recover_photo_folder(
         operation="recover",
         passed_over=list(plan.passed_over),
     )
-    anonymizations = checked_anonymizations(anonymizer, plan, report, ignore_model_mismatch)
+    anonymizations = checked_anonymizations(
+        anonymizer, plan, report, settings.ignore_model_mismatch
+    )
 
     def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], list, int]:
         """The re-detected faces of ``photo`` that match the ledger (with its key indices),
-        the region each may change (`ledger.region`), and how many did not match."""
+        the region each may change (`ledger_match.region`), and how many did not match."""
         found = faces.find(photo)
         if not found.faces or not face_ledger:
             return [], [], len(found.faces)
         transforms = [face.transform for face in found.faces]
-        candidates = ledger.entries(
+        candidates = ledger_match.entries(
             photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces)
         )
         verified, regions, taken = [], [], set()
         for face, candidate in zip(found.faces, candidates):
-            position = ledger.match(face_ledger, candidate, taken)
+            position = ledger_match.match(face_ledger, candidate, taken)
             if position is not None:
                 taken.add(position)
                 verified.append(
                     photos.AlignedFace(face_ledger[position].index, face.transform, face.size)
                 )
-                regions.append(ledger.region(face_ledger[position], photo.shape))
+                regions.append(ledger_match.region(face_ledger[position], photo.shape))
         return verified, regions, len(found.faces) - len(verified)
 
     def prepare(source: Path, photo: np.ndarray) -> face_batches.Item | images.Skipped:
@@ -417,20 +292,20 @@ def recover_photo_folder(
             seeds[photo_record] = keys.derive_seed(password, photo_record)
         found = photos.FoundFaces(recorded, [], regions=regions)
         return anonymizer.photo_item(
-            photo, seeds[photo_record], faces, found, _Photo(source, meta, [], unverified, why)
+            photo, seeds[photo_record], faces, found, Photo(source, meta, [], unverified, why)
         )
 
-    _photo_run(
+    run_photos(
         plan,
         list(anonymizations),
         prepare,
         anonymizer.recover_faces,
         faces,
-        anonymizer.padded_size(batch_size),
+        anonymizer.padded_size(settings.batch),
         report,
         "recover",
-        save_crops,
-        overwrite,
+        settings.save_crops,
+        settings.overwrite,
     )
     if clips is not None:
         clips.run(plan, report)

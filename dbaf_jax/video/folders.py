@@ -22,7 +22,9 @@ from dbaf_jax.images import Skipped
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import Plan, check_outputs
 from dbaf_jax.inference.report import Report
+from dbaf_jax.inference.settings import RunSettings
 from dbaf_jax.video import clip, runner, sidecar
+from dbaf_jax.video.settings import ClipRunSettings
 
 
 def anonymized_clip(source: Path) -> str | None:
@@ -44,23 +46,20 @@ def anonymized_clip(source: Path) -> str | None:
 
 @dataclasses.dataclass
 class FolderClips:
-    """How a folder run treats its clips: the model, faces and password of the run,
-    the batch size, ``overwrite``; for anonymize the key file's face ledger
-    (``ledger_path``) and whether already anonymized clips are taken
-    (``allow_anonymized_input``); for recovery the key file's record and ledger, for
-    clips without a sidecar, and ``ignore_model_mismatch``."""
+    """How a folder run treats its clips: the model, faces and password of the run, its
+    settings (the batch size, ``overwrite``, ``allow_anonymized_input``,
+    ``ignore_model_mismatch``; tracking and encoding are the video commands' defaults);
+    for anonymize the key file's face ledger (``ledger_path``); for recovery the key
+    file's record and ledger, for clips without a sidecar."""
 
     anonymizer: FaceAnonymizer
     faces: photos.PhotoFaces
     password: str
-    batch_size: int
+    settings: RunSettings = RunSettings()
     operation: str = "anonymize"
-    overwrite: bool = False
     ledger_path: Path | None = None
-    allow_anonymized_input: bool = False
     key_record: keys.KeyRecord | None = None
     face_ledger: list[ledger.Entry] | None = None
-    ignore_model_mismatch: bool = False
 
     def _outputs(self, target: Path) -> list[Path]:
         return [target, sidecar.path_for(target)] if self.operation == "anonymize" else [target]
@@ -74,7 +73,8 @@ class FolderClips:
         targets = [plan.video_targets[source] for source in plan.videos]
         if not resume:
             check_outputs(
-                [path for target in targets for path in self._outputs(target)], self.overwrite
+                [path for target in targets for path in self._outputs(target)],
+                self.settings.overwrite,
             )
             return {}
         kept = {}
@@ -105,6 +105,12 @@ class FolderClips:
         ``record`` (the run's salt), recovery with each clip's sidecar. ``redo``
         (resume): an incomplete earlier output of a clip is replaced."""
         kept = set(kept)
+        settings = ClipRunSettings.of_run(self.settings)
+        run = (self.anonymizer, self.faces, self.password)
+        if self.operation == "anonymize":
+            face_ledger: Path | list[ledger.Entry] | None = self.ledger_path
+        else:  # recovery: the key file's record and ledger, for clips without a sidecar
+            record, face_ledger = self.key_record, self.face_ledger
         report.kept += [plan.video_targets[source] for source in plan.videos if source in kept]
         for source in plan.videos:
             if source in kept:
@@ -112,33 +118,17 @@ class FolderClips:
             target = plan.video_targets[source]
             try:
                 if self.operation == "anonymize":
-                    refused = None if self.allow_anonymized_input else anonymized_clip(source)
+                    refused = None if settings.allow_anonymized_input else anonymized_clip(source)
                     if refused is not None:
                         report.skipped.append(Skipped(source, refused))
                         continue
+                    again = dataclasses.replace(settings, overwrite=settings.overwrite or redo)
                     outcome = runner.anonymize_video(
-                        self.anonymizer,
-                        self.faces,
-                        self.password,
-                        source,
-                        target,
-                        self.batch_size,
-                        self.overwrite or redo,
-                        record,
-                        face_ledger=self.ledger_path,
+                        *run, source, target, again, record, face_ledger
                     )
                 else:
                     outcome = runner.recover_video(
-                        self.anonymizer,
-                        self.faces,
-                        self.password,
-                        source,
-                        target,
-                        self.batch_size,
-                        self.overwrite,
-                        self.key_record,
-                        ignore_model_mismatch=self.ignore_model_mismatch,
-                        face_ledger=self.face_ledger,
+                        *run, source, target, settings, record, face_ledger
                     )
             except InputError as err:  # this clip only: damaged, no sidecar, another model's; nothing of it was written
                 report.skipped.append(Skipped(source, str(err)))

@@ -1,16 +1,16 @@
 """Anonymize a clip with per-track keys, and recover it: what the video commands call.
 
 The clip is read twice and never held whole: the first pass detects the faces of
-its frames (`DETECT_FRAMES` at a time on an accelerator) and links them into tracks
+its frames (`passes.DETECT_FRAMES` at a time on an accelerator) and links them into tracks
 (`tracks.Tracker`), keeping only landmarks; the tracks are then filled and smoothed
 and give every face of every frame its transform.
 The second pass crops those faces, runs the model on batches gathered across frames
 and tracks (each face with its track's key), pastes them back through the mask and
 encodes the frames as they complete, before any lossy step of ours. Decoding runs ahead
 on a thread of its own, encoding behind on another, and a batch's frames are pasted
-while the next batch computes (`dbaf_jax.pipeline`). The output is
+while the next batch computes (`dbaf_jax.pipeline`; both passes in `passes`). The output is
 written to a hidden temporary file renamed into place when whole
-(`images.write_file`) with a copy of the sidecar in its container metadata, then the
+(`atomic_files.write_file`) with a copy of the sidecar in its container metadata, then the
 sidecar file beside it. Recovery reads the sidecar (the file, else the container's
 copy; or, with a key file and neither, re-detects and re-tracks the anonymized clip and
 recovers the tracks the key file's face ledger verifies, `track_ledger`) and changes
@@ -19,232 +19,19 @@ only the pixels under the faces' masks.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import sys
 from pathlib import Path
-from typing import Callable, Iterator
 
 import jax
-import numpy as np
 
-from dbaf_jax import images, keys, metadata, output_folder, pipeline
-from dbaf_jax.errors import InputError, ModelMismatchError, printable
+from dbaf_jax import keys, metadata, output_folder
+from dbaf_jax.errors import InputError, ModelMismatchError
 from dbaf_jax.faces import ledger, photos
-from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
-from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_SKIPPED
-from dbaf_jax.video import clip, sidecar, track_ledger, tracks
-
-# Frames waiting for their faces are bounded by this many per batch of faces.
-FRAMES_PER_BATCH = 4
-# Frames detected together on an accelerator (`Detector.detect_many`): fewer, larger
-# device calls. On a CPU one at a time: batching measured 3-20% slower there
-# (benchmarks/detect_frames.py, docs/video.md).
-DETECT_FRAMES = 8
-# Frames decoded ahead of the model and frames waiting for the encoder, each on a thread
-# of its own (`pipeline`): the device is not left idle while the host decodes or encodes.
-DECODE_AHEAD = 16
-ENCODE_BEHIND = 16
-# Each of those three bounds (frames waiting for a batch, decoded ahead, waiting for the
-# encoder) also holds at most this many bytes of frames: 4K frames are 25 MB each.
-FRAME_BYTES = 256 << 20
-
-
-def frames_within(bound: int, info: clip.ClipInfo) -> int:
-    """``bound`` frames, fewer for large frames (`FRAME_BYTES`), at least 2."""
-    return max(2, min(bound, FRAME_BYTES // (info.width * info.height * 3)))
-
-
-@dataclasses.dataclass
-class VideoReport:
-    written: list[Path] = dataclasses.field(default_factory=list)
-    frames: int = 0
-    tracks: int = 0
-    faces: int = 0  # faces processed over all frames
-    interpolated: int = 0  # of those, on frames where their track was not detected
-    hidden: int = 0  # detections the model cannot take, pixelated (irreversible)
-    left: int = 0  # detections below --min-face-size, left as they were
-    notes: list[str] = dataclasses.field(default_factory=list)
-    unverified: int = 0  # recovery without a sidecar: re-detected tracks the face ledger did not verify, left as they were
-    short: bool = False  # the clip decoded fewer frames than its container declares (`clip.shortfall`, a note says so)
-
-    @property
-    def status(self) -> int:
-        """The command's exit status: as for photos, `report.EXIT_SKIPPED` when part of the
-        clip was not there to process, `report.EXIT_FACES_LEFT` when a face was left as it was."""
-        return EXIT_SKIPPED if self.short else EXIT_FACES_LEFT if self.left else 0
-
-    def summary(self) -> str:
-        return (
-            f"{self.written[0] if self.written else 'nothing written'}: processed {self.faces} face(s) in {self.frames} frame(s), "
-            f"{self.tracks} track(s) ({self.interpolated} interpolated); {self.hidden} face(s) hidden by the fallback (pixelated,"
-            f" irreversible), {self.left} left as they were (--min-face-size)"
-            + (
-                f"; {self.unverified} re-detected track(s) not verified as anonymized, left as they were"
-                if self.unverified
-                else ""
-            )
-        )
-
-    def print(self, out=None) -> None:
-        out = out or sys.stderr
-        for note in self.notes:
-            print(printable(f"note: {note}"), file=out)
-        print(printable(self.summary()), file=out)
-        for path in self.written:
-            print(printable(f"wrote {path}"), file=out)
-
-
-Placed = track_ledger.Placed
-
-
-def find_tracks(
-    faces: photos.PhotoFaces, source: Path, info: clip.ClipInfo, sigma: float
-) -> tuple[list[tracks.Track], Placed, int, tracks.Tracker, str | None]:
-    """First pass: the clip's tracks, their smoothed transforms, its frame count, the
-    tracker (its unusable detections and the faces left), and a note when fewer frames
-    decoded than the container declares (`clip.shortfall`)."""
-    tracker = tracks.Tracker(float(info.rate), faces.min_face_size, faces.hide_doubtful)
-    count, times = 0, []
-    together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
-    for chunk in pipeline.chunks(
-        pipeline.in_background(clip.frames(source, info), frames_within(2 * DETECT_FRAMES, info)),
-        together,
-    ):
-        for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
-            tracker.add(found)
-        count += len(chunk)
-        times = [times[0] if times else chunk[0].pts, chunk[-1].pts]
-    found = tracker.tracks()
-    short = clip.shortfall(source, info, count, *(times or [None, None]))
-    return (
-        found,
-        [(t.number, t.first, tracks.transforms(t, faces.size, sigma)) for t in found],
-        count,
-        tracker,
-        short,
-    )
-
-
-def _track_keys(anonymizer: FaceAnonymizer, seed: bytes, placed: Placed) -> dict[int, np.ndarray]:
-    if not placed:
-        return {}
-    numbers = [number for number, _, _ in placed]
-    return dict(zip(numbers, np.asarray(anonymizer.face_keys(seed, numbers))))
-
-
-def _processed(
-    anonymizer: FaceAnonymizer,
-    faces: photos.PhotoFaces,
-    frames: Iterator[clip.Frame],
-    placed: Placed,
-    track_keys: dict[int, np.ndarray],
-    step: Callable,
-    batch_size: int,
-    hidden: dict[int, list[np.ndarray]] | None = None,
-    regions: dict[int, list[track_ledger.Region]] | None = None,
-    recorder: track_ledger.Recorder | None = None,
-) -> Iterator[np.ndarray]:
-    """The frames (H, W, 3) uint8 with their faces processed by ``step(crops, keys)``, in
-    order, each face's changes within ``regions[frame]`` (in `tracks.by_frame` order;
-    None: anywhere under its mask), the boxes ``hidden[frame]`` hidden by the fallback
-    (`paste.hide`); ``recorder`` sees each frame as made. Faces are batched across frames
-    and tracks (`face_batches`), at most `FRAMES_PER_BATCH` frames per face of a batch
-    waiting."""
-    hidden, regions = hidden or {}, regions or {}
-    by_frame = tracks.by_frame(placed)
-    size = anonymizer.padded_size(batch_size)
-
-    def items() -> Iterator[face_batches.Item]:
-        for frame in frames:
-            here = [
-                photos.AlignedFace(number, transform, faces.size)
-                for number, transform in by_frame.get(frame.index, [])
-            ]
-            face_keys = np.stack([track_keys[face.index] for face in here]) if here else None
-            yield face_batches.Item(
-                frame.pixels,
-                here,
-                faces.crops(frame.pixels, here),
-                face_keys,
-                regions.get(frame.index),
-                hidden.get(frame.index, []),
-                frame.index,
-            )
-
-    for done in face_batches.processed(
-        items(), faces, step, size, FRAMES_PER_BATCH * size, FRAME_BYTES
-    ):
-        if recorder is not None:
-            recorder.observe(done.item.tag, done.pixels, done.item.faces, done.item.crops)
-        yield done.pixels
-
-
-def _rewrite(
-    anonymizer,
-    faces,
-    source: Path,
-    target: Path,
-    info: clip.ClipInfo,
-    encoding: clip.Encoding,
-    placed: Placed,
-    track_keys,
-    step,
-    batch_size: int,
-    frame_count: int,
-    overwrite: bool,
-    hidden: dict[int, list[np.ndarray]] | None = None,
-    tags: dict[str, str] | None = None,
-    regions: dict[int, list[track_ledger.Region]] | None = None,
-    recorder: track_ledger.Recorder | None = None,
-) -> None:
-    format, codec = clip.muxer(target), encoding.codec_for(target)
-    originals: list[clip.Frame] = []  # the frame being written: its time
-
-    def source_frames() -> Iterator[clip.Frame]:
-        for frame in pipeline.in_background(
-            clip.frames(source, info), frames_within(DECODE_AHEAD, info)
-        ):
-            originals.append(frame)
-            yield frame
-
-    def write(tmp: Path) -> None:
-        writer = clip.Writer(source, tmp, format, info, encoding, codec, tags)
-        try:
-            written = 0
-            with pipeline.Writer(
-                frames_within(ENCODE_BEHIND, info), workers=1
-            ) as encoder:  # one worker: frames in order
-                for pixels in _processed(
-                    anonymizer,
-                    faces,
-                    source_frames(),
-                    placed,
-                    track_keys,
-                    step,
-                    batch_size,
-                    hidden,
-                    regions,
-                    recorder,
-                ):
-                    encoder.submit(functools.partial(writer.write, pixels, originals.pop(0).pts))
-                    written += 1
-            if written != frame_count:
-                raise InputError(
-                    f"{source}: decoded {written} frames, not the {frame_count} of the first pass"
-                )
-            writer.finish()
-            if (
-                recorder is not None
-            ):  # before the clip is in place: no clip is published without its ledger entries
-                recorder.write()
-        except BaseException:
-            writer.close()
-            raise
-
-    images.write_file(target, write, overwrite)
+from dbaf_jax.video import clip, sidecar, track_ledger
+from dbaf_jax.video.passes import FacePass, Placed, find_tracks, rewrite, track_keys
+from dbaf_jax.video.report import VideoReport
+from dbaf_jax.video.settings import CLIP_DEFAULTS, ClipRunSettings
 
 
 def _anonymize_step(anonymizer: FaceAnonymizer):
@@ -284,29 +71,26 @@ def anonymize_video(
     password: str,
     source: str | Path,
     target: str | Path,
-    batch_size: int,
-    overwrite: bool = False,
+    settings: ClipRunSettings = CLIP_DEFAULTS,
     record: keys.KeyRecord | None = None,
-    encoding: clip.Encoding = clip.Encoding(),
-    sigma: float = tracks.DEFAULT_SIGMA,
     face_ledger: Path | None = None,
 ) -> VideoReport:
     """Anonymizes every tracked face of the clip ``source`` into ``target`` (same size,
-    rate, rotation, audio) and writes ``target``'s sidecar. ``record``: a key file's
-    (else a fresh salt); ``face_ledger`` (with a key file: `ledger.ledger_path`) gets
-    the tracks' entries that recovery without a sidecar verifies faces against
-    (`track_ledger`)."""
+    rate, rotation, audio) and writes ``target``'s sidecar, as ``settings`` ask.
+    ``record``: a key file's (else a fresh salt); ``face_ledger`` (with a key file:
+    `ledger.ledger_path`) gets the tracks' entries that recovery without a sidecar
+    verifies faces against (`track_ledger`)."""
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
-    notes = _prepare_outputs(source, [target, side], overwrite)
+    notes = _prepare_outputs(source, [target, side], settings.overwrite)
     if face_ledger is not None:
         # Before any frame is read, then again with its entries counted.
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
     notes += [faces.describe(), *faces.notes]  # which detectors ran
     info = clip.probe(source)
-    found, placed, count, tracker, short = find_tracks(faces, source, info, sigma)
+    found, placed, count, tracker, short = find_tracks(faces, source, info, settings.sigma)
     record = record or keys.new_key_record()
-    track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    keyed = track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(
         metadata.anonymization(record, anonymizer.fingerprint),
         info.upright_shape,
@@ -331,24 +115,13 @@ def anonymize_video(
         notes += [
             note for note in [ledger.check_appendable(face_ledger, len(recorder.wanted))] if note
         ]
-    _rewrite(
-        anonymizer,
-        faces,
-        source,
-        target,
-        info,
-        encoding,
-        placed,
-        track_keys,
-        _anonymize_step(anonymizer),
-        batch_size,
-        count,
-        overwrite,
-        tracker.unusable,
-        {sidecar.TAG: tag} if tag else None,
-        recorder=recorder,
+    work = FacePass(
+        placed, keyed, _anonymize_step(anonymizer), count, tracker.unusable, recorder=recorder
     )
-    sidecar.write(side, recorded, overwrite)
+    rewrite(
+        anonymizer, faces, source, target, info, work, settings, {sidecar.TAG: tag} if tag else None
+    )
+    sidecar.write(side, recorded, settings.overwrite)
     report = VideoReport(
         [target, side],
         count,
@@ -383,24 +156,19 @@ def recover_video(
     password: str,
     source: str | Path,
     target: str | Path,
-    batch_size: int,
-    overwrite: bool = False,
+    settings: ClipRunSettings = CLIP_DEFAULTS,
     record: keys.KeyRecord | None = None,
-    sidecar_path: str | Path | None = None,
-    encoding: clip.Encoding = clip.Encoding(),
-    sigma: float = tracks.DEFAULT_SIGMA,
-    ignore_model_mismatch: bool = False,
-    redetect: bool = False,
     face_ledger: list[ledger.Entry] | None = None,
+    sidecar_path: str | Path | None = None,
 ) -> VideoReport:
-    """Recovers the anonymized clip ``source`` into ``target``: at the sidecar's places
-    (default ``source`` + `sidecar.SUFFIX`, else the container's copy). Without a
-    sidecar, ``record`` (a key file's) lets detection and tracking find the faces
-    again: with ``face_ledger`` (the key file's) only the tracks it verifies are
-    recovered (`track_ledger`); without one, only with ``redetect``, every track found
-    (a face never anonymized is overwritten too)."""
+    """Recovers the anonymized clip ``source`` into ``target``, as ``settings`` ask: at
+    the sidecar's places (``sidecar_path``, default ``source`` + `sidecar.SUFFIX`, else
+    the container's copy). Without a sidecar, ``record`` (a key file's) lets detection
+    and tracking find the faces again: with ``face_ledger`` (the key file's) only the
+    tracks it verifies are recovered (`track_ledger`); without one, only with
+    ``settings.redetect``, every track found (a face never anonymized is overwritten too)."""
     source, target = Path(source), Path(target)
-    notes = _prepare_outputs(source, [target], overwrite)
+    notes = _prepare_outputs(source, [target], settings.overwrite)
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
     regions, unverified = None, 0
@@ -415,7 +183,10 @@ def recover_video(
             if tag is None
             else (sidecar.from_tag(tag, source, limit), f"{source} (its container's sidecar)")
         )
-        if recorded.made.fingerprint != anonymizer.fingerprint and not ignore_model_mismatch:
+        if (
+            recorded.made.fingerprint != anonymizer.fingerprint
+            and not settings.ignore_model_mismatch
+        ):
             raise ModelMismatchError(
                 f"{where}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"
             )
@@ -426,14 +197,14 @@ def recover_video(
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:
-        if face_ledger is None and not redetect:
+        if face_ledger is None and not settings.redetect:
             raise InputError(
                 f"{source}: no sidecar ({side}, or in the container's metadata) and no face ledger beside the key file, so the faces "
                 "could only be found again by detection, which cannot tell an anonymized face from one that never was; "
                 "pass --recover-redetected to recover every face found"
             )
         found, placed, count, _, _ = find_tracks(
-            faces, source, info, sigma
+            faces, source, info, settings.sigma
         )  # what the fallback hid stays hidden
         tracked = len(found)
         if face_ledger is not None:
@@ -450,22 +221,9 @@ def recover_video(
         raise InputError(
             f"{source}: no sidecar ({side}, or in the container's metadata); give the key file (--key-file) to find the faces again"
         )
-    track_keys = _track_keys(anonymizer, keys.derive_seed(password, record), placed)
-    _rewrite(
-        anonymizer,
-        faces,
-        source,
-        target,
-        info,
-        encoding,
-        placed,
-        track_keys,
-        _recover_step(anonymizer),
-        batch_size,
-        count,
-        overwrite,
-        regions=regions,
-    )
+    keyed = track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    work = FacePass(placed, keyed, _recover_step(anonymizer), count, regions=regions)
+    rewrite(anonymizer, faces, source, target, info, work, settings)
     report = VideoReport(
         [target], count, tracked, _count(placed), notes=notes, unverified=unverified
     )

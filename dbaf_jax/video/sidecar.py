@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax import images, metadata
+from dbaf_jax import atomic_files, metadata
 from dbaf_jax.errors import InputError
 
 SUFFIX = ".dbaf.json"
@@ -104,7 +104,9 @@ def _text(data: dict) -> str:
 
 def write(path: Path, data: dict, overwrite: bool) -> Path:
     text = _text(data)
-    return images.write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite)
+    return atomic_files.write_file(
+        path, lambda tmp: tmp.write_text(text, encoding="utf-8"), overwrite
+    )
 
 
 def as_tag(data: dict) -> str | None:

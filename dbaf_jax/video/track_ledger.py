@@ -1,14 +1,14 @@
 """The face ledger for clips: which re-detected tracks recovery without a sidecar may touch.
 
 A clip shared through a site loses its sidecar file and its container tags; recovery
-then finds the faces again by detection and tracking (`runner.find_tracks`) and, as
+then finds the faces again by detection and tracking (`passes.find_tracks`) and, as
 for photos (`faces.ledger`), must not recover a face that was never anonymized. So
 anonymizing a clip with a key file appends to the key file's ledger, for every track,
 entries on sampled frames (its first and last frame and one every `SAMPLE_SECONDS`):
 the face's place, the signature of the published face and its separation from the
 original, with the run's id and the frame's number. Recovery matches each re-detected
-face on a frame that holds entries against that frame's entries (`ledger.match`), its
-signature read at the entry's place (`ledger.transform_at`: the re-detected face's
+face on a frame that holds entries against that frame's entries (`ledger_match.match`), its
+signature read at the entry's place (`ledger_match.transform_at`: the re-detected face's
 rotation, the entry's centre and side): re-detection of a small face in a moving clip
 jitters by a fair part of its side, which moves the signature's cells, while at the
 recorded place the published face reads back as it was and a face never anonymized
@@ -17,7 +17,7 @@ still lies its whole separation away. A re-detected track is verified when at le
 (one run id and key index); it is then recovered with that track's key, only on frames
 within that track's span, at that track's place on each frame (`_anchored`: exact at
 its entries, between them the re-detected motion; the rotation re-detected), and each
-face changes pixels only within the disc `ledger.region` gives for that place. Every other re-detected track is left exactly as it is and counted. Frames
+face changes pixels only within the disc `ledger_match.region` gives for that place. Every other re-detected track is left exactly as it is and counted. Frames
 are matched by number, so a copy whose frames were dropped or added does not verify
 and is left as it is.
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from dbaf_jax import metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import ledger
+from dbaf_jax.faces import ledger, ledger_match
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.video import sidecar, tracks
 from dbaf_jax.video.clip import Frame
@@ -87,7 +87,7 @@ class Recorder:
         if not chosen:
             return
         picked = [faces[i] for i in chosen]
-        made = ledger.entries(
+        made = ledger_match.entries(
             published.shape,
             [face.index for face in picked],
             [face.transform for face in picked],
@@ -105,7 +105,7 @@ class Recorder:
 class Verified:
     """The re-detected tracks recovery may touch, as (key index, first frame,
     transforms at the anonymized track's places) trimmed to its span; each frame's regions
-    (`ledger.region`) in the order of `tracks.by_frame`; tracks left as they were."""
+    (`ledger_match.region`) in the order of `tracks.by_frame`; tracks left as they were."""
 
     placed: Placed
     regions: dict[int, list[Region]]
@@ -131,7 +131,7 @@ def _anchored(
     frames = np.array([entry.frame for entry in anchors], np.float64)
     offsets = []
     for entry in anchors:
-        _, centre, side = ledger.place(shape, stack[entry.frame - first], size)
+        _, centre, side = ledger_match.place(shape, stack[entry.frame - first], size)
         offsets.append(
             (entry.centre[0] - centre[0], entry.centre[1] - centre[1], np.log(entry.side / side))
         )
@@ -139,7 +139,7 @@ def _anchored(
     places = []
     for frame in range(start, stop + 1):
         dx, dy, dlog = (np.interp(frame, frames, offsets[:, k]) for k in range(3))
-        _, centre, side = ledger.place(shape, stack[frame - first], size)
+        _, centre, side = ledger_match.place(shape, stack[frame - first], size)
         places.append(
             dataclasses.replace(
                 anchors[0],
@@ -156,19 +156,19 @@ def _match(
 ) -> int | None:
     """The position among ``entries`` (one frame's) of the entry the re-detected ``face``
     of the frame ``pixels`` matches, its signature read at each entry's place (only for
-    entries whose place and size it has, `ledger.in_place`); or None."""
-    aspect, centre, side = ledger.place(pixels.shape, face.transform, face.size)
+    entries whose place and size it has, `ledger_match.in_place`); or None."""
+    aspect, centre, side = ledger_match.place(pixels.shape, face.transform, face.size)
     best, best_distance = None, float("inf")
     for position, entry in enumerate(entries):
-        if position in taken or not ledger.in_place(entry, aspect, centre, side):
+        if position in taken or not ledger_match.in_place(entry, aspect, centre, side):
             continue
         at = AlignedFace(
             face.index,
-            ledger.transform_at(entry, face.transform, face.size, pixels.shape),
+            ledger_match.transform_at(entry, face.transform, face.size, pixels.shape),
             face.size,
         )
-        near = ledger.distance(ledger.signature(crop(pixels, [at])[0]), entry.signature)
-        if ledger.near_enough(entry, near) and near < best_distance:
+        near = ledger_match.distance(ledger_match.signature(crop(pixels, [at])[0]), entry.signature)
+        if ledger_match.near_enough(entry, near) and near < best_distance:
             best, best_distance = position, near
     return best
 
@@ -263,12 +263,12 @@ def verify(
                 start,
                 np.stack(
                     [
-                        ledger.transform_at(entry, stack[entry.frame - first], size, shape)
+                        ledger_match.transform_at(entry, stack[entry.frame - first], size, shape)
                         for entry in places
                     ]
                 ),
             )
         )
         for entry in places:
-            regions.setdefault(entry.frame, []).append(ledger.region(entry, shape))
+            regions.setdefault(entry.frame, []).append(ledger_match.region(entry, shape))
     return Verified(verified, regions, len(placed) - len(verified))

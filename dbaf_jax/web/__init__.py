@@ -2,7 +2,8 @@
 
     python -m dbaf_jax.web --model DIR [--port N]
 
-- `jobs`: the private folder, the jobs of each session, their bounds and deletion.
+- `jobs`: a job's uploads, results and bounds; `store`: the private folder, the jobs of
+  each session and their deletion.
 - `runs`: a job's files through the runners the commands use (no anonymization of its own).
 - `server`: the Starlette app and its API; static/: the page (plain HTML, CSS and JS).
 - `serve`: the command's arguments, the model loading and uvicorn.

@@ -1,7 +1,7 @@
 """The web page's jobs: where uploads and results live, who may see them, and when they go.
 
 Everything lives below one private folder (mode 0700) made when the server starts and
-removed when it stops; each job has a folder of its own inside it, removed when its
+removed when it stops (`store.JobStore`); each job has a folder of its own inside it, removed when its
 results have been downloaded (the zip, or every result one by one), when it has been
 idle for `Limits.keep_seconds`, or when its page asks. A job belongs to the session
 secret that created it: a request needs the job's id and that secret, both unguessable,
@@ -16,29 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import os
 import re
-import secrets
-import shutil
-import tempfile
-import threading
 import time
 import unicodedata
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from dbaf_jax import images
 from dbaf_jax.faces import ledger
 from dbaf_jax.video import clip, sidecar
 
-ROOT_PREFIX = "dbaf-web-"
 OPERATIONS = ("anonymize", "recover")
 KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it
 KEY_FILE_BYTES = 64 << 10  # a key file is a few hundred bytes of JSON
 MAX_NAME = 120  # characters of a file name shown or offered back
-MAX_SESSIONS = 10_000
-GONE_REMEMBERED = 10_000  # ids of deleted jobs kept to say why they are gone
 
 
 class LimitError(Exception):
@@ -92,6 +84,11 @@ def kind_of(name: str, operation: str) -> str:
     return "other"
 
 
+def _fields(record: Any, *names: str) -> dict[str, Any]:
+    """``record``'s attributes ``names`` by name: what the page is shown of it."""
+    return {name: getattr(record, name) for name in names}
+
+
 @dataclasses.dataclass
 class Output:
     """A result file: its name for the browser, its path, and whether it was downloaded."""
@@ -117,15 +114,8 @@ class Entry:
     outputs: list[Output] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "kind": self.kind,
-            "size": self.size,
-            "state": self.state,
-            "message": self.message,
-            "outputs": [output.name for output in self.outputs],
-        }
+        shown = _fields(self, "index", "name", "kind", "size", "state", "message")
+        return shown | {"outputs": [output.name for output in self.outputs]}
 
 
 @dataclasses.dataclass
@@ -252,13 +242,8 @@ class Job:
         yield from self.extras
 
     def as_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "operation": self.operation,
-            "state": self.state,
-            "summary": self.summary,
-            "status": self.status,
-            "error": self.error,
+        shown = _fields(self, "id", "operation", "state", "summary", "status", "error")
+        return shown | {
             "files": [entry.as_dict() for entry in self.entries],
             "extras": [extra.name for extra in self.extras],
         }
@@ -309,117 +294,3 @@ def _megabytes(size: int) -> str:
         if size >= 1024
         else f"{size} bytes"
     )
-
-
-class JobStore:
-    """The jobs of one server under one private folder; thread-safe (the page's requests
-    and the worker that runs jobs use it at once)."""
-
-    def __init__(self, limits: Limits, parent: str | Path | None = None):
-        self.limits = limits
-        remove_stale_roots(parent)
-        self.root = Path(
-            tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent)
-        )  # mode 0700
-        self._jobs: dict[str, Job] = {}
-        self._sessions: dict[str, None] = {}  # issued secrets, oldest first
-        self._gone: dict[str, tuple[str, str]] = {}
-        self._lock = threading.Lock()
-
-    def new_session(self) -> str:
-        secret = secrets.token_urlsafe(32)
-        with self._lock:
-            self._sessions[secret] = None
-            if (
-                len(self._sessions) > MAX_SESSIONS
-            ):  # every page load makes one: the oldest go (their runs expire)
-                self._sessions.pop(next(iter(self._sessions)))
-        return secret
-
-    def create(self, session: str, operation: str) -> Job:
-        if operation not in OPERATIONS:
-            raise ValueError(f"operation must be one of {OPERATIONS}, got {operation!r}")
-        with self._lock:
-            if not any(hmac.compare_digest(session, known) for known in self._sessions):
-                raise NotFound("unknown session: reload the page")
-            if len(self._jobs) >= self.limits.jobs:
-                raise LimitError(
-                    f"the server holds {self.limits.jobs} runs already; download or clear a finished one first"
-                )
-            job_id = secrets.token_urlsafe(16)
-            folder = self.root / job_id
-            folder.mkdir(mode=0o700)
-            job = Job(job_id, session, operation, folder, self.limits)
-            self._jobs[job_id] = job
-        return job
-
-    def get(self, job_id: str, session: str) -> Job:
-        """The job ``job_id`` if ``session`` owns it, else NotFound (the same for a job of
-        another session as for none, so ids of other sessions cannot be probed)."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            if job is not None and hmac.compare_digest(job.session, session):
-                job.touched = time.monotonic()
-                return job
-            gone = self._gone.get(job_id)
-            if gone is not None and hmac.compare_digest(gone[0], session):
-                raise NotFound(f"this run's files were deleted ({gone[1]})")
-        raise NotFound("no such run")
-
-    def delete(self, job: Job, why: str) -> None:
-        with self._lock:
-            if self._jobs.pop(job.id, None) is None:
-                return
-            if len(self._gone) >= GONE_REMEMBERED:
-                self._gone.pop(next(iter(self._gone)))
-            self._gone[job.id] = (job.session, why)
-        shutil.rmtree(job.folder, ignore_errors=True)
-
-    def expire(self, now: float | None = None) -> list[str]:
-        """Deletes the jobs idle for longer than `Limits.keep_seconds` (not those running); their ids."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            idle = [
-                job
-                for job in self._jobs.values()
-                if job.state not in ("queued", "running")
-                and now - job.touched > self.limits.keep_seconds
-            ]
-        for job in idle:
-            self.delete(job, f"not used for {self.limits.keep_seconds / 60:g} minutes")
-        return [job.id for job in idle]
-
-    def close(self) -> None:
-        """Removes every job and the private folder (the server is stopping)."""
-        with self._lock:
-            self._jobs.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def remove_stale_roots(parent: str | Path | None = None) -> list[Path]:
-    """Removes the private folders servers of this user left when killed (their process
-    is gone), so that their uploads do not stay on disk; the folders removed."""
-    parent = Path(parent or tempfile.gettempdir())
-    removed = []
-    for folder in parent.glob(f"{ROOT_PREFIX}*-*"):
-        pid = folder.name[len(ROOT_PREFIX) :].split("-", 1)[0]
-        try:
-            owned = (
-                folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
-            )
-        except OSError:
-            continue
-        if owned and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -13,10 +13,12 @@ is named with why and has no result, faces the model cannot take are hidden, and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from dbaf_jax import images, keys
 from dbaf_jax.commands import recover
@@ -25,7 +27,9 @@ from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.report import EXIT_SKIPPED, Report
+from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import runner
+from dbaf_jax.video.settings import ClipRunSettings
 from dbaf_jax.web.jobs import KEY_FILE_NAME, Entry, Job, Output
 
 KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded one
@@ -35,13 +39,14 @@ KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded on
 class Model:
     """What every job runs with: the loaded model, its face finders for anonymizing
     (low-confidence detections hidden) and for recovering (taken as faces), as the
-    commands load them (`load_photo_faces`), the batch size, and whether photos may be
-    recovered in a mode the model was not trained for (recover's --untrained-mode)."""
+    commands load them (`FaceFinding.load`), the runs' settings (the batch size), and
+    whether photos may be recovered in a mode the model was not trained for (recover's
+    --untrained-mode)."""
 
     anonymizer: FaceAnonymizer
     faces: photos.PhotoFaces
     recover_faces: photos.PhotoFaces
-    batch_size: int
+    settings: FolderRunSettings = FolderRunSettings()
     untrained_mode: bool = False
 
 
@@ -59,6 +64,7 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
         face_ledger = (
             ledger.read_for_key_file(key_file, notes) if job.operation == "recover" else None
         )
+        job_keys = _JobKeys(password, record, key_file, face_ledger)
         sidecars = _sidecars(job)
         for entry in job.entries:
             if entry.kind == "photo" and refusal:
@@ -67,21 +73,10 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
                 entry.state = "working"
                 try:
                     if entry.kind == "photo":
-                        _run_photo(
-                            model, job, entry, password, record, key_file, face_ledger, photo_report
-                        )
+                        _run_photo(model, job, entry, job_keys, photo_report)
                     else:
                         clip_reports.append(
-                            _run_clip(
-                                model,
-                                job,
-                                entry,
-                                password,
-                                record,
-                                key_file,
-                                face_ledger,
-                                sidecars.get(entry.name),
-                            )
+                            _run_clip(model, job, entry, job_keys, sidecars.get(entry.name))
                         )
                 except DbafError as err:
                     _fail(entry, photo_report, str(err))
@@ -177,39 +172,33 @@ def _sidecars(job: Job) -> dict[str, Path]:
     return found
 
 
-def _run_photo(
-    model: Model,
-    job: Job,
-    entry: Entry,
-    password: str,
-    record: keys.KeyRecord,
-    key_file: Path | None,
-    face_ledger: list[ledger.Entry] | None,
-    total: Report,
-) -> None:
-    out = job.output_path(entry)
-    if job.operation == "anonymize":
-        report = anonymize_photo_folder(
-            model.anonymizer,
-            model.faces,
-            password,
-            entry.stored.parent,
-            out,
-            batch_size=model.batch_size,
-            record=record,
-            face_ledger=ledger.ledger_path(key_file) if key_file is not None else None,
-        )
-    else:
-        report = recover_photo_folder(
-            model.anonymizer,
-            model.recover_faces,
-            password,
-            entry.stored.parent,
-            out,
-            batch_size=model.batch_size,
-            record=record if key_file is not None else None,
-            face_ledger=face_ledger,
-        )
+@dataclasses.dataclass
+class _JobKeys:
+    """What a job's files are keyed with: the password (this call only), the run's key
+    record, the key file beside which the face ledger lives (None without one) and, when
+    recovering, that ledger's entries."""
+
+    password: str
+    record: keys.KeyRecord
+    key_file: Path | None
+    face_ledger: list[ledger.Entry] | None
+
+    def for_run(self, model: Model, operation: str) -> tuple[photos.PhotoFaces, Any, Any]:
+        """(face finder, key record, face ledger) of an ``operation`` run: anonymize with
+        the run's record, appending to the key file's ledger if any; recovery finds faces
+        again only with a key file's record, verified against its ledger's entries."""
+        if operation == "anonymize":
+            with_file = ledger.ledger_path(self.key_file) if self.key_file is not None else None
+            return model.faces, self.record, with_file
+        with_key = self.record if self.key_file is not None else None
+        return model.recover_faces, with_key, self.face_ledger
+
+
+def _run_photo(model: Model, job: Job, entry: Entry, job_keys: _JobKeys, total: Report) -> None:
+    run = anonymize_photo_folder if job.operation == "anonymize" else recover_photo_folder
+    faces, *keyed = job_keys.for_run(model, job.operation)  # keyed: the record, the ledger
+    where = (entry.stored.parent, job.output_path(entry))
+    report = run(model.anonymizer, faces, job_keys.password, *where, model.settings, *keyed)
     for name in ("written", "skipped", "warnings", "notes"):
         getattr(total, name).extend(getattr(report, name))
     for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
@@ -231,39 +220,18 @@ def _run_photo(
 
 
 def _run_clip(
-    model: Model,
-    job: Job,
-    entry: Entry,
-    password: str,
-    record: keys.KeyRecord,
-    key_file: Path | None,
-    face_ledger: list[ledger.Entry] | None,
-    side: Path | None,
+    model: Model, job: Job, entry: Entry, job_keys: _JobKeys, side: Path | None
 ) -> runner.VideoReport:
     target = job.output_path(entry) / entry.stored.name
-    if job.operation == "anonymize":
-        report = runner.anonymize_video(
-            model.anonymizer,
-            model.faces,
-            password,
-            entry.stored,
-            target,
-            model.batch_size,
-            record=record,
-            face_ledger=ledger.ledger_path(key_file) if key_file is not None else None,
-        )
-    else:
-        report = runner.recover_video(
-            model.anonymizer,
-            model.recover_faces,
-            password,
-            entry.stored,
-            target,
-            model.batch_size,
-            record=record if key_file is not None else None,
-            sidecar_path=side,
-            face_ledger=face_ledger,
-        )
+    settings = ClipRunSettings.of_run(model.settings)
+    run = (
+        runner.anonymize_video
+        if job.operation == "anonymize"
+        else functools.partial(runner.recover_video, sidecar_path=side)
+    )
+    faces, *keyed = job_keys.for_run(model, job.operation)  # keyed: the record, the ledger
+    where = (entry.stored, target)
+    report = run(model.anonymizer, faces, job_keys.password, *where, settings, *keyed)
     entry.outputs = [
         Output(entry.name if path == target else entry.name + path.name[len(target.name) :], path)
         for path in report.written

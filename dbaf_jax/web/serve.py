@@ -21,12 +21,13 @@ from typing import Sequence
 
 import uvicorn
 
-from dbaf_jax import commands, precision
+from dbaf_jax import commands
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.web import runs, server
-from dbaf_jax.web.jobs import JobStore, Limits
+from dbaf_jax.web.jobs import Limits
+from dbaf_jax.web.store import JobStore
 
 DEFAULT_PORT = 8765
 GRACE = 10  # seconds
@@ -39,11 +40,7 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="DBAF model directory (python -m convert.dbaf, or a training export)",
-    )
+    parser.add_argument("--model", required=True, help=commands.MODEL_HELP)
     parser.add_argument(
         "--port",
         type=int,
@@ -60,12 +57,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow --host to be an address other machines can reach",
     )
-    parser.add_argument(
-        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
-    )
-    parser.add_argument(
-        "--detectors",
-        help="face detectors, separated by commas, as anonymize --detectors takes them; "
+    commands.detector_arguments(
+        parser,
+        "face detectors, separated by commas, as anonymize --detectors takes them; "
         "default every installed default one (docs/photos.md)",
     )
     parser.add_argument(
@@ -78,26 +72,17 @@ def parser() -> argparse.ArgumentParser:
         default=MIN_FACE_SIZE,
         help="leave faces whose crop side is under N pixels as they were (reported); default 0: every face",
     )
-    parser.add_argument(
-        "--batch-size",
-        type=commands.positive_int,
-        help="faces per model call; default 32 per GPU/TPU, 8 on a CPU",
+    commands.compute_arguments(
+        parser,
+        "faces per model call; default 32 per GPU/TPU, 8 on a CPU",
+        "compute dtype of every network",
     )
-    parser.add_argument(
-        "--dtype",
-        choices=precision.COMPUTE_DTYPES,
-        default="float32",
-        help="compute dtype of every network",
-    )
-    parser.add_argument(
-        "--allow-unchecked-model",
-        action="store_true",
-        help="run a model directory without model.json",
-    )
-    parser.add_argument(
-        "--untrained-mode",
-        action="store_true",
-        help="recover photos in a mode the model was not trained for (its results are not the original faces)",
+    commands.flags(
+        parser,
+        {
+            "--allow-unchecked-model": "run a model directory without model.json",
+            "--untrained-mode": "recover photos in a mode the model was not trained for (its results are not the original faces)",
+        },
     )
     bounds = parser.add_argument_group("bounds")
     bounds.add_argument(
@@ -167,22 +152,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("loading the model ...", file=sys.stderr)
     anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
-    faces, recover_faces = (
-        load_photo_faces(
-            anonymizer,
-            args.detector,
-            args.parser,
-            args.min_face_size,
-            args.detectors,
-            recovering=recovering,
-        )
-        for recovering in (False, True)
-    )
+    finding = commands.face_finding(args)
     model = runs.Model(
         anonymizer,
-        faces,
-        recover_faces,
-        args.batch_size or default_batch_size(),
+        finding.load(anonymizer),
+        finding.load(anonymizer, recovering=True),
+        commands.folder_run_settings(args),
         args.untrained_mode,
     )
     sock = listen(args.host, args.port)

@@ -34,7 +34,8 @@ from starlette.staticfiles import StaticFiles
 from dbaf_jax import keys
 from dbaf_jax.errors import InputError
 from dbaf_jax.web import runs
-from dbaf_jax.web.jobs import Job, JobStore, LimitError, NotFound, Output
+from dbaf_jax.web.jobs import Job, LimitError, NotFound, Output
+from dbaf_jax.web.store import JobStore
 
 STATIC = Path(__file__).resolve().parent / "static"
 JSON_BYTES = 16 << 10  # a request's JSON body: an operation, or a password and its choices

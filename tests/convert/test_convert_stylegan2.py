@@ -6,14 +6,7 @@ import torch
 from convert import stylegan2 as convert_stylegan2
 from convert.common import run
 from dbaf_jax.model_directory import load_network
-from tests.conversion import (
-    assert_not_a_checkpoint_message,
-    command_refusal,
-    edited,
-    not_a_checkpoint,
-    refusal,
-    save,
-)
+from tests.conversion import assert_command_refuses_a_non_checkpoint, edited, refusal, save
 from tests.parity import randomize_
 from tests.torch_reference import stylegan2 as ref
 
@@ -128,8 +121,6 @@ def test_existing_output_needs_overwrite(tmp_path, state_dicts):
 
 
 def test_non_checkpoint_file_cli_exits_1_with_one_line(tmp_path):
-    bogus = not_a_checkpoint(tmp_path / "notes.pt")
-    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "model")]
-    assert_not_a_checkpoint_message(
-        command_refusal("convert.stylegan2", argv, unwritten=tmp_path / "model"), bogus
+    assert_command_refuses_a_non_checkpoint(
+        "convert.stylegan2", tmp_path / "notes.pt", tmp_path / "model"
     )

@@ -41,13 +41,16 @@ def embeddings(recognizer, dlib_faces):
     }
 
 
-def test_positive_control_is_caught(embeddings):
-    report = calibration.calibrated_report(
-        embeddings["originals"],
-        embeddings["views"],
-        {"anonymization": embeddings["barely_changed"]},
-        unit=False,
+def control_report(embeddings, probes: str) -> dict:
+    """The calibrated report with ``embeddings[probes]`` as the anonymizations."""
+    gallery = (embeddings["originals"], embeddings["views"])
+    return calibration.calibrated_report(
+        *gallery, {"anonymization": embeddings[probes]}, unit=False
     )
+
+
+def test_positive_control_is_caught(embeddings):
+    report = control_report(embeddings, "barely_changed")
     assert report["gallery_size"] == len(embeddings["originals"])
     assert report["impostor"]["pairs"] == 6 and report["genuine"]["max"] < report["impostor"]["min"]
     assert report["rank1"]["anonymization"] == 1.0
@@ -57,12 +60,7 @@ def test_positive_control_is_caught(embeddings):
 
 
 def test_negative_control_protects(embeddings):
-    report = calibration.calibrated_report(
-        embeddings["originals"],
-        embeddings["views"],
-        {"anonymization": embeddings["noise"]},
-        unit=False,
-    )
+    report = control_report(embeddings, "noise")
     assert all(row["protection_rate"] == 1.0 for row in report["at_far"].values())
     # Noise probes land on one gallery face at most by chance: well below every face found.
     assert report["rank1"]["anonymization"] <= 0.5

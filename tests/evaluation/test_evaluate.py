@@ -21,9 +21,10 @@ from configs.ifadit import phases as ifadit_config
 from dbaf_jax import commands, model_directory
 from dbaf_jax.commands import evaluate
 from dbaf_jax.evaluation import dlib_recognition, fid
+from dbaf_jax.evaluation.measures import pixel_metrics
 from dbaf_jax.evaluation.metric_networks import CONVERTER_COMMANDS, MetricNetworks
 from dbaf_jax.evaluation.paper import ABLATION, QUALITY
-from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS, pixel_metrics
+from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors import registry
@@ -290,6 +291,18 @@ def test_identical_images_give_known_values(metrics_models):
     }
 
 
+def one_face_argv(model, metrics_models, tmp_path) -> list[str]:
+    """evaluate's arguments: ``model`` on one black face (written to tmp_path/faces),
+    the networks in ``metrics_models``, the report into tmp_path/r."""
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
+    return [
+        *("--model", str(model), "--images", str(faces)),
+        *("--metrics-models", str(metrics_models), "--out", str(tmp_path / "r")),
+    ]
+
+
 @pytest.mark.parametrize("missing", ["inception_fid", "arcface", "lpips_alex", "mtcnn"])
 def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, missing, capsys):
     partial = tmp_path / "metrics"
@@ -297,21 +310,9 @@ def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, mi
     for entry in metrics_models.iterdir():
         if entry.name != missing:
             (partial / entry.name).symlink_to(entry)
-    faces = tmp_path / "faces"
-    faces.mkdir()
-    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
     model = tmp_path / "model"
     model.mkdir()
-    argv = [
-        "--model",
-        str(model),
-        "--images",
-        str(faces),
-        "--metrics-models",
-        str(partial),
-        "--out",
-        str(tmp_path / "r"),
-    ]
+    argv = one_face_argv(model, partial, tmp_path)
     assert commands.exit_status(evaluate.main, argv) == 1
     err = capsys.readouterr().err
     assert (
@@ -322,19 +323,7 @@ def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, mi
 
 
 def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
-    faces = tmp_path / "faces"
-    faces.mkdir()
-    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(faces / "a.png")
-    argv = [
-        "--model",
-        str(tmp_path / "nowhere"),
-        "--images",
-        str(faces),
-        "--metrics-models",
-        str(metrics_models),
-        "--out",
-        str(tmp_path / "r"),
-    ]
+    argv = one_face_argv(tmp_path / "nowhere", metrics_models, tmp_path)
     assert commands.exit_status(evaluate.main, argv) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'nowhere'} missing: run python -m convert.dbaf")

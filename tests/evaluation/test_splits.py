@@ -69,19 +69,8 @@ def test_unknown_protocol_and_missing_folder_are_refused(tmp_path):
 def test_command_writes_lists_the_reader_loads(tmp_path, capsys):
     folder = _image_folder(tmp_path / "faces", 140)
     out = tmp_path / "lists"
-    make_splits.main(
-        [
-            "--images",
-            str(folder),
-            "--out",
-            str(out),
-            "--protocol",
-            "ffhq",
-            "--seed",
-            "7",
-            "--allow-fewer",
-        ]
-    )
+    arguments = ["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"]
+    make_splits.main([*arguments, "--seed", "7"])
     assert "wrote" in capsys.readouterr().out
     expected = splits.make_splits(folder, "ffhq", seed=7, allow_fewer=True).lists
     for name, relative in expected.items():
@@ -92,21 +81,8 @@ def test_command_writes_lists_the_reader_loads(tmp_path, capsys):
         ]
 
     with pytest.raises(OutputExistsError, match="test.txt"):
-        make_splits.main(
-            ["--images", str(folder), "--out", str(out), "--protocol", "ffhq", "--allow-fewer"]
-        )
-    make_splits.main(
-        [
-            "--images",
-            str(folder),
-            "--out",
-            str(out),
-            "--protocol",
-            "ffhq",
-            "--allow-fewer",
-            "--overwrite",
-        ]
-    )
+        make_splits.main(arguments)
+    make_splits.main([*arguments, "--overwrite"])
     assert "seed=0" in (out / "test.txt").read_text()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import ledger
+from dbaf_jax.faces import ledger, ledger_match
 
 
 def face(seed):
@@ -17,7 +17,7 @@ def face(seed):
 
 
 def entry(index=0, centre=(0.5, 0.3), side=0.1, aspect=1.5, seed=0, separation=0.3):
-    return ledger.Entry(index, aspect, centre, side, ledger.signature(face(seed)), separation)
+    return ledger.Entry(index, aspect, centre, side, ledger_match.signature(face(seed)), separation)
 
 
 def test_round_trip_and_match_by_place_size_and_signature(tmp_path):
@@ -28,28 +28,47 @@ def test_round_trip_and_match_by_place_size_and_signature(tmp_path):
     read = ledger.read(path)
     assert [e.index for e in read] == [0, 1]
     np.testing.assert_allclose(read[1].signature, faces[1].signature, atol=1e-4)
-    assert ledger.match(read, faces[1]) == 1
-    assert ledger.match(read, faces[1], taken={1}) is None  # one detection per entry
+    assert ledger_match.match(read, faces[1]) == 1
+    assert ledger_match.match(read, faces[1], taken={1}) is None  # one detection per entry
     moved = entry(1, centre=(0.8 + 0.05, 0.3), seed=2)  # half a face's side away
-    assert ledger.match(read, moved) is None
+    assert ledger_match.match(read, moved) is None
     other_face = entry(1, centre=(0.8, 0.3), seed=3)  # the same place, another face
-    assert ledger.match(read, other_face) is None
+    assert ledger_match.match(read, other_face) is None
     cropped = entry(1, centre=(0.8, 0.3), aspect=1.0, seed=2)  # another photo's shape
-    assert ledger.match(read, cropped) is None
+    assert ledger_match.match(read, cropped) is None
 
 
 def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
     """The original face at the anonymized one's place fails (an anonymization that kept
     its likeness), a slightly changed copy of the published face (JPEG) matches."""
     published, original = face(1), face(1) * 0.9 + 0.05  # an anonymization that changed little
-    (anonymized,) = ledger.entries(
+    (anonymized,) = ledger_match.entries(
         (100, 150), [3], [np.eye(2, 3) * 0.64], published[None], original[None]
     )
     assert anonymized.index == 3 and anonymized.separation > 0
-    candidate = lambda crop: ledger.entries((100, 150), [0], [np.eye(2, 3) * 0.64], crop[None])[0]  # noqa: E731
-    assert ledger.match([anonymized], candidate(original)) is None
+
+    def candidate(crop):
+        return ledger_match.entries((100, 150), [0], [np.eye(2, 3) * 0.64], crop[None])[0]
+
+    assert ledger_match.match([anonymized], candidate(original)) is None
     noisy = np.clip(published + np.random.default_rng(0).normal(0, 0.02, published.shape), -1, 1)
-    assert ledger.match([anonymized], candidate(noisy)) == 0
+    assert ledger_match.match([anonymized], candidate(noisy)) == 0
+
+
+GOOD = {
+    "index": 0,
+    "aspect": 1,
+    "centre": [0, 0],
+    "side": 1,
+    "signature": [0] * 192,
+    "separation": 0.1,
+}
+
+
+def line_of(**changed) -> str:
+    """A ledger line of one entry: `GOOD` with ``changed`` fields (None: left out)."""
+    entry = {**GOOD, **changed}
+    return json.dumps([{k: v for k, v in entry.items() if v is not None}])
 
 
 @pytest.mark.parametrize(
@@ -57,132 +76,14 @@ def test_only_a_face_nearer_the_published_one_than_the_original_was_matches():
     [
         ("{not json", "line 1"),
         (json.dumps({"index": 0}), "list of entries"),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": -1,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                    }
-                ]
-            ),
-            "index",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 3,
-                        "separation": 0.1,
-                    }
-                ]
-            ),
-            "signature",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, "x"],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                    }
-                ]
-            ),
-            "finite",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": -1,
-                    }
-                ]
-            ),
-            "finite",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                        "extra": 1,
-                    }
-                ]
-            ),
-            "exactly",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                        "clip": "ab",
-                    }
-                ]
-            ),
-            "exactly",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                        "clip": "../x",
-                        "frame": 0,
-                    }
-                ]
-            ),
-            "run id",
-        ),
-        (
-            json.dumps(
-                [
-                    {
-                        "index": 0,
-                        "aspect": 1,
-                        "centre": [0, 0],
-                        "side": 1,
-                        "signature": [0] * 192,
-                        "separation": 0.1,
-                        "clip": "ab",
-                        "frame": -3,
-                    }
-                ]
-            ),
-            "frame",
-        ),
+        (line_of(index=-1), "index"),
+        (line_of(signature=[0] * 3), "signature"),
+        (line_of(centre=[0, "x"]), "finite"),
+        (line_of(separation=-1), "finite"),
+        (line_of(extra=1), "exactly"),
+        (line_of(clip="ab"), "exactly"),
+        (line_of(clip="../x", frame=0), "run id"),
+        (line_of(clip="ab", frame=-3), "frame"),
     ],
 )
 def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, words):
@@ -194,7 +95,9 @@ def test_a_damaged_ledger_is_one_error_naming_the_file_and_line(tmp_path, line, 
 
 
 def test_a_clips_entry_reads_back_with_its_run_and_frame(tmp_path):
-    (entry,) = ledger.entries((100, 150), [3], [np.eye(2, 3) * 0.64], face(1)[None], face(2)[None])
+    (entry,) = ledger_match.entries(
+        (100, 150), [3], [np.eye(2, 3) * 0.64], face(1)[None], face(2)[None]
+    )
     path = tmp_path / "me.key.faces.jsonl"
     ledger.append(path, [entry, dataclasses.replace(entry, clip="0f1e", frame=17)])
     photo, clip = ledger.read(path)

@@ -6,7 +6,6 @@ machine lets a process mount a private file system, real (a 64 KiB tmpfs)."""
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import pytest
 
 from dbaf_jax.errors import OutputWriteError
 from dbaf_jax.faces import ledger
+from tests.paths import can_mount_tmpfs
 
 
 def entries(count, first=0):
@@ -114,21 +114,6 @@ def test_a_ledger_that_cannot_be_written_is_refused_before_work(tmp_path, monkey
         ledger.check_appendable(tmp_path / "k.key.faces.jsonl", 10)
 
 
-def _private_tmpfs(options: str) -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--mount",
-        "sh",
-        "-c",
-        f"mount -t tmpfs -o {options} tmpfs /mnt",
-    ]
-    return subprocess.run(probe, capture_output=True).returncode == 0
-
-
 FULL_DISK = textwrap.dedent("""
     import sys
     from pathlib import Path
@@ -156,7 +141,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.skipif(
-    not _private_tmpfs("size=64k"),
+    not can_mount_tmpfs("/mnt", "size=64k"),
     reason="this machine does not let a process mount a private file system",
 )
 def test_a_real_full_disk_leaves_every_earlier_entry_readable(tmp_path):
@@ -180,7 +165,7 @@ def test_a_real_full_disk_leaves_every_earlier_entry_readable(tmp_path):
 
 
 @pytest.mark.skipif(
-    not _private_tmpfs("ro"),
+    not can_mount_tmpfs("/mnt", "ro"),
     reason="this machine does not let a process mount a private file system",
 )
 def test_a_read_only_disk_is_refused_before_work():

@@ -5,36 +5,33 @@ disk, simulated) is one error naming the ledger and its reason, with no output w
 without its entries and the outputs already complete kept."""
 
 import errno
+import functools
 import os
 import shutil
 
 import numpy as np
 import pytest
 
-from convert.common import run
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys
 from dbaf_jax.errors import OutputWriteError
-from dbaf_jax.faces import ledger, photos
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces import ledger, ledger_match
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
+from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import runner, sidecar
-from tests.invertible_double import InvertibleDouble
+from dbaf_jax.video.settings import ClipRunSettings
+from tests.invertible_double import double_with_mtcnn
 from tests.paths import DATA
 from tests.video_clips import pan_frames, write_clip
 
 PASSWORD = "ledger faults"
 RECORD = keys.KeyRecord(salt="5a" * keys.SALT_BYTES)
+BATCH = ClipRunSettings(batch_size=4)
 
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ledger_runs")
-    run(convert_mtcnn, ["--out", str(tmp / "model")])
-    double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(
-        registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size
-    )
+    double, faces = double_with_mtcnn(tmp)
     (tmp / "photos").mkdir()
     for name in ("jf.jpg", "office3.jpg", "office5.jpg"):
         shutil.copy(DATA / name, tmp / "photos" / name)
@@ -80,7 +77,7 @@ def test_an_unwritable_ledger_is_refused_before_any_photo_or_frame(ws, tmp_path)
             PASSWORD,
             tmp / "pan.mp4",
             tmp_path / "anon.mp4",
-            4,
+            BATCH,
             record=RECORD,
             face_ledger=ledger.ledger_path(tmp_path / "me.key"),
         )
@@ -130,7 +127,7 @@ def test_a_photo_whose_entries_cannot_be_written_is_not_written(ws, tmp_path, mo
             PASSWORD,
             tmp_path / "in",
             tmp_path / "out",
-            batch_size=1,
+            FolderRunSettings(batch_size=1),
             record=RECORD,
             face_ledger=path,
         )
@@ -148,20 +145,19 @@ def test_a_clip_whose_entries_cannot_be_written_is_not_published(ws, tmp_path, m
     are not written, the error names the ledger and the reason, the ledger is as before."""
     tmp, double, faces = ws
     path = ledger.ledger_path(key_file(tmp_path))
-    ledger.append(path, ledger.entries((10, 10), [0], [np.eye(2, 3)], np.zeros((1, 64, 64, 3))))
+    ledger.append(
+        path, ledger_match.entries((10, 10), [0], [np.eye(2, 3)], np.zeros((1, 64, 64, 3)))
+    )
     before = path.read_bytes()
     fill_disk_after(monkeypatch, path, 100)
+    anonymize_clip = functools.partial(
+        runner.anonymize_video,
+        *(double, faces, PASSWORD, tmp / "pan.mp4", tmp_path / "anon.mp4", BATCH),
+        record=RECORD,
+        face_ledger=path,
+    )
     with pytest.raises(OutputWriteError, match="No space left on device") as error:
-        runner.anonymize_video(
-            double,
-            faces,
-            PASSWORD,
-            tmp / "pan.mp4",
-            tmp_path / "anon.mp4",
-            4,
-            record=RECORD,
-            face_ledger=path,
-        )
+        anonymize_clip()
     assert str(path) in str(error.value) and str(tmp_path / "anon.mp4") in str(error.value)
     assert (
         not (tmp_path / "anon.mp4").exists()
@@ -169,14 +165,5 @@ def test_a_clip_whose_entries_cannot_be_written_is_not_published(ws, tmp_path, m
     )
     assert path.read_bytes() == before
     monkeypatch.undo()
-    report = runner.anonymize_video(
-        double,
-        faces,
-        PASSWORD,
-        tmp / "pan.mp4",
-        tmp_path / "anon.mp4",
-        4,
-        record=RECORD,
-        face_ledger=path,
-    )
+    report = anonymize_clip()
     assert report.faces > 0 and len(ledger.read(path)) > 1

@@ -24,7 +24,7 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import commands, images, keys, model_directory, model_families
+from dbaf_jax import commands, images, keys, model_directory, model_families, network_kinds
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
 from dbaf_jax.evaluation.protocol import as_stored
@@ -33,8 +33,10 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import LATENTS_SUFFIX
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_SKIPPED
+from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.models import dbaf
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
+from tests.paths import can_mount_tmpfs
 from tests.torch_reference.dbaf_pipeline import (
     SIZE,
     convert_args,
@@ -43,6 +45,7 @@ from tests.torch_reference.dbaf_pipeline import (
 )
 
 BATCH = 2
+SETTINGS = FolderRunSettings(batch_size=BATCH)
 # How far (mean 8-bit levels) a wrong password's image must be from the right one's.
 # The run's salt is random, so the two keys, and how far apart their images fall on this
 # random test model, change from run to run: over 40 salts the anonymized a.png differed
@@ -77,38 +80,21 @@ def workspace(tmp_path_factory):
     return tmp
 
 
+def aligned_args(workspace, in_dir, out_dir, *extra, password="password.txt"):
+    """The command line of anonymize or recover --aligned with the workspace's model."""
+    return [
+        *("--model", str(workspace / "model"), "--password-file", str(workspace / password)),
+        *(str(in_dir), str(out_dir), "--aligned", *extra),
+    ]
+
+
 def run_anonymize(ws, out, *extra):
-    return anonymize.main(
-        [
-            "--model",
-            str(ws / "model"),
-            "--password-file",
-            str(ws / "password.txt"),
-            str(ws / "faces"),
-            str(out),
-            "--batch-size",
-            str(BATCH),
-            "--aligned",
-            *extra,
-        ],
-    )
+    return anonymize.main(aligned_args(ws, ws / "faces", out, "--batch-size", str(BATCH), *extra))
 
 
 def run_recover(ws, in_dir, out, password_file="password.txt", *extra):
-    return recover.main(
-        [
-            "--model",
-            str(ws / "model"),
-            "--password-file",
-            str(ws / password_file),
-            str(in_dir),
-            str(out),
-            "--batch-size",
-            str(BATCH),
-            "--aligned",
-            *extra,
-        ],
-    )
+    batch = ("--batch-size", str(BATCH))
+    return recover.main(aligned_args(ws, in_dir, out, *batch, *extra, password=password_file))
 
 
 @pytest.fixture(scope="module")
@@ -277,15 +263,7 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
     """The command: one `error:` line, exit status 1, nothing written."""
     out = workspace / "anonymized"
     before = snapshot(out)
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(workspace / "faces"),
-        str(out),
-        "--aligned",
-    ]
+    args = aligned_args(workspace, workspace / "faces", out)
     result = subprocess.run(
         [sys.executable, "-m", "dbaf_jax.commands.anonymize", *args],
         capture_output=True,
@@ -305,7 +283,7 @@ def test_python_api_raises_output_exists(workspace, anonymized, anonymizer):
     out = workspace / "anonymized"
     before = snapshot(out)
     with pytest.raises(OutputExistsError, match="exist already") as err:
-        anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, batch_size=BATCH)
+        anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, SETTINGS)
     assert isinstance(err.value, FileExistsError)
     assert snapshot(out) == before
 
@@ -378,14 +356,12 @@ def test_fingerprint_follows_the_weights_not_the_files(workspace, anonymizer, tm
         dbaf.FAMILY, tmp_path, without_manifest=True
     )
     assert (
-        model_directory.model_fingerprint(copy_model.networks(), copy_variables)
+        network_kinds.model_fingerprint(copy_model.networks(), copy_variables)
         == anonymizer.fingerprint
     )
     changed = jax.tree.map(lambda x: x, copy_variables)
     changed["kria"] = jax.tree.map(lambda x: x * 1.01, copy_variables["kria"])
-    assert (
-        model_directory.model_fingerprint(copy_model.networks(), changed) != anonymizer.fingerprint
-    )
+    assert network_kinds.model_fingerprint(copy_model.networks(), changed) != anonymizer.fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -428,17 +404,7 @@ def test_recover_runs_the_mode_the_model_was_trained_for_and_refuses_another(
             pixels(path), pixels(workspace / "recovered_latent" / path.name)
         )
     capsys.readouterr()
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(workspace / "anonymized"),
-        str(tmp_path / "image"),
-        "--aligned",
-        "--mode",
-        "image",
-    ]
+    args = aligned_args(workspace, workspace / "anonymized", tmp_path / "image", "--mode", "image")
     assert commands.exit_status(recover.main, args) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert (
@@ -493,37 +459,12 @@ def test_unusable_folders_are_one_line(workspace, tmp_path, capsys, case):
     }[case]
     before = snapshot(tmp_path)
     for command in (anonymize.main, recover.main):
-        args = [
-            "--model",
-            str(workspace / "model"),
-            "--password-file",
-            str(workspace / "password.txt"),
-            str(in_dir),
-            str(out_dir),
-            "--aligned",
-        ]
+        args = aligned_args(workspace, in_dir, out_dir)
         assert commands.exit_status(command, args) == 1
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "file" in lines[0], lines
         assert str(a_file) in lines[0] or str(out_dir) in lines[0]
         assert snapshot(tmp_path) == before
-
-
-def _mounts_read_only(path: Path) -> bool:
-    """Whether this machine lets an unprivileged process mount a private read-only
-    file system over ``path`` (a user and mount namespace: nothing outside sees it)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--mount",
-        "sh",
-        "-c",
-        f"mount -t tmpfs -o ro tmpfs '{path}'",
-    ]
-    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
@@ -532,7 +473,7 @@ def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
     system's reason, exit 1, no traceback, before any image is processed."""
     out = tmp_path / "read-only"
     out.mkdir()
-    if not _mounts_read_only(out):
+    if not can_mount_tmpfs(out, "ro"):
         pytest.skip(
             "this machine does not let a process mount a private file system (unshare --user --mount)"
         )
@@ -562,17 +503,7 @@ def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     succeeds; a run that meets a file the other made stops with one error line;
     every output is one whole PNG from a single run and nothing is left half-written."""
     out = tmp_path / "out"
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(workspace / "faces"),
-        str(out),
-        "--aligned",
-        "--batch-size",
-        "1",
-    ]
+    args = aligned_args(workspace, workspace / "faces", out, "--batch-size", "1")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     runs = [
         subprocess.Popen(
@@ -685,19 +616,6 @@ def test_batch_split_over_devices_equals_one_device(workspace, anonymizer):
 # Issue 21 (docs/reliability.md): the output location, write failures, temporaries.
 
 
-def aligned_args(workspace, in_dir, out_dir, *extra):
-    return [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(in_dir),
-        str(out_dir),
-        "--aligned",
-        *extra,
-    ]
-
-
 @pytest.mark.parametrize("where", ["the input folder", "inside the input folder"])
 def test_output_in_the_input_folder_is_refused_before_work(workspace, tmp_path, capsys, where):
     faces = tmp_path / "faces"
@@ -724,7 +642,7 @@ def test_a_failed_write_is_one_line_naming_the_file_and_cause(
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
         status = commands.exit_status(
-            lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, BATCH)
+            lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, SETTINGS)
         )
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -796,7 +714,7 @@ def test_a_folder_the_user_cannot_write_is_refused_before_work(
             path.chmod(0o755 if path.is_dir() else 0o644)
         locked.chmod(0o555)
         message = _as_unprivileged_user(
-            lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, BATCH)
+            lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, SETTINGS)
         )
         assert message == f"{out}: cannot write to the output folder (Permission denied)", message
         assert list(locked.iterdir()) == []
@@ -818,7 +736,7 @@ def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anony
     running = out / f".b.png.{os.getpid()}.00000000.partial"
     for path in stale + [running]:
         path.write_bytes(pixels_of_a_face)
-    report = recover_folder(anonymizer, PASSWORD, workspace / "anonymized", out, BATCH)
+    report = recover_folder(anonymizer, PASSWORD, workspace / "anonymized", out, SETTINGS)
     assert not any(path.exists() for path in stale) and running.exists()
     assert sorted(report.notes) == sorted(
         f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)"
@@ -910,7 +828,7 @@ def test_a_damaged_sidecar_skips_only_its_own_image(
             with open(side, "wb") as file:
                 np.savez(file, **content)
     out = tmp_path / "out"
-    report = recover_folder(anonymizer, PASSWORD, source, out, BATCH, mode="latent")
+    report = recover_folder(anonymizer, PASSWORD, source, out, SETTINGS, mode="latent")
     reasons = {item.path.stem: item.reason for item in report.skipped}
     assert sorted(reasons) == sorted(faults)
     for fault, (_, words) in faults.items():

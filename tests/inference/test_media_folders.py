@@ -11,20 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from convert.common import run
-from convert.dbaf import main as convert_main
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.video import clip, sidecar
-from tests.cli_helpers import PASSWORD, pixels, temper_
+from tests.cli_helpers import photo_model, pixels, run_command
 from tests.paths import DATA
-from tests.torch_reference.dbaf_pipeline import (
-    convert_args,
-    reduced_reference,
-    save_reference_files,
-)
 from tests.video_clips import pan_frames, write_clip
 
 pytestmark = (
@@ -36,14 +28,7 @@ CONTROL_NAME = "flat\x1b[2Kname.png"
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("media")
-    ref = reduced_reference(seed=30)
-    temper_(ref, np.random.default_rng(4))
-    run(
-        convert_main,
-        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
-    )
-    run(convert_mtcnn, ["--out", str(tmp / "model")])
-    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
+    photo_model(tmp)
     plain = tmp / "plain"  # a folder of real photos plus a clip: everything is processed
     plain.mkdir()
     shutil.copy(DATA / "office3.jpg", plain / "office3.jpg")
@@ -73,19 +58,8 @@ def cli(command, ws, in_dir, out, *extra):
     untrained = (
         ["--untrained-mode"] if command is recover else []
     )  # the converted reference model records latent recovery
-    return command.main(
-        [
-            "--model",
-            str(ws / "model"),
-            "--password-file",
-            str(ws / "password.txt"),
-            str(in_dir),
-            str(out),
-            "--batch-size",
-            "4",
-            *untrained,
-            *extra,
-        ]
+    return run_command(
+        command, ws, in_dir, out, "password.txt", "--batch-size", "4", *untrained, *extra
     )
 
 

@@ -18,33 +18,36 @@ import pytest
 from PIL import Image
 
 from benchmarks.jpeg_recovery import psnr
-from convert.common import run
-from convert.dbaf import main as convert_main
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import commands, images, keys, metadata
 from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.errors import ModelDirectoryError
-from dbaf_jax.faces import align, ledger, paste, photos
+from dbaf_jax.faces import align, ledger, ledger_match, paste, photos
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.planning import crop_path
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
-from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
+from dbaf_jax.inference.settings import FolderRunSettings
+from tests.cli_helpers import (
+    PASSWORD,
+    WRONG_PASSWORD,
+    command_line,
+    photo_model,
+    pixels,
+    run_command,
+)
 from tests.conversion import convert_parser
 from tests.parity import random_reference
 from tests.paths import DATA
 from tests.torch_reference import parsers as reference_parsers
 from tests.torch_reference.dbaf_pipeline import (
     SIZE,
-    convert_args,
-    reduced_reference,
-    save_reference_files,
 )
 
 MIN_FACE = "50"  # office3.jpg's four faces have FFHQ quads of 53 to 67 pixels
 BATCH = 2
+SETTINGS = FolderRunSettings(batch_size=BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +56,7 @@ def workspace(tmp_path_factory):
     faces), jf.jpg at half size stored rotated with its EXIF orientation, a flat photo
     without faces; password files and a key file."""
     tmp = tmp_path_factory.mktemp("photos")
-    ref = reduced_reference(seed=30)
-    temper_(ref, np.random.default_rng(4))
-    run(
-        convert_main,
-        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
-    )
-    run(convert_mtcnn, ["--out", str(tmp / "model")])
+    photo_model(tmp)
     folder = tmp / "photos"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
@@ -69,7 +66,6 @@ def workspace(tmp_path_factory):
     exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
     upright.transpose(Image.Transpose.ROTATE_90).save(folder / "rotated.jpg", quality=95, exif=exif)
     Image.fromarray(np.full((120, 160, 3), 90, np.uint8)).save(folder / "empty.png")
-    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     (tmp / "wrong.txt").write_text(WRONG_PASSWORD + "\n", encoding="utf-8")
     new_key.main(["--out", str(tmp / "me.key")])
     # A fixed salt: the faces' keys, and so the measured PSNRs, are the same at every run.
@@ -80,22 +76,13 @@ def workspace(tmp_path_factory):
 def cli(command, ws, in_dir, out, password="password.txt", *extra):
     # The converted reference model records latent recovery; photos recover from the image.
     untrained = ["--untrained-mode"] if command is recover else []
-    return command.main(
-        [
-            "--model",
-            str(ws / "model"),
-            "--password-file",
-            str(ws / password),
-            str(in_dir),
-            str(out),
-            "--batch-size",
-            str(BATCH),
-            "--min-face-size",
-            MIN_FACE,
-            *untrained,
-            *extra,
-        ]
-    )
+    batch = ("--batch-size", str(BATCH), "--min-face-size", MIN_FACE)
+    return run_command(command, ws, in_dir, out, password, *batch, *untrained, *extra)
+
+
+def with_key_file(command, ws, in_dir, out, key_file, *extra):
+    """`cli` with ``--key-file key_file``."""
+    return cli(command, ws, in_dir, out, "password.txt", "--key-file", str(key_file), *extra)
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +97,9 @@ def faces(workspace, anonymizer):
 
 @pytest.fixture(scope="module")
 def anonymized(workspace):
-    return cli(
-        anonymize,
-        workspace,
-        workspace / "photos",
-        workspace / "anonymized",
-        "password.txt",
-        "--save-crops",
-        "--key-file",
-        str(workspace / "fixed.key"),
-    )
+    ws = workspace
+    key_file = ws / "fixed.key"
+    return with_key_file(anonymize, ws, ws / "photos", ws / "anonymized", key_file, "--save-crops")
 
 
 @pytest.fixture(scope="module")
@@ -214,18 +194,9 @@ def test_small_faces_are_left_alone_and_reported(workspace, anonymizer, tmp_path
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     report = anonymize.main(
-        [
-            "--model",
-            str(workspace / "model"),
-            "--password-file",
-            str(workspace / "password.txt"),
-            str(folder),
-            str(tmp_path / "out"),
-            "--min-face-size",
-            "60",
-            "--batch-size",
-            str(BATCH),
-        ]
+        command_line(
+            workspace, folder, tmp_path / "out", "--min-face-size", "60", "--batch-size", str(BATCH)
+        )
     )
     assert report.faces == 2 and report.faces_left == 2 and report.faces_found == 4
     assert [n for n in report.notes if "2 face(s) below --min-face-size left as they were" in n]
@@ -420,15 +391,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
-    cli(
-        anonymize,
-        workspace,
-        folder,
-        tmp_path / "anonymized",
-        "password.txt",
-        "--key-file",
-        str(key_file),
-    )
+    with_key_file(anonymize, workspace, folder, tmp_path / "anonymized", key_file)
     meta = images.read_metadata(tmp_path / "anonymized" / "office3.png")
     assert keys.KeyRecord.from_dict(meta["key"]) == keys.read_key_file(key_file)
     stripped = tmp_path / "stripped"
@@ -444,7 +407,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     assert not report.written and "pass a key file" in report.skipped[0].reason
 
     with_metadata = recover_photo_folder(
-        anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", BATCH
+        anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", SETTINGS
     )
     original = images.read_photo(folder / "office3.jpg")
     redetecting = photos.PhotoFaces(
@@ -457,7 +420,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
         PASSWORD,
         stripped,
         tmp_path / "rec_key",
-        BATCH,
+        SETTINGS,
         record=record,
         face_ledger=ledger.read(ledger.ledger_path(key_file)),
     )
@@ -468,7 +431,7 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     yy, xx = np.mgrid[: given.shape[0], : given.shape[1]]
     inside = np.zeros(given.shape[:2], bool)
     for entry in ledger.read(ledger.ledger_path(key_file)):
-        (cx, cy), radius = ledger.region(entry, given.shape)
+        (cx, cy), radius = ledger_match.region(entry, given.shape)
         inside |= (
             np.hypot(xx - cx, yy - cy) <= radius - 3
         )  # near the disc's edge the warp blends crop pixels
@@ -479,21 +442,13 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     ).mean() > 0.999
     outside = ~inside
     for entry in ledger.read(ledger.ledger_path(key_file)):
-        (cx, cy), radius = ledger.region(entry, given.shape)
+        (cx, cy), radius = ledger_match.region(entry, given.shape)
         outside &= np.hypot(xx - cx, yy - cy) > radius + 3
     np.testing.assert_array_equal(by_key[outside], given[outside])
     assert images.read_metadata(tmp_path / "rec_key" / "office3.png")["detected"] is True
 
     # The command with the real detector runs the same path on the stripped copy.
-    report = cli(
-        recover,
-        workspace,
-        stripped,
-        tmp_path / "rec_cli",
-        "password.txt",
-        "--key-file",
-        str(key_file),
-    )
+    report = with_key_file(recover, workspace, stripped, tmp_path / "rec_cli", key_file)
     assert [p.name for p in report.written] == ["office3.png"] and not report.skipped
     assert report.faces + report.unverified == report.faces_found
 
@@ -513,15 +468,7 @@ def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     original = images.read_photo(folder / "office3.jpg")
     Image.fromarray(original).save(never / "office3.png")
-    cli(
-        anonymize,
-        workspace,
-        folder,
-        tmp_path / "anonymized",
-        "password.txt",
-        "--key-file",
-        str(key_file),
-    )
+    with_key_file(anonymize, workspace, folder, tmp_path / "anonymized", key_file)
     assert len(ledger.read(ledger.ledger_path(key_file))) == 4
 
     report = cli(
@@ -554,7 +501,7 @@ def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(
         PASSWORD,
         jpeg,
         tmp_path / "rec_jpeg",
-        BATCH,
+        SETTINGS,
         record=keys.read_key_file(key_file),
         face_ledger=ledger.read(ledger.ledger_path(key_file)),
     )
@@ -580,16 +527,7 @@ def test_every_small_face_is_anonymized_by_default(workspace, anonymizer, tmp_pa
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office5.jpg").write_bytes((DATA / "office5.jpg").read_bytes())
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(folder),
-        str(tmp_path / "out"),
-        "--batch-size",
-        str(BATCH),
-    ]
+    args = command_line(workspace, folder, tmp_path / "out", "--batch-size", str(BATCH))
     assert commands.exit_status(anonymize.main, args) == 0
     original = images.read_photo(folder / "office5.jpg").astype(np.int16)
     result = pixels(tmp_path / "out" / "office5.png")
@@ -645,7 +583,12 @@ def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymize
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
     report = anonymize_photo_folder(
-        anonymizer, hiding, PASSWORD, folder, tmp_path / "out", BATCH, strict=True
+        anonymizer,
+        hiding,
+        PASSWORD,
+        folder,
+        tmp_path / "out",
+        FolderRunSettings(batch_size=BATCH, strict=True),
     )
     assert (
         report.faces_hidden == 1
@@ -668,17 +611,7 @@ def test_outputs_name_no_path_or_user(workspace, tmp_path):
     folder.mkdir()
     (folder / "jf.jpg").write_bytes((DATA / "jf.jpg").read_bytes())
     (folder / "broken.jpg").write_bytes(b"not a jpeg")
-    args = [
-        "--model",
-        str(home / "model"),
-        "--password-file",
-        str(home / "password.txt"),
-        str(folder),
-        str(home / "out"),
-        "--batch-size",
-        str(BATCH),
-        "--save-crops",
-    ]
+    args = command_line(home, folder, home / "out", "--batch-size", str(BATCH), "--save-crops")
     assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
     outputs = sorted((home / "out").rglob("*"))
     assert len(outputs) == 2  # the photo and its face's crop
@@ -715,22 +648,25 @@ def test_resume_continues_an_interrupted_run_to_the_same_outputs(
         (partial / name).write_bytes((workspace / "photos" / name).read_bytes())
     out = tmp_path / "out"
     anonymize_photo_folder(
-        anonymizer, faces, PASSWORD, partial, out, BATCH, record=fixed, save_crops=True
+        anonymizer,
+        faces,
+        PASSWORD,
+        partial,
+        out,
+        FolderRunSettings(batch_size=BATCH, save_crops=True),
+        record=fixed,
     )
     crop_path(out / "office3.png", 2).unlink()  # killed between the photo and its crops
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(workspace / "photos"),
-        str(out),
+    args = command_line(
+        workspace,
+        workspace / "photos",
+        out,
         "--batch-size",
         str(BATCH),
         "--min-face-size",
         MIN_FACE,
         "--save-crops",
-    ]
+    )
     assert (
         commands.exit_status(anonymize.main, args) == 1
     )  # outputs exist: refused without --resume
@@ -755,14 +691,7 @@ def test_a_run_that_skipped_every_input_fails(workspace, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "a.jpg").write_bytes(b"not a jpeg")
-    args = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(folder),
-        str(tmp_path / "out"),
-    ]
+    args = command_line(workspace, folder, tmp_path / "out")
     assert commands.exit_status(anonymize.main, args) == EXIT_SKIPPED
 
 
@@ -779,20 +708,17 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path)
         anonymize, workspace, photos_dir, tmp_path / "whole", "password.txt", "--key-file", key_file
     )
     out = tmp_path / "resumed"
-    argv = [
-        "--model",
-        str(workspace / "model"),
-        "--password-file",
-        str(workspace / "password.txt"),
-        str(photos_dir),
-        str(out),
+    argv = command_line(
+        workspace,
+        photos_dir,
+        out,
         "--batch-size",
         str(BATCH),
         "--min-face-size",
         MIN_FACE,
         "--key-file",
         key_file,
-    ]
+    )
     killed = subprocess.Popen(
         [sys.executable, "-m", "dbaf_jax.commands.anonymize", *argv],
         stderr=subprocess.DEVNULL,

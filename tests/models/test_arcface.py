@@ -11,15 +11,7 @@ import torch
 
 from convert.arcface import main
 from dbaf_jax.models.arcface import ArcFace, preprocess
-from tests.conversion import (
-    assert_not_a_checkpoint_message,
-    command_refusal,
-    convert,
-    edited,
-    not_a_checkpoint,
-    refusal,
-    save,
-)
+from tests import conversion
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.arcface import Backbone, extract_feats
 from tests.torch_reference.irse import randomize_irse_
@@ -33,11 +25,11 @@ def reference(tmp_path_factory):
     torch.manual_seed(0)
     net = randomize_irse_(Backbone(50, width_scale=WIDTH), seed=3)
     tmp = tmp_path_factory.mktemp("arcface")
-    ckpt = save(net.state_dict(), tmp / "model_ir_se50.pth")
+    ckpt = conversion.save(net.state_dict(), tmp / "model_ir_se50.pth")
     return (
         net,
         ckpt,
-        convert(
+        conversion.convert(
             main, ["--ckpt", str(ckpt), "--width-scale", str(WIDTH)], tmp / "models", "arcface"
         ),
     )
@@ -142,39 +134,7 @@ def test_full_size_layout():
     ]
 
 
-def _refusal(reference, tmp_path, **edits):
-    net, _, _ = reference
-    bad = save(edited(net.state_dict(), **edits), tmp_path / "bad.pth")
-    argv = ["--ckpt", str(bad), "--out", str(tmp_path / "models"), "--width-scale", str(WIDTH)]
-    return refusal(main, argv, unwritten=tmp_path / "models")
-
-
-def test_refuses_missing_key(reference, tmp_path):
-    err = _refusal(reference, tmp_path, drop=["body.5.res_layer.5.fc2.weight"])
-    assert "missing (1): body.5.res_layer.5.fc2.weight" in err
-
-
-def test_refuses_unexpected_key(reference, tmp_path):
-    err = _refusal(reference, tmp_path, add={"head.kernel": torch.zeros(3)})
-    assert "unexpected (1): head.kernel" in err
-
-
-def test_refuses_misshaped_key(reference, tmp_path):
-    misshaped = {
-        "output_layer.3.weight": torch.zeros(512, 100),
-        "body.7.shortcut_layer.0.weight": torch.zeros(64, 32, 3, 3),
-    }
-    err = _refusal(reference, tmp_path, add=misshaped)
-    assert "mis-shaped (2)" in err
-    assert (
-        "output_layer.3.weight [512, 100]" in err
-        and "body.7.shortcut_layer.0.weight [64, 32, 3, 3]" in err
-    )
-
-
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = not_a_checkpoint(tmp_path / "model_ir_se50.pth")
-    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(
-        command_refusal("convert.arcface", argv, unwritten=tmp_path / "models"), bogus
+    conversion.assert_command_refuses_a_non_checkpoint(
+        "convert.arcface", tmp_path / "model_ir_se50.pth", tmp_path / "models"
     )

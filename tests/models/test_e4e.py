@@ -12,15 +12,7 @@ from convert.e4e import main
 from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.nn.resize import adaptive_avg_pool2d
-from tests.conversion import (
-    assert_not_a_checkpoint_message,
-    command_refusal,
-    convert,
-    edited,
-    not_a_checkpoint,
-    refusal,
-    save,
-)
+from tests.conversion import assert_command_refuses_a_non_checkpoint, convert, edited, refusal, save
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import e4e as torch_e4e
 from tests.torch_reference.irse import randomize_irse_
@@ -223,8 +215,6 @@ def test_refuses_single_style_encoder(tmp_path, psp_reference):
 
 
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = not_a_checkpoint(tmp_path / "e4e_ffhq_encode_256.pt")
-    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(
-        command_refusal("convert.e4e", argv, unwritten=tmp_path / "models"), bogus
+    assert_command_refuses_a_non_checkpoint(
+        "convert.e4e", tmp_path / "e4e_ffhq_encode_256.pt", tmp_path / "models"
     )

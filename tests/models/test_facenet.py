@@ -13,15 +13,7 @@ from facenet_pytorch.models.inception_resnet_v1 import InceptionResnetV1 as Torc
 
 from convert.facenet import main
 from dbaf_jax.models.facenet import InceptionResnetV1
-from tests.conversion import (
-    assert_not_a_checkpoint_message,
-    command_refusal,
-    convert,
-    edited,
-    not_a_checkpoint,
-    refusal,
-    save,
-)
+from tests import conversion
 from tests.parity import assert_parity, relative_error
 from tests.torch_reference.metric_networks import (
     FACENET_IDENTITIES,
@@ -62,8 +54,12 @@ def vggface2(tmp_path_factory):
     """A random facenet-pytorch network in the vggface2 file's layout, the file, the converted network."""
     net = random_facenet(FACENET_IDENTITIES["vggface2"], seed=0)
     tmp = tmp_path_factory.mktemp("facenet")
-    ckpt = save(net.state_dict(), tmp / FILES["vggface2"])
-    return net, ckpt, convert(main, ["--ckpt", str(ckpt)], tmp / "models", "facenet_vggface2")
+    ckpt = conversion.save(net.state_dict(), tmp / FILES["vggface2"])
+    return (
+        net,
+        ckpt,
+        conversion.convert(main, ["--ckpt", str(ckpt)], tmp / "models", "facenet_vggface2"),
+    )
 
 
 @pytest.mark.parametrize("size", [160, 224])  # 224 is area-resized to 160 first
@@ -85,8 +81,10 @@ def test_embedding_matches_facenet_pytorch(vggface2, size):
 
 def test_casia_webface_layout_converts_to_its_own_directory(tmp_path):
     net = random_facenet(FACENET_IDENTITIES["casia_webface"], seed=1)
-    ckpt = save(net.state_dict(), tmp_path / FILES["casia_webface"])
-    converted = convert(main, ["--ckpt", str(ckpt)], tmp_path / "models", "facenet_casia_webface")
+    ckpt = conversion.save(net.state_dict(), tmp_path / FILES["casia_webface"])
+    converted = conversion.convert(
+        main, ["--ckpt", str(ckpt)], tmp_path / "models", "facenet_casia_webface"
+    )
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["facenet_casia_webface"]
     images = random_images(160, seed=2)
     expected_embedding, expected_features = torch_embedding_and_features(net, facenet_input(images))
@@ -136,32 +134,9 @@ def test_full_size_layout():
 
 def _refusal(vggface2, tmp_path, **edits):
     net, _, _ = vggface2
-    bad = save(edited(net.state_dict(), **edits), tmp_path / "bad.pt")
-    return refusal(
+    bad = conversion.save(conversion.edited(net.state_dict(), **edits), tmp_path / "bad.pt")
+    return conversion.refusal(
         main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models"
-    )
-
-
-def test_refuses_missing_key(vggface2, tmp_path):
-    err = _refusal(vggface2, tmp_path, drop=["repeat_2.4.branch1.2.bn.running_var"])
-    assert "missing (1): repeat_2.4.branch1.2.bn.running_var" in err
-
-
-def test_refuses_unexpected_key(vggface2, tmp_path):
-    err = _refusal(vggface2, tmp_path, add={"repeat_3.5.conv2d.weight": torch.zeros(3)})
-    assert "unexpected (1): repeat_3.5.conv2d.weight" in err
-
-
-def test_refuses_misshaped_key(vggface2, tmp_path):
-    misshaped = {
-        "last_linear.weight": torch.zeros(512, 1024),
-        "mixed_7a.branch0.1.conv.weight": torch.zeros(384, 256, 1, 1),
-    }
-    err = _refusal(vggface2, tmp_path, add=misshaped)
-    assert "mis-shaped (2)" in err
-    assert (
-        "last_linear.weight [512, 1024]" in err
-        and "mixed_7a.branch0.1.conv.weight [384, 256, 1, 1]" in err
     )
 
 
@@ -184,8 +159,6 @@ def test_refuses_a_file_without_classifier(vggface2, tmp_path):
 
 
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = not_a_checkpoint(tmp_path / FILES["vggface2"])
-    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(
-        command_refusal("convert.facenet", argv, unwritten=tmp_path / "models"), bogus
+    conversion.assert_command_refuses_a_non_checkpoint(
+        "convert.facenet", tmp_path / FILES["vggface2"], tmp_path / "models"
     )

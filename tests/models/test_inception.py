@@ -16,15 +16,7 @@ from convert.inception import main
 from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.nn.pool import avg_pool2d, max_pool2d
 from dbaf_jax.nn.resize import resize_bilinear
-from tests.conversion import (
-    assert_not_a_checkpoint_message,
-    command_refusal,
-    convert,
-    edited,
-    not_a_checkpoint,
-    refusal,
-    save,
-)
+from tests import conversion
 from tests.parity import assert_parity, nchw, nhwc, relative_error
 from tests.torch_reference.metric_networks import (
     pytorch_fid_model,
@@ -48,9 +40,13 @@ def reference(tmp_path_factory):
     """pytorch-fid's InceptionV3([3]) loaded from a random checkpoint in the published file's
     layout, the file, and the network converted from it."""
     tmp = tmp_path_factory.mktemp("inception")
-    ckpt = save(random_fid_inception_state_dict(seed=0), tmp / FILE)
+    ckpt = conversion.save(random_fid_inception_state_dict(seed=0), tmp / FILE)
     net = pytorch_fid_model(torch.load(ckpt, weights_only=True))
-    return net, ckpt, convert(main, ["--ckpt", str(ckpt)], tmp / "models", "inception_fid")
+    return (
+        net,
+        ckpt,
+        conversion.convert(main, ["--ckpt", str(ckpt)], tmp / "models", "inception_fid"),
+    )
 
 
 @pytest.mark.parametrize("size", [299, 256, 340])  # 256 and 340 are resized to 299 first
@@ -124,39 +120,7 @@ def test_full_size_layout(reference):
     )
 
 
-def _refusal(reference, tmp_path, **edits):
-    _, ckpt, _ = reference
-    bad = save(edited(torch.load(ckpt, weights_only=True), **edits), tmp_path / "bad.pth")
-    return refusal(
-        main, ["--ckpt", str(bad), "--out", str(tmp_path / "models")], unwritten=tmp_path / "models"
-    )
-
-
-def test_refuses_missing_key(reference, tmp_path):
-    err = _refusal(reference, tmp_path, drop=["Mixed_6c.branch7x7dbl_4.bn.running_mean"])
-    assert "missing (1): Mixed_6c.branch7x7dbl_4.bn.running_mean" in err
-
-
-def test_refuses_unexpected_key(reference, tmp_path):
-    # torchvision's auxiliary classifier is not part of the FID network.
-    err = _refusal(reference, tmp_path, add={"AuxLogits.fc.weight": torch.zeros(1008, 768)})
-    assert "unexpected (1): AuxLogits.fc.weight" in err
-
-
-def test_refuses_misshaped_key(reference, tmp_path):
-    misshaped = {
-        "Mixed_5b.branch_pool.conv.weight": torch.zeros(64, 192, 1, 1),  # pool_features of Mixed_5c
-        "Mixed_7c.branch3x3_2a.conv.weight": torch.zeros(384, 384, 3, 1),  # 2b's kernel
-    }
-    err = _refusal(reference, tmp_path, add=misshaped)
-    assert "mis-shaped (2)" in err
-    assert "Mixed_5b.branch_pool.conv.weight [64, 192, 1, 1]" in err
-    assert "Mixed_7c.branch3x3_2a.conv.weight [384, 384, 3, 1]" in err
-
-
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
-    bogus = not_a_checkpoint(tmp_path / FILE)
-    argv = ["--ckpt", str(bogus), "--out", str(tmp_path / "models")]
-    assert_not_a_checkpoint_message(
-        command_refusal("convert.inception", argv, unwritten=tmp_path / "models"), bogus
+    conversion.assert_command_refuses_a_non_checkpoint(
+        "convert.inception", tmp_path / FILE, tmp_path / "models"
     )

@@ -13,18 +13,16 @@ import zlib
 import numpy as np
 import pytest
 
-from convert.common import run
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys, metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import photos
-from dbaf_jax.faces.detectors import registry
 from dbaf_jax.video import clip, runner, sidecar
-from tests.invertible_double import InvertibleDouble
-from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
+from dbaf_jax.video.settings import ClipRunSettings
+from tests.invertible_double import double_with_mtcnn
+from tests.video_clips import HEIGHT, WIDTH, pan_frames, reencode, write_clip
 
 SIZE = 64
 FRAMES = 6
+BATCH = ClipRunSettings(batch_size=4)
 
 
 def at(x, y, side=40.0):
@@ -143,7 +141,7 @@ PEAK = textwrap.dedent("""
     from dbaf_jax.video import runner
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        runner.recover_video(None, None, "pw", Path(sys.argv[1]), Path(sys.argv[2]), 4)
+        runner.recover_video(None, None, "pw", Path(sys.argv[1]), Path(sys.argv[2]))
     except InputError as err:
         print(err)
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
@@ -156,20 +154,7 @@ def test_a_clip_whose_tag_inflates_to_a_gib_is_refused_within_a_few_hundred_mb(t
     inflates to 1 GiB, in a short clip without a sidecar file; recover_video refuses it
     before parsing, its peak memory growing by at most 200 MB (it grew 6.6 GB before)."""
     source = write_clip(tmp_path / "pan.mp4", pan_frames(FRAMES), audio_streams=0)
-    info = clip.probe(source)
-    tagged = tmp_path / f"hostile{suffix}"
-    writer = clip.Writer(
-        source,
-        tagged,
-        clip.muxer(tagged),
-        info,
-        clip.Encoding(),
-        clip.Encoding().codec_for(tagged),
-        {sidecar.TAG: bomb(1 << 30)},
-    )
-    for frame in clip.frames(source, info):
-        writer.write(frame.pixels, frame.pts)
-    writer.finish()
+    tagged = reencode(source, tmp_path / f"hostile{suffix}", tags={sidecar.TAG: bomb(1 << 30)})
     assert (
         len(clip.read_tag(tagged, sidecar.TAG)) > 1_000_000 and clip.packet_count(tagged) == FRAMES
     )
@@ -192,15 +177,10 @@ def test_anonymize_says_when_its_own_sidecar_breaks_the_bounds(tmp_path, monkeyp
     """A crowd denser than the bounds allow (here: a bound of one face per frame, and a
     clip with several) is anonymized, and the run says that recover_video will refuse
     its sidecar, naming why."""
-    run(convert_mtcnn, ["--out", str(tmp_path / "model")])
-    double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(
-        registry.build(tmp_path / "model" / "mtcnn", ["mtcnn"], low_band=False)[0],
-        double.input_size,
-    )
+    double, faces = double_with_mtcnn(tmp_path)
     source = write_clip(tmp_path / "pan.mp4", pan_frames(3, travel=0.3), audio_streams=0)
     monkeypatch.setattr(metadata, "max_recorded_faces", lambda shape: 1)
-    report = runner.anonymize_video(double, faces, "pw", source, tmp_path / "anon.mp4", 4)
+    report = runner.anonymize_video(double, faces, "pw", source, tmp_path / "anon.mp4", BATCH)
     assert report.tracks >= 2 and (tmp_path / "anon.mp4").exists()
     (note,) = [note for note in report.notes if "breaks the bounds" in note]
     assert "more than the 1 a 320x240 frame can" in note and "cannot be recovered" in note, note

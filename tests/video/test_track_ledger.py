@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 from scipy.ndimage import binary_dilation
 
-from convert.common import run
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import keys
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import ledger, paste, photos
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces import ledger, ledger_match, paste
 from dbaf_jax.video import clip, runner, sidecar, track_ledger
-from tests.invertible_double import InvertibleDouble
-from tests.video_clips import pan_frames, write_clip
+from dbaf_jax.video.settings import ClipRunSettings
+from tests.invertible_double import double_with_mtcnn
+from tests.video_clips import pan_frames, reencode, write_clip
 
 PASSWORD = "clip ledger"
 FRAMES = 10
@@ -35,24 +33,13 @@ def decoded(path):
 def as_recovery_encodes(source, target):
     """``source``'s frames through the recovery's encoder and nothing else: what a frame
     whose pixels recovery did not change decodes to."""
-    info = clip.probe(source)
-    writer = clip.Writer(
-        source, target, clip.muxer(target), info, LOSSLESS, LOSSLESS.codec_for(target)
-    )
-    for frame in clip.frames(source, info):
-        writer.write(frame.pixels, frame.pts)
-    writer.finish()
-    return decoded(target)
+    return decoded(reencode(source, target, LOSSLESS))
 
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clip_ledger")
-    run(convert_mtcnn, ["--out", str(tmp / "model")])
-    double = InvertibleDouble(128)
-    faces = photos.PhotoFaces(
-        registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0], double.input_size
-    )
+    double, faces = double_with_mtcnn(tmp)
     write_clip(tmp / "pan.mp4", pan_frames(FRAMES, travel=0.5), audio_streams=0)
     record = keys.KeyRecord(salt="6b" * keys.SALT_BYTES)
     keys.write_key_file(tmp / "me.key", record)
@@ -62,7 +49,7 @@ def ws(tmp_path_factory):
         PASSWORD,
         tmp / "pan.mp4",
         tmp / "anon.mp4",
-        BATCH,
+        ClipRunSettings(batch_size=BATCH),
         record=record,
         face_ledger=ledger.ledger_path(tmp / "me.key"),
     )
@@ -76,9 +63,8 @@ def ws(tmp_path_factory):
         PASSWORD,
         shared,
         tmp / "back.mkv",
-        BATCH,
+        ClipRunSettings(batch_size=BATCH, encoding=LOSSLESS),
         record=record,
-        encoding=LOSSLESS,
         face_ledger=entries,
     )
     control = runner.recover_video(
@@ -87,9 +73,8 @@ def ws(tmp_path_factory):
         PASSWORD,
         tmp / "pan.mp4",
         tmp / "control.mkv",
-        BATCH,
+        ClipRunSettings(batch_size=BATCH, encoding=LOSSLESS),
         record=record,
-        encoding=LOSSLESS,
         face_ledger=entries,
     )
     return tmp, anonymized, recovered, control, entries
@@ -131,10 +116,10 @@ def test_the_shared_copy_is_recovered_where_it_was_anonymized_only(ws):
     yy, xx = np.mgrid[: side.shape[0], : side.shape[1]]
     for _, first, stack in side.tracks:
         for offset, transform in enumerate(stack):
-            _, (cx, cy), width = ledger.place(side.shape, transform, side.size)
+            _, (cx, cy), width = ledger_match.place(side.shape, transform, side.size)
             discs[first + offset] |= (
                 np.hypot(xx - cx * side.shape[1], yy - cy * side.shape[1])
-                <= ledger.RECOVERY_RADIUS * width * side.shape[1]
+                <= ledger_match.RECOVERY_RADIUS * width * side.shape[1]
             )
     assert np.abs(back - original)[discs].mean() < 0.5 * np.abs(shared - original)[discs].mean()
     # Outside (with a margin for yuv420p's chroma filter) the frames are the shared copy's exactly.
@@ -175,7 +160,7 @@ def test_the_anonymized_place_is_exact_at_entries_and_follows_the_redetected_mot
     stack = np.stack(
         [np.array([[1.0, 0, -(40 + f)], [0, 1, -30]]) for f in range(12)]
     )  # crops at x = 40 + f
-    _, (cx, cy), side = ledger.place(shape, stack[0], size)
+    _, (cx, cy), side = ledger_match.place(shape, stack[0], size)
     sig = np.zeros(ledger.GRID * ledger.GRID * 3)
 
     def entry(frame, shift):

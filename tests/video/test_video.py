@@ -18,9 +18,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from convert.common import run
-from convert.dbaf import main as convert_main
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import commands, keys
 from dbaf_jax.commands import anonymize_video, recover_video
 from dbaf_jax.errors import InputError, OutputExistsError
@@ -28,14 +25,10 @@ from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
-from dbaf_jax.video import clip, runner, sidecar, tracks
-from tests.cli_helpers import PASSWORD, temper_
-from tests.torch_reference.dbaf_pipeline import (
-    convert_args,
-    reduced_reference,
-    save_reference_files,
-)
-from tests.video_clips import HEIGHT, WIDTH, pan_frames, write_clip
+from dbaf_jax.video import clip, passes, runner, sidecar, tracks
+from dbaf_jax.video.settings import ClipRunSettings
+from tests.cli_helpers import PASSWORD, photo_model, run_command
+from tests.video_clips import HEIGHT, WIDTH, pan_frames, reencode, write_clip
 
 FRAMES = 12
 GAP = 6  # a blank frame: every track misses it
@@ -46,37 +39,18 @@ CRF = 10  # the encoder's changes stay under a mean of 2 levels outside the face
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("video")
-    ref = reduced_reference(seed=30)
-    temper_(ref, np.random.default_rng(4))
-    run(
-        convert_main,
-        convert_args(save_reference_files(tmp / "reference", ref, seed=30), tmp / "model"),
-    )
-    run(convert_mtcnn, ["--out", str(tmp / "model")])
+    photo_model(tmp)
     frames = pan_frames(
         FRAMES, travel=0.5
     )  # faces move ~10 px a frame: ByteTrack links them across the gap
     frames[GAP] = np.full_like(frames[GAP], 128)
     write_clip(tmp / "pan.mp4", frames)
-    (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     keys.write_key_file(tmp / "fixed.key", keys.KeyRecord(salt="5a" * keys.SALT_BYTES))
     return tmp
 
 
 def cli(command, ws, source, target, password="password.txt", *extra):
-    return command.main(
-        [
-            "--model",
-            str(ws / "model"),
-            "--password-file",
-            str(ws / password),
-            str(source),
-            str(target),
-            "--batch-size",
-            str(BATCH),
-            *extra,
-        ]
-    )
+    return run_command(command, ws, source, target, password, "--batch-size", str(BATCH), *extra)
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +244,7 @@ def test_faces_the_model_cannot_take_are_hidden_and_small_ones_counted():
 
 
 def test_the_fallback_hides_its_boxes_on_their_frames():
-    """`runner._processed` pixelates each frame's unusable boxes (here with no face to
+    """`passes.processed` pixelates each frame's unusable boxes (here with no face to
     anonymize) and changes nothing else."""
 
     class Faces:
@@ -286,7 +260,9 @@ def test_the_fallback_hides_its_boxes_on_their_frames():
     box = np.array([100.0, 60.0, 160.0, 130.0])
     anonymizer = types.SimpleNamespace(padded_size=lambda size: size)
     out = list(
-        runner._processed(anonymizer, Faces(), iter(frames), [], {}, None, 4, hidden={1: [box]})
+        passes.processed(
+            anonymizer, Faces(), iter(frames), passes.FacePass([], {}, None, hidden={1: [box]}), 4
+        )
     )
     assert (out[0] == frames[0].pixels).all() and (out[2] == frames[2].pixels).all()
     changed = (out[1] != frames[1].pixels).any(axis=-1)
@@ -383,21 +359,8 @@ def test_the_sidecar_travels_in_the_container(tmp_path, suffix):
     """The sidecar written as a container tag reads back equal to the file's content;
     AVI, which drops such tags, is known not to hold it."""
     source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
-    info = clip.probe(source)
     data = _sidecar_data()
-    target = tmp_path / f"out{suffix}"
-    writer = clip.Writer(
-        source,
-        target,
-        clip.muxer(target),
-        info,
-        clip.Encoding(),
-        clip.Encoding().codec_for(target),
-        {sidecar.TAG: sidecar.as_tag(data)},
-    )
-    for frame in clip.frames(source, info):
-        writer.write(frame.pixels, frame.pts)
-    writer.finish()
+    target = reencode(source, tmp_path / f"out{suffix}", tags={sidecar.TAG: sidecar.as_tag(data)})
     assert clip.holds_tags(target)
     carried = sidecar.from_tag(clip.read_tag(target, sidecar.TAG), target)
     written = sidecar.check(data)
@@ -540,7 +503,9 @@ def test_the_input_is_never_an_output(tmp_path):
     source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
     for target in (source, tmp_path / "." / "in.mp4"):
         with pytest.raises(InputError, match="would replace the input"):
-            runner.anonymize_video(None, None, PASSWORD, source, target, BATCH, overwrite=True)
+            runner.anonymize_video(
+                None, None, PASSWORD, source, target, ClipRunSettings(BATCH, overwrite=True)
+            )
     assert clip.probe(source).width == WIDTH
 
 
@@ -586,19 +551,10 @@ def test_a_long_clip_streams(ws, anonymized):
             yield clip.Frame(i, i, np.full((HEIGHT, WIDTH, 3), i % 256, np.uint8))
 
     placed = [(0, 0, np.stack([transform] * count))]
-    track_keys = runner._track_keys(anonymizer, bytes(32), placed)
+    track_keys = passes.track_keys(anonymizer, bytes(32), placed)
+    work = passes.FacePass(placed, track_keys, runner._anonymize_step(anonymizer))
     waiting = []
-    for done, pixels in enumerate(
-        runner._processed(
-            anonymizer,
-            faces,
-            frames(),
-            placed,
-            track_keys,
-            runner._anonymize_step(anonymizer),
-            BATCH,
-        )
-    ):
+    for done, pixels in enumerate(passes.processed(anonymizer, faces, frames(), work, BATCH)):
         waiting.append(len(consumed) - done)
         assert pixels.shape == (HEIGHT, WIDTH, 3)
     assert len(waiting) == count
@@ -610,14 +566,14 @@ def test_a_long_clip_streams(ws, anonymized):
 @pytest.mark.slow  # shares the module's model; MTCNN and x264 on 4K frames take a few seconds each
 def test_a_4k_clip_is_anonymized_and_recovered(ws, tmp_path):
     """3840x2160 frames go through both commands at their size, with at most
-    `runner.FRAME_BYTES` of frames waiting at each stage (10 of 25 MB, not 16 or 32)."""
+    `passes.FRAME_BYTES` of frames waiting at each stage (10 of 25 MB, not 16 or 32)."""
     frames = [
         np.asarray(Image.fromarray(f).resize((3840, 2160), Image.Resampling.BILINEAR))
         for f in pan_frames(3)
     ]
     source = write_clip(tmp_path / "4k.mp4", frames, audio_streams=0)
     info = clip.probe(source)
-    assert runner.frames_within(runner.DECODE_AHEAD, info) == 10
+    assert passes.frames_within(passes.DECODE_AHEAD, info) == 10
     report = cli(
         anonymize_video, ws, source, tmp_path / "anon.mp4", "password.txt", "--crf", str(CRF)
     )

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from dbaf_jax.web import jobs
-from dbaf_jax.web.jobs import JobStore, LimitError, Limits, NotFound
+from dbaf_jax.web.jobs import LimitError, Limits, NotFound
+from dbaf_jax.web.store import ROOT_PREFIX, JobStore, remove_stale_roots
 
 
 @pytest.mark.parametrize(
@@ -100,9 +101,9 @@ def test_folders_of_killed_servers_are_removed(tmp_path):
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    stale = tmp_path / f"{jobs.ROOT_PREFIX}{dead.stdout.strip()}-abc"
+    stale = tmp_path / f"{ROOT_PREFIX}{dead.stdout.strip()}-abc"
     (stale / "job").mkdir(parents=True)
-    alive = tmp_path / f"{jobs.ROOT_PREFIX}{os.getpid()}-def"
+    alive = tmp_path / f"{ROOT_PREFIX}{os.getpid()}-def"
     alive.mkdir()
-    assert jobs.remove_stale_roots(tmp_path) == [stale]
+    assert remove_stale_roots(tmp_path) == [stale]
     assert not stale.exists() and alive.exists()

@@ -12,11 +12,8 @@ anonymization there (README's screenshot)."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import clip, sidecar
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels
 from tests.evaluation_models import build_tiny_model
@@ -45,13 +43,14 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         allow_module_level=True,
     )
 
-import uvicorn  # noqa: E402
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from dbaf_jax.web import runs, server  # noqa: E402
-from dbaf_jax.web.jobs import JobStore, Limits  # noqa: E402
+from dbaf_jax.web import runs  # noqa: E402
+from dbaf_jax.web.jobs import Limits  # noqa: E402
+from dbaf_jax.web.store import JobStore  # noqa: E402
+from tests.web_serving import serving  # noqa: E402
 
 pytestmark = (
     pytest.mark.slow
@@ -94,7 +93,7 @@ def model(workspace):
         anonymizer,
         load_photo_faces(anonymizer),
         load_photo_faces(anonymizer, recovering=True),
-        BATCH,
+        FolderRunSettings(batch_size=BATCH),
         untrained_mode=True,
     )
 
@@ -104,18 +103,8 @@ def served(model, workspace):
     """(base URL, the job store) of a server in a thread; after the module, it is stopped
     and its private folder must be gone."""
     store = JobStore(Limits(file_bytes=FILE_LIMIT), workspace)
-    sock = socket.create_server(("127.0.0.1", 0))
-    instance = uvicorn.Server(
-        uvicorn.Config(server.build_app(model, store), log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not instance.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", store
-    instance.should_exit = True
-    thread.join(60)
-    assert not store.root.exists(), "the server stopped and left its private folder"
+    with serving(model, store, stop_seconds=60) as port:
+        yield f"http://127.0.0.1:{port}", store
 
 
 @pytest.fixture(scope="module")

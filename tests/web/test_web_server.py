@@ -6,18 +6,15 @@ to listen beyond this machine without --allow-remote."""
 
 import http.client
 import json
-import socket
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
-import uvicorn
 
-from dbaf_jax.web import server
-from dbaf_jax.web.jobs import JobStore, Limits
+from dbaf_jax.web.jobs import Limits
+from dbaf_jax.web.store import JobStore
 from tests.paths import REPO
+from tests.web_serving import serving
 
 LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10)
 
@@ -26,18 +23,8 @@ LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10)
 def served(tmp_path_factory):
     """(port, store) of a server with small bounds and no model (no run is started here)."""
     store = JobStore(LIMITS, tmp_path_factory.mktemp("web_server"))
-    sock = socket.create_server(("127.0.0.1", 0))
-    instance = uvicorn.Server(
-        uvicorn.Config(server.build_app(None, store), log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not instance.started:
-        time.sleep(0.05)
-    yield sock.getsockname()[1], store
-    instance.should_exit = True
-    thread.join(30)
-    assert not store.root.exists()
+    with serving(None, store, stop_seconds=30) as port:
+        yield port, store
 
 
 def call(served, method, path, body=None, headers=None, chunked=False):

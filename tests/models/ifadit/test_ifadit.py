@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from configs.ifadit import phases as ifadit_config
-from dbaf_jax import keys, model_directory, model_families
+from dbaf_jax import keys, model_directory, model_families, network_kinds
 from dbaf_jax.models import ifadit
 from dbaf_jax.models.ifadit.sif import SecureIdentityFlow, bounded_log_scale
 from dbaf_jax.train import networks as networks_lib
@@ -209,7 +209,7 @@ def test_model_directory_round_trip(tiny, tmp_path):
     model_directory.save_model(tmp_path, ifadit.FAMILY, networks, {})
     loaded, loaded_variables = model_families.load_family(ifadit.FAMILY, tmp_path)
     assert loaded.networks() == model.networks()
-    fingerprint = model_directory.model_fingerprint
+    fingerprint = network_kinds.model_fingerprint
     assert fingerprint(loaded.networks(), loaded_variables) == fingerprint(
         model.networks(), variables
     )

@@ -1,0 +1,138 @@
+"""The photo pipeline both folder runs share (`photo_folders`): photos decoded on worker
+threads ahead of the model, their faces batched across photos (`face_batches`), each
+result said (`photo_notes`) and written behind the model with its crops, counted into the
+run's `Report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from dbaf_jax import images, metadata, pipeline
+from dbaf_jax.faces import photos
+from dbaf_jax.inference import face_batches
+from dbaf_jax.inference.anonymizer import PhotoResult, photo_result
+from dbaf_jax.inference.planning import Plan, crop_path
+from dbaf_jax.inference.report import Report
+
+
+def photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
+    """What a photo's outcome needs said, in the words that are true of it."""
+    notes = []
+    if meta.get("operation") == "recover" and not meta.get("detected"):
+        if not result.faces:
+            notes.append(f"{source}: its metadata records no face; copied unchanged")
+    elif not result.found:
+        notes.append(
+            f"{source}: no face found{' by detection' if meta.get('detected') else ''}, copied unchanged"
+        )
+    if result.too_small:
+        sides = ", ".join(f"{side:.0f}" for side in result.too_small)
+        notes.append(
+            f"{source}: {len(result.too_small)} face(s) below --min-face-size left as they were (sides {sides} px)"
+        )
+    if result.hidden:
+        notes.append(
+            f"{source}: {len(result.hidden)} face(s) hidden by pixelation (low-confidence detections, or unusable landmarks)"
+        )
+    if result.unverified:
+        notes.append(
+            f"{source}: {result.unverified} detected face(s) not verified as anonymized ({result.unverified_why}): left as they are"
+        )
+    return notes
+
+
+def write_photo(
+    target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool
+) -> None:
+    images.write_png(
+        target,
+        result.photo,
+        {**meta, **metadata.photo_fields(result.photo.shape, result.faces)},
+        overwrite,
+    )
+    if save_crops:
+        for face, face_crop in zip(result.faces, result.crops):
+            images.write_png(
+                crop_path(target, face.index),
+                face_crop,
+                metadata.crop(target.name, face.index),
+                overwrite,
+            )
+
+
+@dataclasses.dataclass
+class Photo:
+    """A photo's own part of its `face_batches.Item`: where it came from, its output's
+    metadata, the faces left alone as too small, and the detections recovery left unverified."""
+
+    source: Path
+    meta: dict
+    too_small: list[float]
+    unverified: int = 0
+    unverified_why: str = ""
+
+
+def run_photos(
+    plan: Plan,
+    sources: list[Path],
+    prepare: Callable[[Path, np.ndarray], face_batches.Item | images.Skipped],
+    step: Callable,
+    faces: photos.PhotoFaces,
+    batch_size: int,
+    report: Report,
+    desc: str,
+    save_crops: bool,
+    overwrite: bool | Callable[[Path], bool],
+    made: Callable[[face_batches.Done, PhotoResult], None] = lambda done, result: None,
+) -> Report:
+    """Runs ``sources`` (of ``plan``) through the model: ``prepare(source, photo)`` gives
+    each decoded photo's `face_batches.Item` (its tag a `Photo`) or a Skipped; faces are
+    batched across photos by ``step`` in batches of ``batch_size``; ``made`` sees each
+    photo as it is done, before it is written. Photos are decoded and encoded on worker
+    threads. ``overwrite`` may be per target. Adds to and returns ``report``."""
+
+    def items():
+        for source, read in tqdm(
+            pipeline.read_ahead(sources, images.read_photo_noted, depth=4),
+            total=len(sources),
+            unit="photo",
+            desc=desc,
+        ):
+            report.photos += 1
+            if isinstance(read, ValueError):
+                report.skipped.append(images.Skipped(source, str(read)))
+                continue
+            photo, note = read
+            report.notes += [note] if note else []
+            item = prepare(source, photo)
+            if isinstance(item, images.Skipped):
+                report.skipped.append(item)
+                continue
+            yield item
+
+    with pipeline.Writer(max_pending=4) as writer:
+        for done in face_batches.processed(items(), faces, step, batch_size):
+            photo: Photo = done.item.tag
+            result = photo_result(done, photo.too_small)
+            result.unverified, result.unverified_why = photo.unverified, photo.unverified_why
+            made(done, result)
+            report.notes += photo_notes(photo.source, result, photo.meta)
+            target = plan.targets[photo.source]
+            replace = overwrite(target) if callable(overwrite) else overwrite
+            writer.submit(
+                functools.partial(write_photo, target, result, photo.meta, save_crops, replace)
+            )
+            report.written.append(target)
+            report.faces += len(result.faces)
+            report.faces_found += result.found
+            report.faces_hidden += len(result.hidden)
+            report.faces_left += len(result.too_small)
+            report.unverified += result.unverified
+    return report
