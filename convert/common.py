@@ -189,17 +189,24 @@ Arguments = Mapping[str, Mapping[str, Any]]  # option name -> argparse.add_argum
 
 
 def converter_parser(
-    prog: str, description: str, inputs: Arguments, options: Arguments | None = None
+    prog: str,
+    description: str,
+    inputs: Arguments,
+    options: Arguments | None = None,
+    out: Mapping[str, Any] = {"help": "model directory"},
+    overwrite: Mapping[str, Any] = {},
+    **parser_keywords: Any,
 ) -> argparse.ArgumentParser:
     """A converter's command line: its ``inputs`` (the files it reads), ``--out`` (the
-    model directory), its other ``options``, then ``--overwrite``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    model directory; ``out``: its keywords), its other ``options``, then ``--overwrite``
+    (``overwrite``: its keywords); ``parser_keywords`` go to the ArgumentParser."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, **parser_keywords)
     for name, keywords in inputs.items():
         parser.add_argument(name, **keywords)
-    parser.add_argument("--out", required=True, help="model directory")
+    parser.add_argument("--out", required=True, **out)
     for name, keywords in (options or {}).items():
         parser.add_argument(name, **keywords)
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", **overwrite)
     return parser
 
 

@@ -60,6 +60,7 @@ from convert.common import (
     ConversionError,
     Rule,
     conv_kernel,
+    converter_parser,
     linear_kernel,
     load_torch_checkpoint,
     map_state_dict,
@@ -517,45 +518,42 @@ def parse_groups(text: str) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m convert.dbaf",
-        description=__doc__.split("\n\nThe key mappings")[0],
+    inputs = {
+        "--e4e": {"required": True, "help": "e4e_ffhq_encode_256.pt (pSp layout)"},
+        "--stylegan": {
+            "required": True,
+            "help": "stylegan2-ffhq-256.pt (rosinality; its g_ema makes the keys)",
+        },
+        "--cid": {
+            "required": True,
+            "help": "w_disentanglement*.pth (DisentanglementId state_dict)",
+        },
+        "--maar": {"required": True, "help": "attr_block*.pth (AttrBlock state_dict)"},
+        "--decoder": {"required": True, "help": "*decoder*.pth (fine-tuned Generator state_dict)"},
+        "--kria": {"help": "*id_mlp*.pth (AnonymizationNet state_dict); omit for a stage-1 result"},
+        "--discriminator": {
+            "help": "Discriminator state_dict, or a rosinality checkpoint whose d is taken"
+        },
+    }
+    options = {
+        "--latent-groups": {
+            "type": parse_groups,
+            "help": "coarse,medium,fine latent counts (default 4,4,rest)",
+        },
+        "--cid-heads": {
+            "type": int,
+            "default": REFERENCE_CID_HEADS,
+            "help": "CID attention heads (reference: 14)",
+        },
+    }
+    parser = converter_parser(
+        "python -m convert.dbaf",
+        __doc__.split("\n\nThe key mappings")[0],
+        inputs,
+        options,
+        out={"help": "the DBAF model directory to write"},
+        overwrite={"help": "replace networks already in --out"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--e4e", required=True, help="e4e_ffhq_encode_256.pt (pSp layout)")
-    parser.add_argument(
-        "--stylegan",
-        required=True,
-        help="stylegan2-ffhq-256.pt (rosinality; its g_ema makes the keys)",
-    )
-    parser.add_argument(
-        "--cid", required=True, help="w_disentanglement*.pth (DisentanglementId state_dict)"
-    )
-    parser.add_argument("--maar", required=True, help="attr_block*.pth (AttrBlock state_dict)")
-    parser.add_argument(
-        "--decoder", required=True, help="*decoder*.pth (fine-tuned Generator state_dict)"
-    )
-    parser.add_argument(
-        "--kria", help="*id_mlp*.pth (AnonymizationNet state_dict); omit for a stage-1 result"
-    )
-    parser.add_argument(
-        "--discriminator",
-        help="Discriminator state_dict, or a rosinality checkpoint whose d is taken",
-    )
-    parser.add_argument("--out", required=True, help="the DBAF model directory to write")
-    parser.add_argument(
-        "--latent-groups",
-        type=parse_groups,
-        help="coarse,medium,fine latent counts (default 4,4,rest)",
-    )
-    parser.add_argument(
-        "--cid-heads",
-        type=int,
-        default=REFERENCE_CID_HEADS,
-        help="CID attention heads (reference: 14)",
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace networks already in --out"
     )
     args = parser.parse_args(argv)
     written = convert_dbaf(
