@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,46 +34,25 @@ import tqdm
 
 from dbaf_jax import images as images_lib
 from dbaf_jax import model_directory, sharding
-from dbaf_jax.errors import DatasetError, ModelDirectoryError
+from dbaf_jax.errors import DatasetError
 from dbaf_jax.train import checkpoints, data, evaluation, profiling, stages
 from dbaf_jax.train import metrics as metrics_lib
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage
+from dbaf_jax.train.initialization import MODEL_EXPORT as MODEL_EXPORT
+from dbaf_jax.train.initialization import Setup as Setup
+from dbaf_jax.train.initialization import initial_variables as initial_variables
+from dbaf_jax.train.initialization import random_setup as random_setup
+from dbaf_jax.train.initialization import setup as setup
+from dbaf_jax.train.method import MethodState, TrainingStage
 
-MODEL_EXPORT = "model"
 METRICS_FILE = "metrics.jsonl"
 
 
 def architecture(config: ml_collections.ConfigDict) -> dict:
     """What must agree between a checkpoint and the run that resumes or continues it."""
     return {"architecture": json.loads(config.model.to_json())}
-
-
-def initial_variables(
-    config: ml_collections.ConfigDict, nets: MethodNetworks, rng: jax.Array
-) -> dict:
-    """The converted base networks (``model_dir``), then every network of the run that
-    ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random."""
-    built = networks_lib.modules(nets)
-    sources = []  # (directory, {network: sub-directory}), later ones override earlier ones
-    if config.model_dir:
-        sources.append((Path(config.model_dir), nets.pretrained))
-    if config.init_from:
-        source = Path(config.init_from)
-        source = source / MODEL_EXPORT if (source / MODEL_EXPORT).is_dir() else source
-        held = {n: n for n in built if (source / n).is_dir()}
-        if not held:
-            raise ModelDirectoryError(
-                f"{config.init_from}: init_from holds none of this run's networks {sorted(built)}"
-            )
-        sources.append((source, held))
-    variables = {}
-    for directory, names in sources:  # first, so that a missing file is reported at once
-        variables = networks_lib.load_pretrained(nets, variables, directory, names)
-    random_names = [n for n in built if n not in variables]
-    return {**networks_lib.init_variables(nets, rng, config.model.size, random_names), **variables}
 
 
 def append_metrics(path: Path, step: int, scalars: dict[str, float]) -> None:
@@ -92,53 +71,6 @@ def data_source(config: ml_collections.ConfigDict):
             f"{config.data.dir}: images are {source.size}px, the model is {config.model.size}px"
         )
     return source
-
-
-class Setup(NamedTuple):
-    """What a run trains with: the stage, its state and the frozen networks (both placed
-    on the mesh, the frozen ones in the compute dtype), and the frozen networks as loaded
-    (float32, on the host) for the exports."""
-
-    stage: TrainingStage
-    state: MethodState
-    frozen: dict
-    exported_frozen: dict
-
-
-def setup(
-    config: ml_collections.ConfigDict,
-    nets: MethodNetworks,
-    variables: dict,
-    rng: jax.Array,
-    mesh=None,
-) -> Setup:
-    """The one training setup of the loop, the benchmarks and the FLOP counter:
-    ``variables`` ({network: variables}, float32) split into the train state and the
-    frozen networks, which the step takes in the compute dtype (cast once here), both
-    placed on ``mesh`` by the sharding rules. Without a mesh nothing is placed, so the
-    setup can be traced (``jax.eval_shape``) to build a step's abstract inputs."""
-    state, frozen, txs = stages.create_state(config, variables, rng)
-    stage = stages.build(config, nets, txs)
-    exported_frozen = frozen
-    frozen = nets.model.compute_variables(frozen)
-    if mesh is not None:
-        state = jax.device_put(
-            state, sharding.param_sharding(mesh, state, config.mesh.min_shard_size)
-        )
-        exported_frozen = jax.device_get(exported_frozen)
-        frozen = jax.device_put(frozen, sharding.replicated(mesh))
-    return Setup(stage, state, frozen, exported_frozen)
-
-
-def random_setup(config: ml_collections.ConfigDict, rng: jax.Array, mesh=None) -> tuple[Any, Setup]:
-    """(networks, `setup`) of ``config`` with every network random (no ``model_dir`` or
-    ``init_from``): what the benchmarks and the FLOP counter measure. ``rng`` splits
-    into the networks' and the state's keys. Without a mesh it can be traced
-    (``jax.eval_shape``) like `setup`."""
-    nets = stages.build_networks(config)
-    init_rng, state_rng = jax.random.split(rng)
-    variables = networks_lib.init_variables(nets, init_rng, config.model.size)
-    return nets, setup(config, nets, variables, state_rng, mesh)
 
 
 def make_step(stage: TrainingStage, mesh, state, frozen, **variant):
