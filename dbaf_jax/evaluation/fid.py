@@ -13,7 +13,9 @@ unbiased one (divides by N - 1), as ``numpy.cov`` and pytorch-fid use.
 `frechet_distance` follows pytorch-fid's ``calculate_frechet_distance`` step for step:
 when the square root of sigma1 @ sigma2 is not finite (a singular product), it
 retries with ``eps`` added to both diagonals and warns; a complex root whose diagonal
-has an imaginary part above 1e-3 is an error; otherwise the real part is used.
+has an imaginary part above 1e-3 is an error (`DegenerateStatistics`: the statistics
+define no distance, as happens with far fewer images than the D = 2,048 features);
+otherwise the real part is used.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from dbaf_jax.errors import DatasetError
 # pytorch-fid's defaults for the singular-product retry and the imaginary-part check.
 SINGULAR_OFFSET = 1e-6
 IMAGINARY_TOLERANCE = 1e-3
+
+
+class DegenerateStatistics(DatasetError):
+    """The square root of sigma1 @ sigma2 is far from real: the two statistics define no
+    Frechet distance (too few or degenerate feature vectors)."""
 
 
 class SingularProductWarning(RuntimeWarning):
@@ -113,7 +120,7 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps: float = SINGULAR_OFFSET) -> 
     if np.iscomplexobj(covmean):
         if not np.allclose(np.diagonal(covmean).imag, 0, atol=IMAGINARY_TOLERANCE):
             worst = np.max(np.abs(covmean.imag))
-            raise DatasetError(
+            raise DegenerateStatistics(
                 f"Frechet distance: the covariance product's square root has an imaginary part of {worst:.3g} "
                 "(too few or degenerate feature vectors)"
             )

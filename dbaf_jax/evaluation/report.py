@@ -296,6 +296,12 @@ def markdown(results: dict[str, Any]) -> str:
         "",
     ]
     lines += quality_table(results)
+    undefined = [
+        f"FID of {name} not defined: {values['fid_undefined']}."
+        for name, values in results["quality"].items()
+        if "fid_undefined" in values
+    ]
+    lines += [""] + undefined if undefined else []
     lines += ["", "## Table III: utility", ""] + utility_table(results)
     lines += [
         "",

@@ -12,7 +12,7 @@ from skimage.metrics import structural_similarity
 
 from dbaf_jax import images
 from dbaf_jax.errors import ConfigError, DatasetError
-from dbaf_jax.evaluation import diversity, fid, image_metrics, recognition
+from dbaf_jax.evaluation import diversity, fid, image_metrics, measures, recognition
 from tests.parity import assert_parity, relative_error
 
 
@@ -108,6 +108,35 @@ def test_frechet_distance_singular_product_uses_the_offset_like_pytorch_fid(caps
 def test_frechet_distance_of_a_set_with_itself_is_zero(np_rng):
     mu, sigma = fid.statistics(np_rng.normal(size=(40, 8)))
     assert abs(fid.frechet_distance(mu, sigma, mu, sigma)) < 1e-10 * np.trace(sigma)
+
+
+def _few_far_apart_sets():
+    """Four vectors of 64 features per set: covariances of rank 3 whose product's square
+    root is far from real (0.27 imaginary), as FID's 2,048 features from a handful of images."""
+    rng = np.random.default_rng(14)
+    return rng.normal(size=(4, 64)) * 100, rng.normal(size=(4, 64)) * 100 + 5
+
+
+def test_degenerate_statistics_define_no_distance_as_in_pytorch_fid():
+    (mu1, sigma1), (mu2, sigma2) = (fid.statistics(s) for s in _few_far_apart_sets())
+    with pytest.raises(fid.DegenerateStatistics, match="imaginary part of 0.27"):
+        fid.frechet_distance(mu1, sigma1, mu2, sigma2)
+    with pytest.raises(ValueError, match="Imaginary component"):
+        calculate_frechet_distance(mu1, sigma1, mu2, sigma2)
+
+
+def test_a_run_of_a_few_images_reports_no_fid_and_why_and_keeps_the_rest():
+    originals, anonymized = _few_far_apart_sets()
+    totals = measures.Accumulator([], ("anonymization",), ())
+    totals.fid = {"original": fid.FeatureStatistics(64), "anonymization": fid.FeatureStatistics(64)}
+    totals.fid["original"].update(originals)
+    totals.fid["anonymization"].update(anonymized)
+    for metric in measures.PIXEL_METRICS:
+        totals.pixels["anonymization"][metric].append(np.full(4, 0.5))
+    quality = measures.quality(totals)["anonymization"]
+    assert quality["fid"] is None
+    assert quality["fid_undefined"].endswith("from 4 and 4 images against 64 features")
+    assert quality["mse"] == quality["lpips"] == 0.5
 
 
 def test_covariance_needs_two_vectors():
