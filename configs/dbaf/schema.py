@@ -157,3 +157,14 @@ def paper_model(c: ml_collections.ConfigDict) -> None:
     c.model.cid.attention = "tokens"
     c.model.cid.shared = True
     c.model.maar.variant = "paper"
+
+
+# The variants both stages take alike; each stage's VARIANTS adds its own.
+STAGE_VARIANTS = {
+    "tiny": tiny,
+    "quickstart": quickstart,
+    "tokens": tokens,
+    "no_cid": no_cid,
+    "no_maar": no_maar,
+    "no_adv": no_adv,
+}

@@ -56,17 +56,7 @@ def hford(c: ml_collections.ConfigDict) -> None:
     c.loss.adv = 1.0  # HFORD eq. (18): L_adv unweighted
 
 
-VARIANTS = {
-    "reference": reference,
-    "paper": paper,
-    "tiny": dbaf_schema.tiny,
-    "quickstart": dbaf_schema.quickstart,
-    "tokens": dbaf_schema.tokens,
-    "no_cid": dbaf_schema.no_cid,
-    "no_maar": dbaf_schema.no_maar,
-    "no_adv": dbaf_schema.no_adv,
-    "hford": hford,
-}
+VARIANTS = {"reference": reference, "paper": paper, "hford": hford, **dbaf_schema.STAGE_VARIANTS}
 
 
 def get_config(variants: str = "reference") -> ml_collections.ConfigDict:

@@ -71,15 +71,10 @@ def frozen_generator(c: ml_collections.ConfigDict) -> None:
 VARIANTS = {
     "reference": reference,
     "paper": paper,
-    "tiny": dbaf_schema.tiny,
-    "quickstart": dbaf_schema.quickstart,
+    "hford": hford,
     "single_stage": single_stage,
     "frozen_generator": frozen_generator,
-    "tokens": dbaf_schema.tokens,
-    "no_cid": dbaf_schema.no_cid,
-    "no_maar": dbaf_schema.no_maar,
-    "no_adv": dbaf_schema.no_adv,
-    "hford": hford,
+    **dbaf_schema.STAGE_VARIANTS,
 }
 
 
