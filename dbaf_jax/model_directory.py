@@ -49,16 +49,7 @@ import orbax.checkpoint as ocp
 from flax import traverse_util
 
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
-
-# KINDS and Kind stay importable from here: the registry a new network class is added to.
-from dbaf_jax.network_kinds import (  # noqa: F401
-    KINDS,
-    Kind,
-    build_module,
-    content_hash,
-    module_config,
-    module_kind,
-)
+from dbaf_jax.network_kinds import KINDS, build_module, content_hash, module_config, module_kind
 
 FORMAT_VERSION = 1
 # The sub-directories the converters (`convert/`) write into a model directory, named

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from dbaf_jax import model_directory, model_families
+from dbaf_jax import model_families, network_kinds
 from dbaf_jax.models import composition
 from dbaf_jax.train import loop, method, stages
 from dbaf_jax.train import networks as networks_lib
@@ -105,7 +105,7 @@ def method_x(monkeypatch):
     scope = {
         "x": modules["dbaf_jax/models/x/__init__.py"],
         "KeyShift": modules["dbaf_jax/models/x/shift.py"].KeyShift,
-        "Kind": model_directory.Kind,
+        "Kind": network_kinds.Kind,
         "Method": stages.Method,
         "x_stages": modules["dbaf_jax/train/x/stages.py"],
         "x_networks": modules["dbaf_jax/train/x/networks.py"],
@@ -113,7 +113,7 @@ def method_x(monkeypatch):
     }
     registries = {
         tuple: model_families.FAMILIES,
-        model_directory.Kind: model_directory.KINDS,
+        network_kinds.Kind: network_kinds.KINDS,
         stages.Method: stages.METHODS,
     }
     for block in lines:
@@ -131,7 +131,7 @@ def test_the_worked_example_plugs_in_with_its_registry_lines(method_x):
     assert not issubclass(x.X, composition.LatentRecovery)
     family, _ = model_families.FAMILIES["x"]
     assert family is x.X and composition.network_names(family) == x.NETWORKS
-    assert "shift:KeyShift" in model_directory.KINDS
+    assert "shift:KeyShift" in network_kinds.KINDS
 
     nets = stages.build_networks(config)
     model = nets.model

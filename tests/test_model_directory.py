@@ -15,16 +15,17 @@ from PIL import Image
 from configs.dbaf import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import commands, model_directory, model_families
+from dbaf_jax import commands, model_directory, model_families, network_kinds
 from dbaf_jax.commands import anonymize
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
-from dbaf_jax.model_directory import KINDS, NETWORK_FILE, load_network, save_network
+from dbaf_jax.model_directory import NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.dbaf.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
+from dbaf_jax.network_kinds import KINDS
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.dbaf.networks import PRETRAINED
@@ -55,7 +56,7 @@ def test_round_trip(saved):
     path, module, variables = saved
     info = json.loads((path / NETWORK_FILE).read_text())
     assert (info["kind"], info["kind_version"]) == ("kria:KRIA", KINDS["kria:KRIA"].version)
-    assert info["content_sha256"] == model_directory.content_hash(module, variables)
+    assert info["content_sha256"] == network_kinds.content_hash(module, variables)
     assert set(info["variables_sha256"]) == {
         f.relative_to(path / "variables").as_posix()
         for f in (path / "variables").rglob("*")
@@ -85,7 +86,7 @@ def test_every_exported_class_is_registered():
     registered = {kind.module for kind in KINDS.values()}
     assert {type(m) for m in exported} <= registered
     for module in exported:
-        assert KINDS[model_directory.module_kind(module)].module is type(module)
+        assert KINDS[network_kinds.module_kind(module)].module is type(module)
 
 
 # The kind names model directories carry: before the registry a kind was 'module:Class'

@@ -21,7 +21,7 @@ from typing import Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import model_directory
+from dbaf_jax import model_directory, network_kinds
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.train.method import Variables
 
@@ -156,8 +156,8 @@ def load_pretrained(
         if not path.is_dir():
             raise NetworkNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
         network = model_directory.load_network(path)
-        expected = model_directory.module_config(built[name])
-        found = model_directory.module_config(network.module)
+        expected = network_kinds.module_config(built[name])
+        found = network_kinds.module_config(network.module)
         differ = {
             k: (found.get(k), v) for k, v in expected.items() if k != "dtype" and found.get(k) != v
         }

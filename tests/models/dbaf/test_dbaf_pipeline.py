@@ -25,7 +25,7 @@ from convert.dbaf import (
     main,
 )
 from convert.stylegan2 import infer_discriminator, infer_generator
-from dbaf_jax import keys, model_directory, model_families
+from dbaf_jax import keys, model_families, network_kinds
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.dbaf.cid import CID
@@ -329,7 +329,7 @@ def test_full_size_conversion_fits_stage2():
     built = networks.modules(stages.build_networks(stage2.get_config("reference")))
     for name, module in inferred.items():
         expected = {
-            k: v for k, v in model_directory.module_config(built[name]).items() if k != "dtype"
+            k: v for k, v in network_kinds.module_config(built[name]).items() if k != "dtype"
         }
-        found = {k: v for k, v in model_directory.module_config(module).items() if k != "dtype"}
+        found = {k: v for k, v in network_kinds.module_config(module).items() if k != "dtype"}
         assert found == expected, name
