@@ -97,17 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         "--encoder-width-scale", type=float, default=1.0, help="e4e widths (>= 0.25)"
     )
     parser.add_argument("--steps", type=int, default=20, help="timed calls after the warm-up call")
-    parser.add_argument(
-        "--peak-tflops",
-        type=float,
-        help="peak TFLOP/s of the device for MFU (default: the table's)",
-    )
-    parser.add_argument(
-        "--find-max-batch",
-        action="store_true",
-        help="also search the largest batch that fits (slow)",
-    )
-    parser.add_argument("--max-batch", type=int, default=4096, help="upper end of that search")
+    device_info.add_peak_argument(parser, "the device")
+    device_info.add_largest_batch_arguments(parser, max_batch=4096)
     args = parser.parse_args(argv)
     compilation_cache.enable()
 

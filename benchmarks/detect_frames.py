@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
+from benchmarks import models
 from benchmarks.clips import pan_frames
-from dbaf_jax.faces.detectors import registry
 
 
 def _timed(run: Callable[[], list]) -> tuple[float, int]:
@@ -33,14 +33,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn"
-    )
+    models.add_detector_argument(parser)
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--chunk", type=int, default=8)
     args = parser.parse_args(argv)
-    detector = registry.build(args.detector, ["mtcnn"], low_band=False)[0]
+    detector = models.mtcnn_alone(args.detector)
     size = (args.width, args.width * 3 // 4)
     frames = [
         np.asarray(Image.fromarray(f).resize(size, Image.Resampling.BILINEAR))

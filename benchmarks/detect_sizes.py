@@ -21,9 +21,9 @@ import jax
 import numpy as np
 from PIL import Image
 
+from benchmarks import models
 from benchmarks.clips import DATA
 from dbaf_jax.faces.detectors import mtcnn as detect
-from dbaf_jax.faces.detectors import registry
 
 
 def photos(count: int) -> list[np.ndarray]:
@@ -40,16 +40,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn"
-    )
+    models.add_detector_argument(parser)
     parser.add_argument("--photos", type=int, default=24)
     parser.add_argument("--bucket", type=int, nargs="+", default=[32, 1])
     args = parser.parse_args(argv)
-    detector, images = (
-        registry.build(args.detector, ["mtcnn"], low_band=False)[0],
-        photos(args.photos),
-    )
+    detector, images = models.mtcnn_alone(args.detector), photos(args.photos)
     print("| bucket | programs compiled | first pass s | second pass s | faces |")
     print("|---|---|---|---|---|")
     for bucket in args.bucket:

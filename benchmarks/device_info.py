@@ -12,6 +12,7 @@ Both frameworks name GPUs alike (``jax.Device.device_kind`` and
 
 from __future__ import annotations
 
+import argparse
 from typing import Callable, NamedTuple
 
 
@@ -51,6 +52,16 @@ def named_peaks(device_kind: str, peak_tflops: float | None = None) -> dict[str,
     if gpu is None:
         return {}
     return {f"{gpu.name} bf16": gpu.bf16_tflops * 1e12, f"{gpu.name} TF32": gpu.tf32_tflops * 1e12}
+
+
+def add_peak_argument(parser: argparse.ArgumentParser, device: str) -> None:
+    """``--peak-tflops``, the user's figure `named_peaks` takes, of ``device`` ("the
+    device", "one device")."""
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help=f"peak TFLOP/s of {device} for MFU (default: the table's)",
+    )
 
 
 def describe_peaks(peaks: dict[str, float]) -> str:
@@ -122,3 +133,14 @@ def largest_batch(
         else:
             bad = middle
     return good
+
+
+def add_largest_batch_arguments(parser: argparse.ArgumentParser, max_batch: int) -> None:
+    """``--find-max-batch`` and ``--max-batch``: whether to run `largest_batch` (or
+    its PyTorch twin) and its limit, ``max_batch`` by default."""
+    parser.add_argument(
+        "--find-max-batch",
+        action="store_true",
+        help="also search the largest batch that fits (slow)",
+    )
+    parser.add_argument("--max-batch", type=int, default=max_batch, help="upper end of that search")

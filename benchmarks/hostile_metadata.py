@@ -21,18 +21,15 @@ tests' tiny model (random weights) with the real MTCNN.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.timing import median_seconds
-from benchmarks.wild import tiny_model
-from dbaf_jax import compilation_cache, images, metadata
+from benchmarks.wild import model_parser, photo_run
+from dbaf_jax import images, metadata
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import AlignedFace
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.settings import FolderRunSettings
 
@@ -56,21 +53,11 @@ def crafted_faces(photo_shape: tuple[int, ...], size: int) -> list[AlignedFace]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
-    )
+    parser = model_parser(__doc__)
     parser.add_argument("--photo", type=Path, default=TEST_PHOTO)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    compilation_cache.enable()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        model = Path(args.model) if args.model else tiny_model(work)
-        anonymizer = FaceAnonymizer(model)
-        faces = load_photo_faces(anonymizer)
+    with photo_run(args.model) as (work, model, anonymizer, faces):
         (work / "in").mkdir()
         (work / "in" / args.photo.name).write_bytes(args.photo.read_bytes())
         anonymize_photo_folder(anonymizer, faces, PASSWORD, work / "in", work / "honest")

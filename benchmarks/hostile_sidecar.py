@@ -20,20 +20,16 @@ weights) with the real MTCNN.
 
 from __future__ import annotations
 
-import argparse
 import json
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks.clips import HEIGHT, WIDTH, pan_frames, write_clip
 from benchmarks.timing import median_seconds
-from benchmarks.wild import tiny_model
-from dbaf_jax import compilation_cache, keys, metadata
+from benchmarks.wild import model_parser, photo_run
+from dbaf_jax import keys, metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
 
@@ -64,24 +60,14 @@ def crafted_tracks(frames: int, size: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
-    )
+    parser = model_parser(__doc__)
     parser.add_argument("--frames", type=int, default=12)
     parser.add_argument(
         "--photo", default="office3.jpg", help="the photo of tests/data the clip pans over"
     )
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    compilation_cache.enable()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        model = Path(args.model) if args.model else tiny_model(work)
-        anonymizer = FaceAnonymizer(model)
-        faces = load_photo_faces(anonymizer)
+    with photo_run(args.model) as (work, model, anonymizer, faces):
         clip_path = write_clip(
             work / "pan.mp4", pan_frames(args.frames, args.photo), audio_streams=0
         )

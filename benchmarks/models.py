@@ -14,6 +14,7 @@ convert it elsewhere once (``python -m convert.mtcnn --out DIR``) and carry ``DI
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ import jax
 
 from benchmarks.train_step import stage_config
 from dbaf_jax import model_directory
+from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.models import dbaf
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
@@ -73,6 +76,19 @@ def converted_detector(folder: Path) -> Path:
             f"error: converting MTCNN's weights failed: {done.stderr.strip().splitlines()[-1:]}"
         )
     return folder / model_directory.MTCNN_DIR
+
+
+def add_detector_argument(parser: argparse.ArgumentParser) -> None:
+    """``--detector``, required: the converted MTCNN `mtcnn_alone` runs."""
+    parser.add_argument(
+        "--detector", required=True, help="DIR/mtcnn as written by python -m convert.mtcnn"
+    )
+
+
+def mtcnn_alone(directory: str | Path) -> Detector:
+    """The converted MTCNN in ``directory`` alone, without the low bands: what the
+    benchmarks that time or count detection run."""
+    return registry.build(directory, ["mtcnn"], low_band=False)[0]
 
 
 def with_detector(model: Path, detector: Path | None, work: Path) -> Path:

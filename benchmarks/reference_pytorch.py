@@ -138,12 +138,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_batch: int) -> Non
         choices=[p + c for p in ("fp32", "tf32", "bf16") for c in ("", "+compile")],
     )
     parser.add_argument("--steps", type=int, default=20, help="timed calls after two warm-up calls")
-    parser.add_argument(
-        "--find-max-batch",
-        action="store_true",
-        help="also search the largest batch that fits (slow)",
-    )
-    parser.add_argument("--max-batch", type=int, default=max_batch, help="upper end of that search")
+    device_info.add_largest_batch_arguments(parser, max_batch)
 
 
 def open_reference(repo: Path, device: torch.device) -> Namespace | None:

@@ -163,17 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the generator side twice per step, as the reference",
     )
-    parser.add_argument(
-        "--peak-tflops",
-        type=float,
-        help="peak TFLOP/s of one device for MFU (default: the table's)",
-    )
-    parser.add_argument(
-        "--find-max-batch",
-        action="store_true",
-        help="also search the largest batch that fits (slow)",
-    )
-    parser.add_argument("--max-batch", type=int, default=1024, help="upper end of that search")
+    device_info.add_peak_argument(parser, "one device")
+    device_info.add_largest_batch_arguments(parser, max_batch=1024)
     args = parser.parse_args(argv)
     compilation_cache.enable()
 

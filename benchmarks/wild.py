@@ -17,16 +17,19 @@ command runs unchanged on a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 from PIL import Image
 
 from benchmarks import models
 from dbaf_jax import compilation_cache, keys
+from dbaf_jax.faces.photos import PhotoFaces
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 
 PORTRAIT = Path(__file__).resolve().parents[1] / "tests" / "data" / "jf.jpg"
@@ -76,22 +79,40 @@ def tiny_model(work: Path) -> Path:
     return models.benchmark_model(None, "tiny", None, work)[0]
 
 
-def main() -> None:
+def model_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A photo or clip benchmark's parser: its docstring, and ``--model`` (`photo_run`)."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--model", help="DBAF model directory with mtcnn/ (default: a tiny random model)"
     )
+    return parser
+
+
+@contextlib.contextmanager
+def photo_run(
+    given: str | None, **faces: Any
+) -> Iterator[tuple[Path, Path, FaceAnonymizer, PhotoFaces]]:
+    """A photo or clip benchmark's run, with JAX's compilation cache on: (a temporary
+    work folder, the model directory, its `FaceAnonymizer`, its `PhotoFaces` (``faces``:
+    `load_photo_faces`' options)); the model is ``--model``'s, else `tiny_model` in the
+    work folder."""
+    compilation_cache.enable()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = Path(given) if given else tiny_model(work)
+        anonymizer = FaceAnonymizer(model)
+        yield work, model, anonymizer, load_photo_faces(anonymizer, **faces)
+
+
+def main() -> None:
+    parser = model_parser(__doc__)
     parser.add_argument("--faces", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-face-size", type=float, default=50.0)
     args = parser.parse_args()
-    compilation_cache.enable()
-    with tempfile.TemporaryDirectory() as tmp:
-        model = Path(args.model) if args.model else tiny_model(Path(tmp))
-        anonymizer = FaceAnonymizer(model)
-        faces = load_photo_faces(anonymizer, min_face_size=args.min_face_size)
+    with photo_run(args.model, min_face_size=args.min_face_size) as (_, model, anonymizer, faces):
         seed = keys.derive_seed("benchmark", keys.KeyRecord(salt="00" * keys.SALT_BYTES, n=2**10))
         print(
             f"model {model} ({'given' if args.model else 'tiny, random weights'}), {WIDTH}x{HEIGHT} photos"
