@@ -21,6 +21,23 @@ def assert_parity(actual, expected, tol: float = 1e-4, name: str = "output") -> 
     assert err < tol, f"{name}: relative error {err:.3g} >= {tol:g}"
 
 
+def skimage_ssim(x, y) -> float:
+    """scikit-image's SSIM of one pair of [-1, 1] images (H, W, 3) as ours defines it:
+    shifted to [0, 2] with data range 2 (the same as [0, 1] with range 1), Gaussian
+    weights of sigma 1.5, population covariances."""
+    from skimage.metrics import structural_similarity
+
+    return structural_similarity(
+        x.astype(np.float64) + 1,
+        y.astype(np.float64) + 1,
+        gaussian_weights=True,
+        sigma=1.5,
+        use_sample_covariance=False,
+        data_range=2,
+        channel_axis=-1,
+    )
+
+
 def nhwc(t: torch.Tensor) -> np.ndarray:
     """A torch (B, C, H, W) tensor as a numpy (B, H, W, C) array."""
     return t.detach().permute(0, 2, 3, 1).numpy()

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 from pytorch_fid.fid_score import calculate_frechet_distance
-from skimage.metrics import structural_similarity
 
 from dbaf_jax import images
 from dbaf_jax.errors import ConfigError, DatasetError
 from dbaf_jax.evaluation import diversity, fid, image_metrics, measures, recognition
-from tests.parity import assert_parity, relative_error
+from tests.parity import assert_parity, relative_error, skimage_ssim
 
 
 def _image_pair(rng, structured: bool, shape=(3, 24, 28, 3)):
@@ -47,18 +46,7 @@ def test_ssim_matches_scikit_image(np_rng, structured):
     a, b = _image_pair(np_rng, structured)
     ours = jax.jit(image_metrics.ssim)(a, b)
     # SSIM of [-1, 1] images mapped to [0, 1] equals scikit-image's on x + 1 with range 2.
-    expected = [
-        structural_similarity(
-            x.astype(np.float64) + 1,
-            y.astype(np.float64) + 1,
-            gaussian_weights=True,
-            sigma=1.5,
-            use_sample_covariance=False,
-            data_range=2,
-            channel_axis=-1,
-        )
-        for x, y in zip(a, b)
-    ]
+    expected = [skimage_ssim(x, y) for x, y in zip(a, b)]
     assert_parity(ours, expected, name="ssim")
 
 

@@ -10,11 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from skimage.metrics import structural_similarity
 
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.train.ifadit import losses as ifadit_losses
-from tests.parity import assert_parity
+from tests.parity import assert_parity, skimage_ssim
 
 TOL = 1e-5
 SIZE = 16  # >= 11, SSIM's window
@@ -61,19 +60,6 @@ def _images(rng, *leading):
 
 def _cos(a, b):
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def _ssim(x, y):
-    # [-1, 1] images shifted to [0, 2]: SSIM with data range 2 (same as [0, 1] with range 1).
-    return structural_similarity(
-        x.astype(np.float64) + 1,
-        y.astype(np.float64) + 1,
-        gaussian_weights=True,
-        sigma=1.5,
-        use_sample_covariance=False,
-        data_range=2,
-        channel_axis=-1,
-    )
 
 
 def _l1(a, b):
@@ -135,7 +121,10 @@ def test_visual_quality_loss_is_alpha_one_minus_ssim_plus_beta_l1(np_rng):
         originals[0] + np_rng.normal(0, 0.1, originals[0].shape), -1, 1
     )  # one SSIM near 1
     expected = np.mean(
-        [0.84 * (1 - _ssim(y, x)) + 0.16 * _l1(y, x) for x, y in zip(originals, reconstructed)]
+        [
+            0.84 * (1 - skimage_ssim(y, x)) + 0.16 * _l1(y, x)
+            for x, y in zip(originals, reconstructed)
+        ]
     )
     assert_parity(
         jax.jit(ifadit_losses.visual_quality_loss)(reconstructed, originals), expected, TOL, "L_VQ"
@@ -148,7 +137,10 @@ def test_semantic_and_phase1_losses(np_rng, weights):
     x, y = originals.astype(np.float64), reconstructed.astype(np.float64)
     sem = _l1(ref.identity(y), ref.identity(x)) + _l1(ref.landmarks(y), ref.landmarks(x))
     vq = np.mean(
-        [0.84 * (1 - _ssim(b, a)) + 0.16 * _l1(b, a) for a, b in zip(originals, reconstructed)]
+        [
+            0.84 * (1 - skimage_ssim(b, a)) + 0.16 * _l1(b, a)
+            for a, b in zip(originals, reconstructed)
+        ]
     )
     total, terms = jax.jit(lambda r, o: ifadit_losses.phase1_loss(r, o, net))(
         reconstructed, originals
