@@ -3,10 +3,18 @@ iFADIT's in `dbaf_jax.train.ifadit.losses`), as pure jnp functions."""
 
 from __future__ import annotations
 
+from typing import Iterable, cast
+
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
+
+
+def total(terms: Iterable[Array]) -> Array:
+    """Python's ``sum`` of loss terms, from its literal 0 as the losses have always added
+    them, typed as the array it is for the one or more terms they pass."""
+    return cast(Array, sum(terms))
 
 
 def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:

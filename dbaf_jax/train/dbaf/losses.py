@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax.train.losses import cosine_similarity, l1_loss
+from dbaf_jax.train.losses import cosine_similarity, l1_loss, total
 
 Array = jax.Array
 
@@ -130,9 +130,9 @@ def stage2_identity_paper(
         raise ValueError(f"identity reduction {reduction!r}: expected one of {IDENTITY_REDUCTIONS}")
     s1 = (ano1, ano2, err1, err2)
     pairs = list(itertools.combinations(s1, 2))
-    difference = sum(reverse_identity_similarity(ori, x, margin) for x in s1)
+    difference = total(reverse_identity_similarity(ori, x, margin) for x in s1)
     recovery = jnp.mean(1.0 - cosine_similarity(ori, rec))
-    diversity = sum(reverse_identity_similarity(x, y, margin) for x, y in pairs)
+    diversity = total(reverse_identity_similarity(x, y, margin) for x, y in pairs)
     if reduction == "mean":
         difference, diversity = difference / len(s1), diversity / len(pairs)
     return difference + recovery + diversity
@@ -333,7 +333,7 @@ def weighted_total(
             f"terms without a weight {unweighted}, weighted terms not computed {missing}"
         )
     weighted = {name: weights[name] * value for name, value in terms.items()}
-    return sum(weighted.values()), weighted
+    return total(weighted.values()), weighted
 
 
 def discriminator_loss(

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.evaluation import image_metrics
-from dbaf_jax.train.losses import cosine_similarity, l1_loss
+from dbaf_jax.train.losses import cosine_similarity, l1_loss, total
 
 Array = jax.Array
 
@@ -226,4 +226,4 @@ def phase2_loss(
         + image_loss(originals, anonymized, OTHER_IMAGE_WEIGHTS, networks)
         + image_loss(originals, wrongly_recovered, OTHER_IMAGE_WEIGHTS, networks),
     }
-    return sum(terms.values()), terms
+    return total(terms.values()), terms
