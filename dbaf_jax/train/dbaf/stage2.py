@@ -116,8 +116,10 @@ class Stage2(AdversarialStage):
             jax.random.wrap_key_data(state.rng), 0x4B524941
         )  # state.rng itself stays as it was
 
+        # Everything it reads is an argument: closed over, the frozen networks and the
+        # images became constants that XLA folded at compile time (seconds per convolution).
         @jax.jit
-        def warmed_kria(state):
+        def warmed_kria(state, frozen, images, rng):
             variables = state.variables(frozen)
             encoding, _ = self.networks.model.encode(variables, images)
             keys = lambda key_rng, n: sample_keys(self.networks, frozen, key_rng, (2, n))  # noqa: E731
@@ -130,7 +132,7 @@ class Stage2(AdversarialStage):
                 rng,
             )
 
-        kria = warmed_kria(state)
+        kria = warmed_kria(state, frozen, images, rng)
         # A fresh state: the optimizer starts again from the warmed weights (slow = fast, zero moments).
         params, opt_state = self.optimizers.generator.init(
             {**state.generator_params.fast, "kria": kria}
