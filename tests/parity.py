@@ -3,8 +3,24 @@ references random weights."""
 
 import math
 
+import jax
 import numpy as np
 import torch
+
+
+def leaves_by_path(tree, dtype=None) -> dict[str, np.ndarray]:
+    """A pytree's leaves as NumPy arrays (of ``dtype`` if given) by `jax.tree_util.keystr` path."""
+    return {
+        jax.tree_util.keystr(path): np.asarray(leaf, dtype)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def matching_leaves(*trees, dtype=None) -> list[dict[str, np.ndarray]]:
+    """`leaves_by_path` of each tree; every tree must hold the same paths."""
+    leaves = [leaves_by_path(tree, dtype) for tree in trees]
+    assert all(other.keys() == leaves[0].keys() for other in leaves[1:])
+    return leaves
 
 
 def relative_error(actual, expected) -> float:

@@ -232,6 +232,12 @@ def stage1_step(
         "reg": args["lambdalatent"] * (w_new**2).mean(),
         "adv": g_nonsaturating_loss(nets.discriminator(out_images)),
     }
+    return generator_update(g_opt, terms, metrics, one_update)
+
+
+def generator_update(g_opt, terms: dict, metrics: dict, one_update) -> StepResult:
+    """Both scripts' generator update on the sum of the weighted ``terms``, then the
+    step's result: the D step's ``metrics``, the terms and that sum."""
     g_total = sum(terms.values())
     g_opt.zero_grad()
     g_total.backward()
@@ -299,12 +305,7 @@ def stage2_step(
         "reg": args["lambdalatent"] * sum((w**2).mean() for w in latents) / len(latents),
         "adv": sum(g_nonsaturating_loss(nets.discriminator(out)) for out in outputs) / len(outputs),
     }
-    g_total = sum(terms.values())
-    g_opt.zero_grad()
-    g_total.backward()
-    g_opt.step()
-    metrics.update(terms, g_total=g_total)
-    return StepResult({k: float(v) for k, v in metrics.items()}, one_update)
+    return generator_update(g_opt, terms, metrics, one_update)
 
 
 class Ranger(torch.optim.Optimizer):

@@ -41,6 +41,7 @@ from dbaf_jax.train.dbaf import adversarial, kria_warmup
 from dbaf_jax.train.dbaf import networks as dbaf_networks
 from dbaf_jax.train.dbaf import stage1 as stage1_lib
 from dbaf_jax.train.dbaf import state as dbaf_state
+from tests.parity import leaves_by_path, matching_leaves
 
 BATCH = 8  # one image per forced host device
 # 300x the reference's 1e-4, so that a couple of dozen steps show progress. Every
@@ -149,17 +150,9 @@ def train_steps(run: Start, mesh, num_steps: int, keep: tuple[int, ...]) -> Traj
     return Trajectory(states, metrics)
 
 
-def leaves_by_path(tree) -> dict[str, np.ndarray]:
-    return {
-        jax.tree_util.keystr(path): np.asarray(leaf)
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-    }
-
-
 def relative_errors(actual, expected) -> dict[str, float]:
     """Per float leaf: max |actual - expected| / max |expected|; integer leaves must be equal."""
-    actual, expected = leaves_by_path(actual), leaves_by_path(expected)
-    assert actual.keys() == expected.keys()
+    actual, expected = matching_leaves(actual, expected)
     errors = {}
     for name, e in expected.items():
         a = actual[name]
@@ -201,8 +194,7 @@ def assert_metrics_close(actual: list[dict], expected: list[dict], rtol: float =
 
 
 def assert_states_equal(actual, expected) -> None:
-    actual, expected = leaves_by_path(actual), leaves_by_path(expected)
-    assert actual.keys() == expected.keys()
+    actual, expected = matching_leaves(actual, expected)
     for name, e in expected.items():
         np.testing.assert_array_equal(actual[name], e, err_msg=name)
 

@@ -43,7 +43,7 @@ from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.train import loop, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED
-from tests.parity import nchw, random_reference, randomize_
+from tests.parity import leaves_by_path, matching_leaves, nchw, random_reference, randomize_
 from tests.torch_reference import training
 from tests.torch_reference.arcface import Backbone
 from tests.torch_reference.dbaf import AttrBlock, DisentanglementId
@@ -343,16 +343,12 @@ def reference_optimizers(nets: training.GeneratorSide):
 
 
 def leaves(tree) -> dict[str, np.ndarray]:
-    return {
-        jax.tree_util.keystr(p): np.asarray(x, np.float64)
-        for p, x in jax.tree_util.tree_leaves_with_path(tree)
-    }
+    return leaves_by_path(tree, np.float64)
 
 
 def relative_errors(ours, reference) -> dict[str, float]:
     """Per leaf: max |ours - reference| / max |reference|; a zero reference leaf must be zero."""
-    ours, reference = leaves(ours), leaves(reference)
-    assert ours.keys() == reference.keys()
+    ours, reference = matching_leaves(ours, reference, dtype=np.float64)
     errors = {}
     for name, expected in reference.items():
         scale = np.abs(expected).max()
@@ -374,8 +370,7 @@ def update_errors(ours, reference, start) -> dict[str, float]:
     step. Both sides add their update to the same float32 parameter, and two updates
     equal to 1e-7 may round to neighbouring floats: that spacing is allowed.
     """
-    ours, reference, start = leaves(ours), leaves(reference), leaves(start)
-    assert ours.keys() == reference.keys() == start.keys()
+    ours, reference, start = matching_leaves(ours, reference, start, dtype=np.float64)
     errors = {}
     for name, s in start.items():
         expected = reference[name] - s
@@ -430,18 +425,13 @@ def assert_leaves_below(errors: dict[str, float], what: str) -> None:
 
 
 def assert_step_matches(
-    config,
-    nets,
-    critics,
-    critic_variables,
-    images,
-    run_reference,
-    our_step_args,
-    network_tol=NETWORK_TOL,
+    config, nets, critics, images, run_reference, our_step_args, network_tol=NETWORK_TOL
 ):
     """Runs our step and the reference's from the same weights and compares every metric,
     the gradients (Ranger's first moments), the parameters after the update and MAAR's
-    running statistics (after ONE update: see the module docstring)."""
+    running statistics (after ONE update: see the module docstring). ``critics``: the
+    `critics` fixture's (reference critics, their converted variables)."""
+    critics, critic_variables = critics
     networks = stages.build_networks(config)
     start = {**our_variables(networks, nets), **critic_variables}
     ours = run_our_step(config, start, images, *our_step_args)
@@ -451,16 +441,20 @@ def assert_step_matches(
     moments = our_variables(networks, nets, replace=reference_first_moments(nets, g_opt, d_opt))
 
     names = [*nets.trained(), "discriminator"]
+    # (ours, the reference's): the gradients; (ours, the reference's, before): the updates
+    gradients = (
+        {n: ours.first_moments[n] for n in names},
+        {n: moments[n]["params"] for n in names},
+    )
+    updates = (
+        {n: ours.params[n] for n in names},
+        {n: after[n]["params"] for n in names},
+        {n: start[n]["params"] for n in names},
+    )
     errors = {
         "terms": metric_errors(ours.metrics, result.metrics),
-        "gradients (first moments)": relative_errors(
-            {n: ours.first_moments[n] for n in names}, {n: moments[n]["params"] for n in names}
-        ),
-        "parameter updates": update_errors(
-            {n: ours.params[n] for n in names},
-            {n: after[n]["params"] for n in names},
-            {n: start[n]["params"] for n in names},
-        ),
+        "gradients (first moments)": relative_errors(*gradients),
+        "parameter updates": update_errors(*updates),
         "MAAR running statistics": update_errors(
             ours.model_state["maar"],
             *({k: v["maar"][k] for k in ours.model_state["maar"]} for v in (after, start)),
@@ -477,14 +471,8 @@ def assert_step_matches(
                 )
 
     per_network = {
-        "gradients": network_errors(
-            {n: ours.first_moments[n] for n in names}, {n: moments[n]["params"] for n in names}
-        ),
-        "parameter updates": network_errors(
-            {n: ours.params[n] for n in names},
-            {n: after[n]["params"] for n in names},
-            {n: start[n]["params"] for n in names},
-        ),
+        "gradients": network_errors(*gradients),
+        "parameter updates": network_errors(*updates),
     }
     for what, values in {
         **errors,
@@ -522,7 +510,6 @@ def images():
 def test_stage1_step_matches_reference_script(critics, images, index_in_epoch, pairing):
     """Stage 1 at an index whose attribute images are the batch rolled by one, and at one
     whose attribute images are the identity images themselves (every third)."""
-    reference_critics, critic_variables = critics
     nets = torch_generator_side(stage=1, seed=0)
 
     def run_reference(nets, critics, g_opt, d_opt):
@@ -531,19 +518,12 @@ def test_stage1_step_matches_reference_script(critics, images, index_in_epoch, p
     config = reduced_config(1)
     assert (index_in_epoch % config.pair_self_every == 0) == (pairing == "self")
     assert_step_matches(
-        config,
-        nets,
-        reference_critics,
-        critic_variables,
-        images,
-        run_reference,
-        (jax.random.key(0), index_in_epoch),
+        config, nets, critics, images, run_reference, (jax.random.key(0), index_in_epoch)
     )
 
 
 def test_stage2_step_matches_reference_script(critics, images):
     """Stage 2 with the four keys our step draws from its rng, given to the reference."""
-    reference_critics, critic_variables = critics
     nets = torch_generator_side(stage=2, seed=10)
     config = reduced_config(2)
     rng = jax.random.key(1)
@@ -552,13 +532,4 @@ def test_stage2_step_matches_reference_script(critics, images):
     def run_reference(nets, critics, g_opt, d_opt):
         return training.stage2_step(nets, critics, g_opt, d_opt, nchw(images), z, GROUPS)
 
-    assert_step_matches(
-        config,
-        nets,
-        reference_critics,
-        critic_variables,
-        images,
-        run_reference,
-        (rng,),
-        STAGE2_NETWORK_TOL,
-    )
+    assert_step_matches(config, nets, critics, images, run_reference, (rng,), STAGE2_NETWORK_TOL)
