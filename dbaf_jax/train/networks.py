@@ -1,7 +1,8 @@
 """What every method's networks table shares: the table's row (`NetworkSpec`), what
 derives from a table (the pretrained list, the init order, the exported networks),
 random initialisation from one seed and loading pretrained networks from a converted
-model directory.
+model directory; and what both methods' tables and networks classes share (the LPIPS
+row, the decoder and encoder a config describes, `ComposedNetworks`).
 
 A method's table and its networks class live in its own folder:
 `dbaf_jax.train.dbaf.networks` (DBAF_NETWORKS, `Networks`) and
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from dbaf_jax import model_directory, network_kinds
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
+from dbaf_jax.models.e4e import Encoder4Editing
+from dbaf_jax.models.stylegan2 import Generator
 from dbaf_jax.train.method import Variables
 
 
@@ -63,6 +67,49 @@ class NetworkSpec(NamedTuple):
 def pretrained_of(table: tuple[NetworkSpec, ...]) -> dict[str, str]:
     """Network name -> pretrained sub-directory, for the rows of ``table`` that have one."""
     return {row.name: row.pretrained for row in table if row.pretrained is not None}
+
+
+# The LPIPS (AlexNet) critic of both methods' losses: its row of their tables.
+LPIPS_ALEX = NetworkSpec(
+    "lpips",
+    model_directory.lpips_dir("alex"),
+    lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images),
+    exported=False,
+)
+
+
+class ComposedNetworks:
+    """The base of a method's networks class, whose ``model`` field is its composition."""
+
+    model: Any
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype every network of the step computes in but the key generator's: the
+        composition's."""
+        return self.model.compute_dtype
+
+
+def decoder_of(m: ml_collections.ConfigDict) -> Generator:
+    """The StyleGAN2 generator a config's ``model`` fields describe: both methods'
+    decoder (and key generator)."""
+    return Generator(
+        size=m.size,
+        style_dim=m.style_dim,
+        n_mlp=m.n_mlp,
+        channel_multiplier=m.channel_multiplier,
+        width_scale=m.width_scale,
+    )
+
+
+def encoder_of(m: ml_collections.ConfigDict) -> Encoder4Editing:
+    """The e4e encoder a config's ``model`` fields describe (both methods')."""
+    return Encoder4Editing(
+        stylegan_size=m.size,
+        style_dim=m.style_dim,
+        width_scale=m.encoder_width_scale,
+        input_size=m.size,
+    )
 
 
 def init_order_of(table: tuple[NetworkSpec, ...]) -> tuple[str, ...]:

@@ -20,16 +20,16 @@ from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.dbaf.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.dbaf.maar import MAAR
-from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.parsers import UNetParser
-from dbaf_jax.models.stylegan2 import Discriminator, Generator
+from dbaf_jax.models.stylegan2 import Discriminator
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR
 from dbaf_jax.train.networks import Examples, NetworkSpec, examples, pretrained_of
 
 
 @dataclasses.dataclass(frozen=True)
-class Networks:
+class Networks(networks_lib.ComposedNetworks):
     """The modules of a run: the DBAF composition and the auxiliary networks."""
 
     model: DBAF
@@ -37,11 +37,6 @@ class Networks:
     arcface: ArcFace
     lpips: LPIPS
     parser: UNetParser
-
-    @property
-    def compute_dtype(self) -> str | None:
-        """The dtype every network of the step computes in but the key generator's."""
-        return self.model.compute_dtype
 
     def with_compute_dtype(self, dtype: str | None) -> "Networks":
         """Every network computing in ``dtype`` (`DBAF.with_compute_dtype`); parameters stay float32."""
@@ -84,13 +79,7 @@ def build(config: ml_collections.ConfigDict) -> Networks:
     """A DBAF run's modules described by ``config.model`` (widths, variants), computing in
     ``config.compute_dtype`` (configs/dbaf/stage1.py, configs/dbaf/stage2.py)."""
     m = config.model
-    decoder = Generator(
-        size=m.size,
-        style_dim=m.style_dim,
-        n_mlp=m.n_mlp,
-        channel_multiplier=m.channel_multiplier,
-        width_scale=m.width_scale,
-    )
+    decoder = networks_lib.decoder_of(m)
     groups = tuple(m.latent_groups)
     cid: CID | LatentMLP
     if m.cid.kind == "vit":
@@ -111,12 +100,7 @@ def build(config: ml_collections.ConfigDict) -> Networks:
         cid = LatentMLP(style_dim=m.style_dim)
     maar = MAAR(channels=decoder.channels(16), variant=m.maar.variant) if m.maar.enabled else None
     model = DBAF(
-        e4e=Encoder4Editing(
-            stylegan_size=m.size,
-            style_dim=m.style_dim,
-            width_scale=m.encoder_width_scale,
-            input_size=m.size,
-        ),
+        e4e=networks_lib.encoder_of(m),
         cid=cid,
         maar=maar,
         decoder=decoder,
@@ -180,12 +164,7 @@ DBAF_NETWORKS = (
         lambda n, k, x: n.arcface.init(k["arcface"], x.images),
         exported=False,
     ),
-    NetworkSpec(
-        "lpips",
-        model_directory.lpips_dir("alex"),
-        lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images),
-        exported=False,
-    ),
+    networks_lib.LPIPS_ALEX,
     NetworkSpec(
         "parser",
         model_directory.parser_dir("unet"),

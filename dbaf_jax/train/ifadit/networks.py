@@ -16,7 +16,6 @@ import ml_collections
 from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.composition import KEY_GENERATOR, Variables, apply_network
-from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.ifadit import IFADIT
 from dbaf_jax.models.ifadit.icl import IdentityCompensation
 from dbaf_jax.models.ifadit.mapper import IdentityAttributeMapper
@@ -24,21 +23,17 @@ from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.mtcnn import ONET_SIDE, ONet
 from dbaf_jax.models.parsers import BiSeNet
-from dbaf_jax.models.stylegan2 import Generator
+from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.networks import Examples, NetworkSpec, examples, pretrained_of
 
 
 @dataclasses.dataclass(frozen=True)
-class IFADITNetworks:
+class IFADITNetworks(networks_lib.ComposedNetworks):
     """The modules of an iFADIT run: the composition, LPIPS and the landmark extractor."""
 
     model: IFADIT
     lpips: LPIPS
     landmarks: ONet
-
-    @property
-    def compute_dtype(self) -> str | None:
-        return self.model.compute_dtype
 
     def with_compute_dtype(self, dtype: str | None) -> "IFADITNetworks":
         return dataclasses.replace(self, model=self.model.with_compute_dtype(dtype))
@@ -71,20 +66,9 @@ class IFADITNetworks:
 def build(config: ml_collections.ConfigDict) -> IFADITNetworks:
     """An iFADIT run's modules (configs/ifadit/phases.py)."""
     m = config.model
-    decoder = Generator(
-        size=m.size,
-        style_dim=m.style_dim,
-        n_mlp=m.n_mlp,
-        channel_multiplier=m.channel_multiplier,
-        width_scale=m.width_scale,
-    )
+    decoder = networks_lib.decoder_of(m)
     model = IFADIT(
-        e4e=Encoder4Editing(
-            stylegan_size=m.size,
-            style_dim=m.style_dim,
-            width_scale=m.encoder_width_scale,
-            input_size=m.size,
-        ),
+        e4e=networks_lib.encoder_of(m),
         arcface=ArcFace(width_scale=m.encoder_width_scale, embedding_dim=m.identity_dim),
         mapper=IdentityAttributeMapper(style_dim=m.style_dim, hidden=m.mapper_hidden),
         sif=SecureIdentityFlow(
@@ -141,12 +125,7 @@ IFADIT_NETWORKS = (
         model_directory.parser_dir("bisenet"),
         lambda n, k, x: n.model.parser.init(k["parser"], x.images),
     ),
-    NetworkSpec(
-        "lpips",
-        model_directory.lpips_dir("alex"),
-        lambda n, k, x: n.lpips.init(k["lpips"], x.images, x.images),
-        exported=False,
-    ),
+    networks_lib.LPIPS_ALEX,
     NetworkSpec(
         "landmarks",
         f"{model_directory.MTCNN_DIR}/onet",
