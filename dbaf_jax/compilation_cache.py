@@ -20,6 +20,17 @@ draws) compiled in 202 s on an H100, in 37 s with the kernels. Same random numbe
 effect on other backends. Nothing is changed when `dbaf_jax` is imported: a program
 that calls the library without `enable` keeps JAX's defaults.
 
+`enable` also turns off XLA:CPU's YNNPACK fusions (`CPU_XLA_FLAGS`, added to
+``XLA_FLAGS`` unless that already names the option): with JAX 0.12 they miscompile
+bfloat16 convolutions fused with their BatchNorm and ReLU, and the jitted DBAF parser
+(`UNetParser`, random weights, 64 px, batch 2) returns NaN logits for most pixels where
+the same operations run one by one are finite, so the reduced stage-2 step of
+``benchmarks/gpu_quick.sh --reduced`` stopped with ``g_total nan``. Without those
+fusions the jitted bfloat16 parser equals the eager one bit for bit; float32 results
+on the CPU move by rounding (2.4e-7 on that parser's logits). The option is read when
+the CPU backend starts, so it only takes effect when `enable` runs before the first
+computation; other backends do not read it.
+
 `CompileWatch` tells a compile from a cache load, for the "compiling ..." messages.
 """
 
@@ -37,6 +48,8 @@ OFF = "off"
 # JAX's event for a program loaded from the persistent cache (jax._src.compiler).
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 _GPU_AUTOTUNE_CACHE = "xla_gpu_per_fusion_autotune_cache_dir"
+# XLA:CPU options every entry point runs with (see the module docstring).
+CPU_XLA_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=",)
 
 _hits = 0
 _hits_lock = threading.Lock()
@@ -65,12 +78,23 @@ def cache_hits() -> int:
         return _hits
 
 
+def add_cpu_xla_flags() -> None:
+    """Adds `CPU_XLA_FLAGS` to ``XLA_FLAGS``, each unless ``XLA_FLAGS`` already names it."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    for flag in CPU_XLA_FLAGS:
+        if flag.split("=")[0] not in flags:
+            flags = f"{flags} {flag}".strip()
+    os.environ["XLA_FLAGS"] = flags
+
+
 def enable(directory: str | Path | None = None) -> Path | None:
     """Points JAX's persistent compilation cache at ``directory`` (default:
-    `default_directory`) unless it already has one, and turns on the GPU kernels for
-    random draws; returns the cache folder in use (None: no cache). Safe to call more
-    than once."""
+    `default_directory`) unless it already has one, turns on the GPU kernels for
+    random draws and off XLA:CPU's YNNPACK fusions (`CPU_XLA_FLAGS`, before the CPU
+    backend starts only); returns the cache folder in use (None: no cache). Safe to
+    call more than once."""
     global _listening
+    add_cpu_xla_flags()
     jax.config.update("jax_threefry_gpu_kernel_lowering", True)
     if not _listening:
         jax.monitoring.register_event_listener(_count_hit)
