@@ -123,7 +123,10 @@ class FaceAnonymizer:
         )  # None: not recorded
         self.dtype = dtype
         self.model = model.for_inference().with_compute_dtype(dtype)
-        variables = self.model.compute_variables(variables)  # cast once, not per batch
+        if precision.is_reduced(dtype):
+            # Cast once, not per batch, and in one program: eager, every distinct leaf
+            # shape would be compiled on its own (a GPU's start) before the first batch.
+            variables = jax.jit(self.model.compute_variables)(variables)
         devices = list(devices or default_devices())
         mesh = sharding.make_mesh(devices=devices)
         self.batch_multiple = len(devices)
