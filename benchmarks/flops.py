@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from benchmarks import timing
 from benchmarks.train_step import stage_config
 from dbaf_jax import compilation_cache, sharding
-from dbaf_jax.train import loop, stages
+from dbaf_jax.train import initialization, stages
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.shared import REMAT_POLICIES
@@ -41,11 +41,11 @@ from dbaf_jax.train.shared import REMAT_POLICIES
 
 def abstract_run(config):
     """(networks, stage, abstract state, abstract frozen variables in the compute dtype)
-    of a config: the training loop's setup (`loop.random_setup`), traced."""
+    of a config: the training loop's setup (`initialization.random_setup`), traced."""
     made = {}
 
     def create(rng):
-        made["networks"], made["setup"] = loop.random_setup(config, rng)
+        made["networks"], made["setup"] = initialization.random_setup(config, rng)
         return made["setup"].state, made["setup"].frozen
 
     state, frozen = jax.eval_shape(create, jax.random.PRNGKey(0))

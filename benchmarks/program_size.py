@@ -6,7 +6,7 @@ measure to watch when a step compiles slowly.
         [--dtype float32|bfloat16] [--width-scale 1.0] [--encoder-width-scale 1.0]
         [--r1-every K] [--cid-scan] [--top 12] [--compile [--compile-twice]]
 
-Each step is the training loop's own (`loop.setup`, traced on abstract inputs as
+Each step is the training loop's own (`dbaf_jax.train.initialization.setup`, traced on abstract inputs as
 `benchmarks.flops` does, one device), lowered to StableHLO. Rows:
 - ops: the operations in the lowered module's text (every function body once);
 - by kind: the most frequent operation names;

@@ -48,7 +48,7 @@ from benchmarks import device_info, timing
 from configs.dbaf import stage1, stage2
 from dbaf_jax import commands, compilation_cache, sharding
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.train import loop
+from dbaf_jax.train import initialization, loop
 
 
 def stage_config(
@@ -97,7 +97,9 @@ def run_stage(stage: int, args: argparse.Namespace, batch: int, steps: int) -> d
         raise ConfigError(
             f"--batch {batch} is not a multiple of the mesh's data axis ({mesh.shape['data']} of {mesh.size} devices)"
         )
-    _, (stage_fns, state, frozen, _) = loop.random_setup(config, jax.random.PRNGKey(0), mesh)
+    _, (stage_fns, state, frozen, _) = initialization.random_setup(
+        config, jax.random.PRNGKey(0), mesh
+    )
     images = (
         np.random.default_rng(0).uniform(-1, 1, (batch, args.size, args.size, 3)).astype(np.float32)
     )

@@ -32,7 +32,7 @@ def main() -> None:
 
     from configs.dbaf import stage1
     from dbaf_jax import sharding
-    from dbaf_jax.train import data, loop, stages
+    from dbaf_jax.train import data, initialization, loop, stages
 
     config = stage1.get_config("tiny")
     config.batch_size = 8
@@ -40,8 +40,12 @@ def main() -> None:
     network = stages.build_networks(config)
     init_rng, state_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     mesh = sharding.make_mesh(8, 1)
-    run = loop.setup(
-        config, network, loop.initial_variables(config, network, init_rng), state_rng, mesh
+    run = initialization.setup(
+        config,
+        network,
+        initialization.initial_variables(config, network, init_rng),
+        state_rng,
+        mesh,
     )
     state, frozen = run.state, run.frozen
     step = loop.make_step(run.stage, mesh, state, frozen)

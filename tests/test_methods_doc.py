@@ -16,7 +16,7 @@ import pytest
 
 from dbaf_jax import model_families, network_kinds
 from dbaf_jax.models import composition
-from dbaf_jax.train import loop, method, stages
+from dbaf_jax.train import initialization, method, stages
 from dbaf_jax.train import networks as networks_lib
 from tests.paths import REPO
 
@@ -154,7 +154,7 @@ def test_the_worked_example_plugs_in_with_its_registry_lines(method_x):
     made = {}
 
     def create(rng):
-        made["setup"] = loop.random_setup(config, rng)[1]
+        made["setup"] = initialization.random_setup(config, rng)[1]
         return made["setup"].state, made["setup"].frozen
 
     state, frozen = jax.eval_shape(create, jax.random.PRNGKey(0))

@@ -151,12 +151,12 @@ COMPILE_FSDP_STEP = """
 import jax, jax.numpy as jnp, numpy as np
 from configs.dbaf import stage2
 from dbaf_jax import sharding
-from dbaf_jax.train import loop, networks, stages
+from dbaf_jax.train import initialization, loop, networks, stages
 config = stage2.get_config("tiny")
 config.batch_size, config.mesh.fsdp, config.mesh.min_shard_size = 8, 4, 1024
 nets = stages.build_networks(config)
 mesh = sharding.make_mesh(None, 4)
-run = loop.setup(config, nets, networks.init_variables(nets, jax.random.PRNGKey(0), 64), jax.random.PRNGKey(1), mesh)
+run = initialization.setup(config, nets, networks.init_variables(nets, jax.random.PRNGKey(0), 64), jax.random.PRNGKey(1), mesh)
 images = sharding.put_batch(mesh, np.zeros((8, 64, 64, 3), np.float32))
 step = loop.make_step(run.stage, mesh, run.state, run.frozen)
 step.lower(run.state, run.frozen, images, jnp.asarray(0, jnp.int32)).compile()

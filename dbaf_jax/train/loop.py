@@ -40,11 +40,7 @@ from dbaf_jax.train import metrics as metrics_lib
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import progress as progress_lib
 from dbaf_jax.train import state as state_lib
-from dbaf_jax.train.initialization import MODEL_EXPORT as MODEL_EXPORT
-from dbaf_jax.train.initialization import Setup as Setup
-from dbaf_jax.train.initialization import initial_variables as initial_variables
-from dbaf_jax.train.initialization import random_setup as random_setup
-from dbaf_jax.train.initialization import setup as setup
+from dbaf_jax.train.initialization import MODEL_EXPORT, initial_variables, setup
 from dbaf_jax.train.method import MethodState, TrainingStage
 
 METRICS_FILE = "metrics.jsonl"

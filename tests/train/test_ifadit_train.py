@@ -25,7 +25,7 @@ from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models import ifadit
-from dbaf_jax.train import data, loop, stages
+from dbaf_jax.train import data, initialization, loop, stages
 from tests.paths import REPO
 
 STEPS = 16
@@ -95,7 +95,7 @@ def variables_of(c, init_from: Path | None) -> dict:
         c.init_from = str(init_from)
     nets = stages.build_networks(c)
     init_rng = jax.random.split(jax.random.PRNGKey(c.seed), 4)[0]  # as the loop splits
-    return loop.initial_variables(c, nets, init_rng)
+    return initialization.initial_variables(c, nets, init_rng)
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +125,16 @@ def test_phase2_loss_falls_and_exports_an_ifadit_model(trained):
     before, after = fixed_loss(c, variables_of(c, phase1)), fixed_loss(c, variables_of(c, phase2))
     assert after["total"] < before["total"], (before, after)
     assert set(after) == {"total", "anon", "div", "deanon", "img"}
-    manifest = model_directory.read_manifest(phase2 / loop.MODEL_EXPORT)
+    manifest = model_directory.read_manifest(phase2 / initialization.MODEL_EXPORT)
     assert manifest["family"] == ifadit.FAMILY
-    model, variables = model_families.load_family(ifadit.FAMILY, phase2 / loop.MODEL_EXPORT)
+    model, variables = model_families.load_family(
+        ifadit.FAMILY, phase2 / initialization.MODEL_EXPORT
+    )
     assert set(model.networks()) == set(ifadit.NETWORKS)
     # Phase 2 trained only the flow and the ICL: the phase-1 networks are exported unchanged.
-    start, _ = model_families.load_family(ifadit.FAMILY, phase1 / loop.MODEL_EXPORT)
+    start, _ = model_families.load_family(ifadit.FAMILY, phase1 / initialization.MODEL_EXPORT)
     assert model.networks() == start.networks()
-    first = model_directory.load_network(phase1 / loop.MODEL_EXPORT / "mapper").variables
+    first = model_directory.load_network(phase1 / initialization.MODEL_EXPORT / "mapper").variables
     jax.tree.map(np.testing.assert_array_equal, first, variables["mapper"])
 
 
@@ -143,7 +145,7 @@ def pixels(path: Path) -> np.ndarray:
 
 def test_cli_round_trip(trained, tmp_path):
     """anonymize then recover (``--aligned``) with the right and a wrong password."""
-    model_dir = trained[1] / loop.MODEL_EXPORT
+    model_dir = trained[1] / initialization.MODEL_EXPORT
     faces = tmp_path / "faces"
     faces.mkdir()
     source = data.SyntheticFaces(4, 64, seed=7)  # faces the run never trained on

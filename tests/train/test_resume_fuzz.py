@@ -31,7 +31,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from dbaf_jax import model_directory
-from dbaf_jax.train import checkpoints, loop
+from dbaf_jax.train import checkpoints, initialization, loop
 from tests.paths import REPO
 
 STEPS = 4
@@ -93,7 +93,7 @@ def reached(point: tuple[str, int], workdir: Path, logged_before: int) -> bool:
         )
     if kind == "saved":
         return (ckpt / str(step) / checkpoints.ORBAX_STEP_METADATA).is_file()
-    export = workdir / loop.MODEL_EXPORT
+    export = workdir / initialization.MODEL_EXPORT
     return export.is_dir() and any(
         p.name.endswith(model_directory.PARTIAL_SUFFIX) for p in export.iterdir()
     )
@@ -150,7 +150,7 @@ def final_result(workdir: Path) -> dict[str, np.ndarray]:
     }
     meta = json.loads((step_dir / "meta" / "metadata").read_text())
     result["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    export = workdir / loop.MODEL_EXPORT
+    export = workdir / initialization.MODEL_EXPORT
     result["model.json"] = np.array((export / model_directory.MODEL_FILE).read_text())
     for network in sorted(p for p in export.iterdir() if p.is_dir()):
         info = model_directory.read_info(network)

@@ -16,7 +16,7 @@ from configs.dbaf import stage2
 from dbaf_jax import precision
 from dbaf_jax.models.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet
-from dbaf_jax.train import loop, stages
+from dbaf_jax.train import initialization, loop, stages
 from dbaf_jax.train import networks as networks_lib
 
 SIZE = 64  # the tiny config's
@@ -126,7 +126,7 @@ def test_cast_params_keeps_statistics_and_non_floats():
 def one_step(networks, variables, compute_dtype: str):
     """One stage-2 step (1 device) of the tiny config from ``variables`` -> (state, metrics)."""
     config = tiny_config(compute_dtype)
-    run = loop.setup(config, networks, variables, jax.random.PRNGKey(1))
+    run = initialization.setup(config, networks, variables, jax.random.PRNGKey(1))
     images = jnp.asarray(
         np.random.default_rng(1).uniform(-1, 1, (config.batch_size, SIZE, SIZE, 3)), jnp.float32
     )
@@ -173,7 +173,7 @@ def test_a_bfloat16_run_exports_the_float32_architecture(start, tmp_path):
         config = tiny_config(dtype)
         loop.export(
             tmp_path,
-            loop.setup(config, nets, variables, jax.random.PRNGKey(1)).stage,
+            initialization.setup(config, nets, variables, jax.random.PRNGKey(1)).stage,
             variables,
             name=dtype,
         )

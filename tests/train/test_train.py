@@ -3,7 +3,7 @@ uninterrupted run, both stages' losses fall, and KRIA learns a key-reversible ma
 
 The step and loop tests run the ``tiny`` configs (64 px) with a global batch of 8
 (one image per forced host device) through the loop's own functions
-(`loop.initial_variables`, `loop.setup`, `loop.make_step`,
+(`initialization.initial_variables`, `initialization.setup`, `loop.make_step`,
 `loop.train_and_evaluate`).
 Compilation dominates on a CPU and every loop run jits its own step, so these tests
 share a persistent compilation cache (one per pytest session, shared by xdist
@@ -34,7 +34,7 @@ from dbaf_jax.models import composition, dbaf
 from dbaf_jax.models.dbaf.cid import CID
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
-from dbaf_jax.train import checkpoints, data, loop, profiling, shared, stages
+from dbaf_jax.train import checkpoints, data, initialization, loop, profiling, shared, stages
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import state as state_lib
 from dbaf_jax.train.dbaf import adversarial, kria_warmup
@@ -117,8 +117,8 @@ def start(config: ml_collections.ConfigDict) -> Start:
     init_rng, state_rng, _ = jax.random.split(
         jax.random.PRNGKey(config.seed), 3
     )  # as the loop splits
-    run = loop.setup(
-        config, networks, loop.initial_variables(config, networks, init_rng), state_rng
+    run = initialization.setup(
+        config, networks, initialization.initial_variables(config, networks, init_rng), state_rng
     )
     return Start(config, networks, jax.device_get(run.state), jax.device_get(run.frozen), run.stage)
 
@@ -433,7 +433,7 @@ def test_full_size_stage2_step_shapes():
     networks = stages.build_networks(config)
 
     def init_and_step(rng, images):
-        run = loop.setup(
+        run = initialization.setup(
             config, networks, networks_lib.init_variables(networks, rng, config.model.size), rng
         )
         return run.stage.step(run.state, run.frozen, images, jnp.asarray(0))
@@ -598,7 +598,7 @@ def test_tiny_configs_train_both_stages_and_losses_fall(tmp_path, stage1_start, 
     model_families.load_family(dbaf.FAMILY, second / "best")
     assert len(list((second / "metrics" / "samples").glob("stage2_samples_*.png"))) == 1
     model, variables = model_families.load_family(
-        dbaf.FAMILY, second / loop.MODEL_EXPORT
+        dbaf.FAMILY, second / initialization.MODEL_EXPORT
     )  # what `dbaf_jax.commands.anonymize` runs
     assert model.kria.groups == (3, 3, 4) and set(variables) >= {
         "e4e",

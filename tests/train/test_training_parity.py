@@ -40,7 +40,7 @@ from convert.parser import main as convert_parser
 from convert.stylegan2 import discriminator_variables, generator_variables
 from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.dbaf import KEY_GENERATOR
-from dbaf_jax.train import loop, stages
+from dbaf_jax.train import initialization, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED
 from tests.parity import leaves_by_path, matching_leaves, nchw, random_reference, randomize_
@@ -129,7 +129,7 @@ class OurStep(NamedTuple):
 def run_our_step(config, variables, images, rng, index_in_epoch: int = 0) -> OurStep:
     """One step of ours from a fresh train state."""
     networks = stages.build_networks(config)
-    run = loop.setup(config, networks, variables, rng)
+    run = initialization.setup(config, networks, variables, rng)
     state, metrics = jax.jit(run.stage.step)(
         run.state, run.frozen, images, jnp.asarray(index_in_epoch, jnp.int32)
     )
