@@ -33,7 +33,7 @@ import torch
 from configs.dbaf import stage1, stage2
 from convert.arcface import main as convert_arcface
 from convert.common import run, to_numpy
-from convert.dbaf import cid_variables, kria_variables, maar_variables
+from convert.dbaf_stages import cid_variables, kria_variables, maar_variables
 from convert.e4e import encoder_variables
 from convert.lpips import main as convert_lpips
 from convert.parser import main as convert_parser

@@ -8,7 +8,7 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import to_numpy
-from convert.dbaf import cid_variables
+from convert.dbaf_stages import cid_variables
 from dbaf_jax.models.dbaf.cid import CID
 from tests.conversion import (
     assert_not_a_checkpoint_message,

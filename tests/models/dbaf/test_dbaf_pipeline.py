@@ -15,15 +15,8 @@ import torch
 
 from configs.dbaf import stage1, stage2
 from convert.common import run
-from convert.dbaf import (
-    compatibility_problems,
-    encoder_map_channels,
-    infer_cid,
-    infer_encoder,
-    infer_kria,
-    infer_maar,
-    main,
-)
+from convert.dbaf import compatibility_problems, encoder_map_channels, infer_encoder, main
+from convert.dbaf_stages import infer_cid, infer_kria, infer_maar
 from convert.stylegan2 import infer_discriminator, infer_generator
 from dbaf_jax import keys, model_families, network_kinds
 from dbaf_jax.inference.anonymizer import FaceAnonymizer

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from convert.common import to_numpy
-from convert.dbaf import kria_variables
+from convert.dbaf_stages import kria_variables
 from dbaf_jax.models.dbaf.kria import KRIA
 from tests.conversion import convert_state_dict, edited, layout_refusal
 from tests.parity import assert_parity

@@ -11,7 +11,7 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import to_numpy
-from convert.dbaf import maar_variables
+from convert.dbaf_stages import maar_variables
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.models.dbaf import DBAF
 from dbaf_jax.models.dbaf.cid import CID
