@@ -50,6 +50,10 @@ _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 _GPU_AUTOTUNE_CACHE = "xla_gpu_per_fusion_autotune_cache_dir"
 # XLA:CPU options every entry point runs with (see the module docstring).
 CPU_XLA_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=",)
+# Set (to anything) to keep XLA:CPU's default fusions: the test suite does, for itself and
+# the commands it starts, so that a test's in-process and subprocess programs compile alike
+# and its bit-exact comparisons across batch sizes hold as they were measured.
+KEEP_CPU_FUSIONS_VARIABLE = "DBAF_JAX_KEEP_CPU_FUSIONS"
 
 _hits = 0
 _hits_lock = threading.Lock()
@@ -79,7 +83,10 @@ def cache_hits() -> int:
 
 
 def add_cpu_xla_flags() -> None:
-    """Adds `CPU_XLA_FLAGS` to ``XLA_FLAGS``, each unless ``XLA_FLAGS`` already names it."""
+    """Adds `CPU_XLA_FLAGS` to ``XLA_FLAGS``, each unless ``XLA_FLAGS`` already names it
+    (none when `KEEP_CPU_FUSIONS_VARIABLE` is set)."""
+    if os.environ.get(KEEP_CPU_FUSIONS_VARIABLE):
+        return
     flags = os.environ.get("XLA_FLAGS", "")
     for flag in CPU_XLA_FLAGS:
         if flag.split("=")[0] not in flags:

@@ -13,6 +13,9 @@ os.environ.setdefault("DBAF_JAX_CACHE_DIR", "off")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
+# XLA:CPU's default fusions for the suite and the commands it starts (a command would
+# otherwise turn them off in its own process only: compilation_cache.KEEP_CPU_FUSIONS_VARIABLE).
+os.environ.setdefault("DBAF_JAX_KEEP_CPU_FUSIONS", "1")
 # The only torchvision wheel for torch 2.13 is a CUDA build: its pure-Python model
 # definitions (needed by lpips) import once this module of compiled ops is stubbed.
 sys.modules.setdefault(

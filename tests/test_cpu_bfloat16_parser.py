@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from dbaf_jax import compilation_cache
+
 PROGRAM = """
 from dbaf_jax import compilation_cache
 compilation_cache.enable()  # before the first computation, as every entry point
@@ -27,6 +29,7 @@ print(int(jnp.isnan(jitted).sum()), bool(jnp.array_equal(jitted, eager)))
 
 def test_jitted_bfloat16_parser_is_finite_and_equals_the_eager_one():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DBAF_JAX_CACHE_DIR": "off"}
+    env.pop(compilation_cache.KEEP_CPU_FUSIONS_VARIABLE, None)  # conftest keeps them for the suite
     result = subprocess.run(
         [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300
     )
