@@ -1,6 +1,7 @@
 """The one way a command ends on a user's error: one ``error:`` line, exit status 1."""
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +9,10 @@ import tomllib
 
 import pytest
 
+import configs
+from configs import stage1 as card_stage1
+from configs import stage2 as card_stage2
+from configs.dbaf import stage1, stage2
 from dbaf_jax import commands
 from dbaf_jax.commands import scripts
 from dbaf_jax.errors import DatasetError
@@ -58,29 +63,80 @@ def test_folder_parser_refuses_a_batch_size_below_1(capsys):
     assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
 
 
-def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
-    missing = tmp_path / "no_dataset"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "launch.py",
-            "--config",
-            "configs/dbaf/stage1.py:tiny",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--config.data.synthetic=False",
-            "--config.data.dir",
-            str(missing),
-        ],
+def launch(*args: str) -> subprocess.CompletedProcess:
+    """``python launch.py ARGS`` from the repository root, on the CPU."""
+    return subprocess.run(
+        [sys.executable, "launch.py", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
+
+
+def test_launch_with_a_missing_dataset_prints_one_error_line(tmp_path):
+    """The design card's command, ``--config configs/stage2.py:VARIANT`` with overrides, is
+    DBAF's stage 2 of configs/dbaf/: the stored configuration says so before the dataset
+    check stops it."""
+    missing = tmp_path / "no_dataset"
+    workdir = tmp_path / "w"
+    result = launch(
+        "--config",
+        "configs/stage2.py:tiny",
+        "--workdir",
+        str(workdir),
+        "--config.batch_size=3",
+        "--config.data.synthetic=False",
+        "--config.data.dir",
+        str(missing),
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: {missing}: no such dataset directory"], result.stderr
+    stored = json.loads((workdir / "config.json").read_text())
+    expected = stage2.get_config("tiny")
+    assert (stored["stage"], stored["model"]["size"], stored["batch_size"]) == (
+        2,
+        expected.model.size,
+        3,
+    )
+
+
+def test_the_card_configs_are_dbafs_configs():
+    """configs/stage1.py and configs/stage2.py are configs/dbaf/'s, not copies of them."""
+    assert card_stage1.get_config is stage1.get_config
+    assert card_stage1.VARIANTS is stage1.VARIANTS
+    assert card_stage2.get_config is stage2.get_config
+    assert card_stage2.VARIANTS is stage2.VARIANTS
+    assert [path.relative_to(REPO).as_posix() for path in configs.config_files()] == [
+        "configs/stage1.py",
+        "configs/stage2.py",
+        "configs/dbaf/stage1.py",
+        "configs/dbaf/stage2.py",
+        "configs/ifadit/phases.py",
+    ]
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--config", "configs/stage3.py:tiny", "--config.batch_size=3"],
+        ["-config=configs/stage3.py"],
+    ],
+)
+def test_launch_with_a_config_file_that_is_not_there(tmp_path, spelling):
+    """One line naming the file and the known configs (not ml_collections' traceback at
+    the config's first use), exit 1, nothing written."""
+    workdir = tmp_path / "w"
+    result = launch(*spelling, "--workdir", str(workdir))
+    assert result.returncode == 1 and result.stdout == ""
+    known = ", ".join(path.relative_to(REPO).as_posix() for path in configs.config_files())
+    assert result.stderr == (
+        f"error: configs/stage3.py: no such config file; the configs: {known} "
+        "(variants as FILE:name)\n"
+    )
+    assert not workdir.exists()
 
 
 def test_a_folder_that_is_no_prepared_dataset(tmp_path):

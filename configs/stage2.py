@@ -1,0 +1,9 @@
+"""DBAF's stage 2 under the design card's name: ``--config configs/stage2.py[:variants]``.
+
+The config and its variants live in `configs/dbaf/stage2.py` (their one home); this
+module is that config under the card's path, the same ``get_config`` and ``VARIANTS``.
+"""
+
+from configs.dbaf.stage2 import VARIANTS, get_config
+
+__all__ = ["VARIANTS", "get_config"]
