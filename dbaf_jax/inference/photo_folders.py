@@ -72,34 +72,9 @@ def anonymize_photo_folder(
     ``face_ledger`` (with a key file: `ledger.ledger_path`) gets each photo's anonymized
     faces, which recovery without metadata needs to tell them from any other face."""
     overwrite, save_crops, resume = settings.overwrite, settings.save_crops, settings.resume
-    if resume and overwrite:
-        raise InputError(
-            "--resume keeps complete outputs and --overwrite replaces them: pass one of them"
-        )
-    refuse = (lambda path: None) if settings.allow_anonymized_input else anonymized_already
-    if resume:
-        plan = plan_outputs(in_dir, out_dir, refuse, videos=clips is not None)
-        kept, redo, earlier = resumable_outputs(anonymizer, plan, save_crops)
-        kept_clips = clips.check(plan, resume=True) if clips is not None else {}
-        records = {r for r in [earlier, *kept_clips.values()] if r is not None}
-        if len(records) > 1:
-            raise OutputExistsError(
-                f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs"
-            )
-        earlier = next(iter(records), None)
-        if record is not None and earlier is not None and earlier != record:
-            raise InputError(
-                f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite"
-            )
-        record = record or earlier
-    else:
-        plan = plan_photo_outputs(
-            in_dir, out_dir, overwrite, save_crops, refuse, videos=clips is not None
-        )
-        kept, redo, kept_clips = [], set(), {}
-        if clips is not None:
-            clips.check(plan)
-    record = record or keys.new_key_record()
+    plan, kept, redo, kept_clips, record = planned_anonymization(
+        anonymizer, in_dir, out_dir, settings, record, clips
+    )
     seed = keys.derive_seed(password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
 
@@ -113,16 +88,8 @@ def anonymize_photo_folder(
         if (
             face_ledger is not None and result.faces
         ):  # what recovery without metadata may touch (`ledger`)
-            published = faces.crops(result.photo, result.faces)
-            transforms = [face.transform for face in result.faces]
-            indices = [face.index for face in result.faces]
             try:
-                ledger.append(
-                    face_ledger,
-                    ledger_match.entries(
-                        result.photo.shape, indices, transforms, published, done.item.crops
-                    ),
-                )
+                ledger.append(face_ledger, ledger_entries(faces, done, result))
             except (
                 OutputWriteError
             ) as err:  # before its output: no photo is written without its entries
@@ -162,6 +129,67 @@ def anonymize_photo_folder(
     if clips is not None:
         clips.run(plan, report, record=record, kept=kept_clips, redo=resume)
     return report
+
+
+def planned_anonymization(
+    anonymizer: FaceAnonymizer,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    settings: FolderRunSettings,
+    record: keys.KeyRecord | None,
+    clips: ClipRunner | None,
+) -> tuple[Plan, list[Path], set[Path], dict[Path, keys.KeyRecord], keys.KeyRecord]:
+    """An anonymize run planned before any work (`anonymize_photo_folder`; the Ray
+    runs' driver too): (the plan, the complete outputs to keep and the incomplete ones
+    to make again with ``settings.resume``, the clips to keep, the run's key record:
+    ``record``, else the earlier run's when resuming, else a fresh salt)."""
+    if settings.resume and settings.overwrite:
+        raise InputError(
+            "--resume keeps complete outputs and --overwrite replaces them: pass one of them"
+        )
+    refuse = (lambda path: None) if settings.allow_anonymized_input else anonymized_already
+    if settings.resume:
+        plan = plan_outputs(in_dir, out_dir, refuse, videos=clips is not None)
+        kept, redo, earlier = resumable_outputs(anonymizer, plan, settings.save_crops)
+        kept_clips = clips.check(plan, resume=True) if clips is not None else {}
+        records = {r for r in [earlier, *kept_clips.values()] if r is not None}
+        if len(records) > 1:
+            raise OutputExistsError(
+                f"{plan.out_dir}: outputs of {len(records)} runs with different salts; resume needs one run's outputs"
+            )
+        earlier = next(iter(records), None)
+        if record is not None and earlier is not None and earlier != record:
+            raise InputError(
+                f"{plan.out_dir}: its outputs were made with another salt than the key file's; resume without --key-file or pass --overwrite"
+            )
+        record = record or earlier
+    else:
+        plan = plan_photo_outputs(
+            in_dir,
+            out_dir,
+            settings.overwrite,
+            settings.save_crops,
+            refuse,
+            videos=clips is not None,
+        )
+        kept, redo, kept_clips = [], set(), {}
+        if clips is not None:
+            clips.check(plan)
+    return plan, kept, redo, kept_clips, record or keys.new_key_record()
+
+
+def ledger_entries(
+    faces: photos.PhotoFaces, done: face_batches.Done, result: PhotoResult
+) -> list[ledger.Entry]:
+    """The face ledger's entries of a photo anonymize made (`ledger_match.entries`: each
+    face as published, against its original crop)."""
+    return ledger_match.entries(
+        result.photo.shape,
+        [face.index for face in result.faces],
+        [face.transform for face in result.faces],
+        faces.crops(result.photo, result.faces),
+        done.item.crops,
+    )
 
 
 def resumable_outputs(
@@ -241,59 +269,16 @@ def recover_photo_folder(
         anonymizer, plan, report, settings.ignore_model_mismatch
     )
 
-    def verified_candidates(photo: np.ndarray) -> tuple[list[photos.AlignedFace], list, int]:
-        """The re-detected faces of ``photo`` that match the ledger (with its key indices),
-        the region each may change (`ledger_match.region`), and how many did not match."""
-        found = faces.find(photo)
-        if not found.faces or not face_ledger:
-            return [], [], len(found.faces)
-        transforms = [face.transform for face in found.faces]
-        candidates = ledger_match.entries(
-            photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces)
-        )
-        verified, regions, taken = [], [], set()
-        for face, candidate in zip(found.faces, candidates):
-            position = ledger_match.match(face_ledger, candidate, taken)
-            if position is not None:
-                taken.add(position)
-                verified.append(
-                    photos.AlignedFace(face_ledger[position].index, face.transform, face.size)
-                )
-                regions.append(ledger_match.region(face_ledger[position], photo.shape))
-        return verified, regions, len(found.faces) - len(verified)
-
     def prepare(source: Path, photo: np.ndarray) -> face_batches.Item | images.Skipped:
-        made = anonymizations[source]
-        regions, unverified, why = None, 0, ""
-        if made is None:
-            if record is None:
-                return images.Skipped(
-                    source,
-                    f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection",
-                )
-            photo_record, meta = record, metadata.detected_recovery(record)
-            recorded, regions, unverified = verified_candidates(photo)
-            why = (
-                "no face ledger beside the key file"
-                if face_ledger is None
-                else "no match in the key file's face ledger"
-            )
-        elif not made.is_photo:
-            return images.Skipped(
-                source, f"{source}: an anonymized aligned crop; recover it with --aligned"
-            )
-        else:
-            try:
-                recorded = metadata.recorded_faces(made.fields, photo.shape, anonymizer.input_size)
-            except InputError as err:
-                return images.Skipped(source, f"{source}: {err}")
-            photo_record, meta = made.record, metadata.recovery(made, "image")
+        found = recovery_found(
+            faces, source, photo, anonymizations[source], record, face_ledger, anonymizer.input_size
+        )
+        if isinstance(found, images.Skipped):
+            return found
+        faces_found, photo_record, tag = found
         if photo_record not in seeds:
             seeds[photo_record] = keys.derive_seed(password, photo_record)
-        found = photos.FoundFaces(recorded, [], regions=regions)
-        return anonymizer.photo_item(
-            photo, seeds[photo_record], faces, found, Photo(source, meta, [], unverified, why)
-        )
+        return anonymizer.photo_item(photo, seeds[photo_record], faces, faces_found, tag)
 
     run_photos(
         plan,
@@ -310,3 +295,69 @@ def recover_photo_folder(
     if clips is not None:
         clips.run(plan, report)
     return report
+
+
+def verified_candidates(
+    faces: photos.PhotoFaces, face_ledger: list[ledger.Entry] | None, photo: np.ndarray
+) -> tuple[list[photos.AlignedFace], list, int]:
+    """The re-detected faces of ``photo`` that match ``face_ledger`` (with its key
+    indices), the region each may change (`ledger_match.region`), and how many did not match."""
+    found = faces.find(photo)
+    if not found.faces or not face_ledger:
+        return [], [], len(found.faces)
+    transforms = [face.transform for face in found.faces]
+    candidates = ledger_match.entries(
+        photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces)
+    )
+    verified, regions, taken = [], [], set()
+    for face, candidate in zip(found.faces, candidates):
+        position = ledger_match.match(face_ledger, candidate, taken)
+        if position is not None:
+            taken.add(position)
+            verified.append(
+                photos.AlignedFace(face_ledger[position].index, face.transform, face.size)
+            )
+            regions.append(ledger_match.region(face_ledger[position], photo.shape))
+    return verified, regions, len(found.faces) - len(verified)
+
+
+def recovery_found(
+    faces: photos.PhotoFaces,
+    source: Path,
+    photo: np.ndarray,
+    made: metadata.Anonymization | None,
+    record: keys.KeyRecord | None,
+    face_ledger: list[ledger.Entry] | None,
+    input_size: int,
+) -> tuple[photos.FoundFaces, keys.KeyRecord, Photo] | images.Skipped:
+    """What recovery does to one photo before the model (`recover_photo_folder`; the Ray
+    runs' detection tasks too): (its faces, the key record they were anonymized under,
+    its `Photo`) from its checked metadata ``made``, or, without metadata, from
+    detection verified against ``face_ledger`` under the key file's ``record``; or why
+    it is skipped."""
+    regions, unverified, why = None, 0, ""
+    if made is None:
+        if record is None:
+            return images.Skipped(
+                source,
+                f"{source}: no dbaf_jax metadata; pass a key file to find its faces by detection",
+            )
+        photo_record, meta = record, metadata.detected_recovery(record)
+        recorded, regions, unverified = verified_candidates(faces, face_ledger, photo)
+        why = (
+            "no face ledger beside the key file"
+            if face_ledger is None
+            else "no match in the key file's face ledger"
+        )
+    elif not made.is_photo:
+        return images.Skipped(
+            source, f"{source}: an anonymized aligned crop; recover it with --aligned"
+        )
+    else:
+        try:
+            recorded = metadata.recorded_faces(made.fields, photo.shape, input_size)
+        except InputError as err:
+            return images.Skipped(source, f"{source}: {err}")
+        photo_record, meta = made.record, metadata.recovery(made, "image")
+    found = photos.FoundFaces(recorded, [], regions=regions)
+    return found, photo_record, Photo(source, meta, [], unverified, why)
