@@ -9,16 +9,22 @@ with its track's key and pasted back, and no pixel outside the faces' masks is
 changed before encoding. Without any sidecar, ``--key-file`` (the one anonymize used)
 lets the faces be found again by detection and tracking; only the tracks that match the
 key file's face ledger are recovered, the rest left as they are and counted. Without a
-ledger, ``--recover-redetected`` recovers every face found, anonymized or not. A wrong
-password is not an error: it gives other faces. See docs/video.md.
+ledger, ``--recover-redetected`` recovers every face found, anonymized or not. Clips
+recover from the image: a model trained for another recovery (the converted DBAF
+checkpoints record latent recovery) is refused unless ``--untrained-mode``, as
+``recover`` refuses it for photos. A wrong password is not an error: it gives other
+faces. See docs/video.md.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 from dbaf_jax import commands
+from dbaf_jax.errors import printable
 from dbaf_jax.faces import ledger
+from dbaf_jax.inference.recovery_modes import recovery_mode
 from dbaf_jax.video import runner
 
 
@@ -32,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
         parser,
         {
             "--ignore-model-mismatch": "recover a clip another model anonymized",
+            "--untrained-mode": "recover in a mode the model was not trained for (clips recover from the image; its results are not the original faces)",
             "--recover-redetected": "with --key-file, no sidecar and no face ledger beside the key file: recover "
             "every face detection and tracking find, keys by order of first appearance; nothing checks that a "
             "face was anonymized, so one that never was is overwritten too",
@@ -39,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     )
     args = parser.parse_args(argv)
     run = commands.RunStart.from_args(args)
+    _, mode_note, warning = recovery_mode(run.anonymizer, None, False, args.untrained_mode)
     faces = run.faces(args, recovering=True)
     ledger_notes: list[str] = []  # a torn last line, said once
     report = runner.recover_video(
@@ -48,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
         face_ledger=ledger.read_for_key_file(args.key_file, ledger_notes),
         sidecar_path=args.sidecar,
     )
-    report.notes[:0] = ledger_notes
+    report.notes[:0] = [mode_note, *ledger_notes]
+    if warning:  # before the notes, as the photo commands print theirs
+        print(printable(f"warning: {warning}"), file=sys.stderr)
     report.print()
     return report
 

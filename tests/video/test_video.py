@@ -50,7 +50,11 @@ def ws(tmp_path_factory):
 
 
 def cli(command, ws, source, target, password="password.txt", *extra):
-    return run_command(command, ws, source, target, password, "--batch-size", str(BATCH), *extra)
+    # The tiny model records latent recovery; clips recover from the image (recover_video --untrained-mode).
+    untrained = ("--untrained-mode",) if command is recover_video else ()
+    return run_command(
+        command, ws, source, target, password, "--batch-size", str(BATCH), *untrained, *extra
+    )
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +174,37 @@ def test_recover_with_the_password(ws, anonymized, recovered):
             >= 254
         )
         assert np.abs(right[first][weight] - alone[weight]).mean() < 4, f"track {number}"
+
+
+@pytest.mark.slow  # needs the module's model
+def test_a_model_trained_for_latent_recovery_recovers_clips_only_when_asked(
+    ws, anonymized, recovered, tmp_path, capsys
+):
+    """Clips recover from the image; the tiny model records latent recovery (as converted
+    DBAF checkpoints do), so recover_video refuses it in one line naming --untrained-mode,
+    as recover does for photos, and with the flag runs it with a warning (`cli` adds it)."""
+    capsys.readouterr()
+    args = [
+        "--model",
+        str(ws / "model"),
+        "--password-file",
+        str(ws / "password.txt"),
+        str(ws / "anon.mp4"),
+        str(tmp_path / "back.mp4"),
+    ]
+    assert commands.exit_status(recover_video.main, args) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert (
+        line.startswith("error: ") and "was trained for latent recovery, not image recovery" in line
+    )
+    assert (
+        line.endswith("(pass --untrained-mode to run it anyway)")
+        and not (tmp_path / "back.mp4").exists()
+    )
+    cli(recover_video, ws, ws / "anon.mp4", tmp_path / "back.mp4")
+    err = capsys.readouterr().err
+    assert "warning: " in err and "--untrained-mode runs it anyway" in err
+    assert "note: recovery mode: image (photos and clips recover from the image)" in err
 
 
 @pytest.mark.slow  # needs the module's model
@@ -434,6 +469,7 @@ def test_redetection_without_any_sidecar_is_verified_or_asked_for(ws, anonymized
         str(tmp_path / "back.mp4"),
         "--batch-size",
         str(BATCH),
+        "--untrained-mode",
     ]
     assert commands.exit_status(recover_video.main, [*args, "--key-file", str(bare)]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
@@ -484,6 +520,7 @@ def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
             str(out / "back.mp4"),
             "--batch-size",
             "1",
+            "--untrained-mode",
         ],
         stderr=subprocess.DEVNULL,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
