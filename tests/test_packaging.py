@@ -1,9 +1,16 @@
 """Every version has one home: pyproject.toml pins what pip resolves, requirements-nodeps.txt
 only what must be installed with --no-deps; the CUDA extras name the pinned JAX; CI and the
-README install through the [dev] extra."""
+README install through the [dev] extra. requirements.txt, generated from pyproject.toml by
+.ci/lock.py, locks the runtime install; these checks of it read only files and the installed
+packages' metadata (no index), so a new release elsewhere cannot fail them."""
 
+import importlib.util
 import re
 import tomllib
+from importlib import metadata
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.paths import REPO
 
@@ -56,7 +63,97 @@ def test_the_cuda_extras_name_the_pinned_jax():
 
 
 def test_no_other_requirement_file_holds_pins():
-    assert sorted(p.name for p in REPO.glob("requirements*.txt")) == ["requirements-nodeps.txt"]
+    assert sorted(p.name for p in REPO.glob("requirements*.txt")) == [
+        "requirements-nodeps.txt",
+        "requirements.txt",  # generated: the lock
+    ]
+
+
+def _lock_script():
+    spec = importlib.util.spec_from_file_location("lock", REPO / ".ci" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LOCK = _lock_script()
+REGENERATE = "pyproject.toml and requirements.txt differ: run python .ci/lock.py"
+
+
+def _locked() -> dict[str, str]:
+    """requirements.txt's packages: canonical name -> version."""
+    lines = LOCK.LOCK.read_text().splitlines()
+    pins = [line.split("==") for line in lines if line and not line.startswith((" ", "#"))]
+    assert all(len(pin) == 2 for pin in pins), f"not name==version: {pins}"
+    locked = {canonicalize_name(name): version for name, version in pins}
+    assert len(locked) == len(pins), "a package locked twice"
+    return locked
+
+
+def test_the_lock_records_pyprojects_dependency_list():
+    """The header's digest is that of pyproject's dependencies now: any change to the
+    list (a pin, a new package, a marker) fails here until the lock is generated again."""
+    text = LOCK.LOCK.read_text()
+    digests = [line for line in text.splitlines() if line.startswith(LOCK.DIGEST_PREFIX)]
+    expected = LOCK.dependencies_digest((REPO / "pyproject.toml").read_text())
+    assert digests == [LOCK.DIGEST_PREFIX + expected], REGENERATE
+    assert text.startswith(LOCK.HEADER)
+
+
+def test_every_runtime_pin_is_locked_at_its_version():
+    locked = _locked()
+    for requirement in map(Requirement, PROJECT["dependencies"]):
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{name}: not in requirements.txt; {REGENERATE}"
+        assert requirement.specifier.contains(locked[name]), (
+            f"{name}: pyproject.toml {requirement.specifier}, requirements.txt {locked[name]}; "
+            f"{REGENERATE}"
+        )
+
+
+def _installed_closure(requirements: list[str]) -> dict[str, str]:
+    """Every installed distribution that ``requirements`` bring (their requirements' markers
+    evaluated here, extras followed): canonical name -> installed version. Each requirement
+    on the way must be installed at a version it allows."""
+    versions: dict[str, str] = {}
+    followed: dict[str, set[str]] = {}  # name -> the extras ("" the base) whose requirements are in
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        try:
+            distribution = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise AssertionError(f"{name} ({requirement}) is not installed") from None
+        assert requirement.specifier.contains(distribution.version, prereleases=True), (
+            f"{requirement}: {distribution.version} installed"
+        )
+        versions[name] = distribution.version
+        extras = ({""} | set(requirement.extras)) - followed.setdefault(name, set())
+        followed[name] |= extras
+        for text in distribution.requires or []:
+            needed = Requirement(text)
+            marker = needed.marker
+            if marker is None or any(marker.evaluate({"extra": extra}) for extra in extras):
+                todo.append(needed)
+    return versions
+
+
+def test_the_lock_is_the_installed_runtime_closure():
+    """requirements.txt is exactly what pyproject's dependencies bring in this environment,
+    at the versions installed (CI installs from it: .ci/run), each allowed by every
+    package that requires it: the lock is complete, closed and consistent."""
+    installed = _installed_closure(PROJECT["dependencies"])
+    locked = _locked()
+    assert sorted(set(installed) - set(locked)) == [], f"installed, not locked; {REGENERATE}"
+    assert sorted(set(locked) - set(installed)) == [], f"locked, not required; {REGENERATE}"
+    differ = {
+        name: (locked[name], installed[name]) for name in locked if locked[name] != installed[name]
+    }
+    assert differ == {}, (
+        f"locked and installed versions differ: install with pip install -r requirements.txt, "
+        f"or {REGENERATE}"
+    )
 
 
 def test_dev_brings_every_extra_ci_tests():
@@ -70,9 +167,13 @@ def test_dev_brings_every_extra_ci_tests():
     } <= included
 
 
-def test_ci_and_readme_install_through_the_dev_extra():
+def test_ci_and_readme_install_the_lock_then_the_dev_extra():
+    """The runtime from requirements.txt, the [dev] extra within it (``-c``), then
+    facenet-pytorch alone; the README's reproducible install is the lock's."""
     ci = (REPO / ".ci" / "run").read_text()
     readme = (REPO / "README.md").read_text()
     for text in (ci, readme):
-        assert 'pip install -q -e ".[dev]"' in text or 'pip install -e ".[dev]"' in text
+        assert re.search(r"pip install (-q )?-r requirements\.txt", text)
+        assert re.search(r'pip install (-q )?-e "\.\[dev\]" -c requirements\.txt', text)
         assert "--no-deps -r requirements-nodeps.txt" in text
+    assert "pip install -r requirements.txt && pip install --no-deps -e ." in readme
