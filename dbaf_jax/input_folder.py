@@ -2,10 +2,8 @@
 file that belongs to one of our outputs, or refused with its reason, so that nothing in
 the folder is passed over in silence.
 
-Images: a suffix PIL opens (TIFF and GIF among them), or any other file whose header
-PIL recognises. Videos: `VIDEO_SUFFIXES`. Companions: what our runs write beside an
-output and read with it (``NAME.latents.npz`` beside ``NAME.png``, ``CLIP.dbaf.json``
-beside a clip). Links are followed only to a file inside the folder: a link to a
+Which files are images (photos), videos (clips) and companions (what our runs write
+beside an output and read with it) is `dbaf_jax.file_kinds`'s answer. Links are followed only to a file inside the folder: a link to a
 folder, out of the folder, dangling or in a loop is refused, and so is anything that is
 not a regular file (reading a FIFO would block the run).
 """
@@ -16,24 +14,9 @@ import dataclasses
 import os
 from pathlib import Path
 
-from PIL import Image
-
+from dbaf_jax import file_kinds
 from dbaf_jax.errors import InputError
 from dbaf_jax.images import Skipped
-
-# The clips a folder run hands to the video path; video/clip.py's FORMATS has a muxer
-# for each (a test holds the two together).
-VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
-LATENTS_SUFFIX = ".latents.npz"  # beside an aligned output: its latents (``--save-latents``)
-SIDECAR_SUFFIX = ".dbaf.json"  # beside an anonymized clip: its sidecar (video/sidecar.py)
-
-
-def image_suffixes() -> frozenset[str]:
-    """The suffixes of every format PIL can open (lower case, with the dot)."""
-    Image.init()
-    return frozenset(
-        suffix for suffix, name in Image.registered_extensions().items() if name in Image.OPEN
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,33 +50,19 @@ def _link_refusal(path: Path, root: Path) -> str | None:
     return None
 
 
-def _sniffed(path: Path) -> str | None:
-    """None when PIL recognises ``path``'s header as an image, else why it is refused."""
-    try:
-        with Image.open(path):
-            return None
-    except OSError as err:
-        if (
-            err.errno is not None
-        ):  # the system's reason (permission denied, I/O error), not the decoder's
-            return f"cannot be read ({err.strerror or err})"
-    except Exception:  # noqa: BLE001 - any other decoder failure means "not an image PIL knows"
-        pass
-    return "not an image or video this tool reads (unknown type): not processed"
-
-
-def _companion(path: Path, names: set[str], suffixes: frozenset[str]) -> str | None:
+def _companion(path: Path, names: set[str]) -> str | None:
     """What ``path`` is when it belongs to an image or clip beside it (by name), else None."""
     name = path.name
-    if name.endswith(LATENTS_SUFFIX):
-        stem = name[: -len(LATENTS_SUFFIX)]
+    if name.endswith(file_kinds.LATENTS_SUFFIX):
+        stem = name[: -len(file_kinds.LATENTS_SUFFIX)]
         if any(
-            Path(other).stem == stem and Path(other).suffix.lower() in suffixes for other in names
+            Path(other).stem == stem and file_kinds.kind_by_name(other) == file_kinds.PHOTO
+            for other in names
         ):
             return f"the latents of {stem}'s output: read with it (recover --aligned --mode latent)"
-    if name.endswith(SIDECAR_SUFFIX):
-        clip = name[: -len(SIDECAR_SUFFIX)]
-        if clip in names and Path(clip).suffix.lower() in VIDEO_SUFFIXES:
+    if name.endswith(file_kinds.SIDECAR_SUFFIX):
+        clip = name[: -len(file_kinds.SIDECAR_SUFFIX)]
+        if clip in names and file_kinds.kind_by_name(clip) == file_kinds.CLIP:
             return f"the sidecar of the clip {clip}: read with it"
     return None
 
@@ -107,7 +76,6 @@ def list_inputs(in_dir: str | Path) -> Listing:
     if not in_dir.is_dir():
         raise InputError(f"{in_dir}: the input is a file, not a folder of images")
     root = in_dir.resolve()
-    suffixes = image_suffixes()
     found_images, videos, companions, refused = [], [], [], []
 
     def unlisted(err: OSError) -> None:
@@ -133,18 +101,15 @@ def list_inputs(in_dir: str | Path) -> Listing:
                     else "not a regular file (a FIFO, socket or device): not read"
                 )
             if why is None:
-                suffix = path.suffix.lower()
-                if suffix in VIDEO_SUFFIXES:
-                    videos.append(path)
+                kind = file_kinds.kind_by_name(path)
+                if kind is not None:
+                    (videos if kind == file_kinds.CLIP else found_images).append(path)
                     continue
-                if suffix in suffixes:
-                    found_images.append(path)
-                    continue
-                belongs = _companion(path, set(files), suffixes)
+                belongs = _companion(path, set(files))
                 if belongs is not None:
                     companions.append(Skipped(path, f"{path}: {belongs}"))
                     continue
-                why = _sniffed(path)
+                why = file_kinds.sniffed(path)
                 if why is None:
                     found_images.append(path)
                     continue

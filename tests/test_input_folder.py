@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 from dbaf_jax import images, input_folder
-from dbaf_jax.video import clip, sidecar
 
 
 def reasons(listing):
@@ -85,17 +84,6 @@ def test_every_entry_is_an_input_a_companion_or_refused_with_why(tmp_path):
     )
     assert "link to a folder" in why["to_folder"] and "outside the input folder" in why["out.png"]
     assert "not a regular file" in why["pipe.jpg"] and "unknown type" in why["notes.txt"]
-
-
-def test_the_folders_video_suffixes_are_those_the_clips_are_written_in():
-    assert set(input_folder.VIDEO_SUFFIXES) == set(clip.FORMATS)
-    assert input_folder.SIDECAR_SUFFIX == sidecar.SUFFIX
-
-
-def test_pil_formats_are_images_by_suffix():
-    suffixes = input_folder.image_suffixes()
-    assert {".tif", ".tiff", ".gif", ".png", ".jpg", ".jpeg", ".webp", ".bmp"} <= suffixes
-    assert not suffixes & set(input_folder.VIDEO_SUFFIXES)
 
 
 NOBODY = 65534  # the unprivileged user of Linux distributions

@@ -31,6 +31,7 @@ LAYERS = [
         "storage",
         [
             "dbaf_jax.atomic_files",
+            "dbaf_jax.file_kinds",
             "dbaf_jax.images",
             "dbaf_jax.keys",
             "dbaf_jax.input_folder",

@@ -21,16 +21,16 @@ from tqdm import tqdm
 from dbaf_jax import atomic_files, images, keys, metadata, pipeline, sidecars
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import (
+    anonymized_already,
     check_outputs,
     checked_anonymizations,
     latents_path,
     plan_outputs,
 )
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.recovery_modes import RECOVERY_MODES
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
-
-RECOVERY_MODES = ("image", "latent")
 
 
 def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) -> None:
@@ -49,9 +49,12 @@ def anonymize_folder(
     settings: FolderRunSettings = FOLDER_DEFAULTS,
 ) -> Report:
     """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one
-    fresh salt; ``settings``: the batch size, ``overwrite`` and ``save_latents``."""
+    fresh salt; ``settings``: the batch size, ``overwrite``, ``save_latents`` and
+    ``allow_anonymized_input`` (else crops that are already outputs of anonymize are
+    skipped and named, as photos are: their copies would lose the recovery record)."""
     overwrite, save_latents = settings.overwrite, settings.save_latents
-    plan = plan_outputs(in_dir, out_dir)
+    refuse = (lambda path: None) if settings.allow_anonymized_input else anonymized_already
+    plan = plan_outputs(in_dir, out_dir, refuse)
     outputs = list(plan.targets.values())
     check_outputs(
         outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite

@@ -22,12 +22,12 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from dbaf_jax import images, input_folder, metadata, output_folder
+from dbaf_jax import file_kinds, images, input_folder, metadata, output_folder
 from dbaf_jax.errors import InputError, ModelMismatchError, OutputExistsError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.report import Report
 
-LATENTS_SUFFIX = input_folder.LATENTS_SUFFIX
+LATENTS_SUFFIX = file_kinds.LATENTS_SUFFIX
 
 
 def output_path(in_dir: Path, out_dir: Path, source: Path) -> Path:
@@ -44,16 +44,22 @@ def crop_path(target: Path, index: int) -> Path:
     return target.with_name(f"{target.stem}.face{index}.png")
 
 
-def check_outputs(targets: Iterable[Path], overwrite: bool) -> None:
+def check_outputs(targets: Iterable[Path], overwrite: bool, resumable: bool = False) -> None:
     """Raises OutputExistsError, before anything is written, if outputs exist and
-    ``overwrite`` is not set."""
+    ``overwrite`` is not set; its line names --overwrite, and --resume for a run that
+    can continue (``resumable``: anonymize on photos)."""
     existing = [str(p) for p in targets if p.exists()]
     if existing and not overwrite:
         shown = ", ".join(existing[:5]) + (
             f" and {len(existing) - 5} more" if len(existing) > 5 else ""
         )
+        resume = (
+            ", or --resume (resume=True) to keep the complete ones and make the rest"
+            if resumable
+            else ""
+        )
         raise OutputExistsError(
-            f"{len(existing)} output(s) exist already ({shown}); pass --overwrite (overwrite=True) to replace them"
+            f"{len(existing)} output(s) exist already ({shown}); pass --overwrite (overwrite=True) to replace them{resume}"
         )
 
 
@@ -138,9 +144,7 @@ def plan_outputs(
         else:
             sources.append(source)
             targets[source] = target
-    companions = [
-        Path(f"{target}{input_folder.SIDECAR_SUFFIX}") for target in clip_targets.values()
-    ]
+    companions = [Path(f"{target}{file_kinds.SIDECAR_SUFFIX}") for target in clip_targets.values()]
     output_folder.check_location(
         in_dir,
         out_dir,
@@ -168,15 +172,18 @@ def plan_photo_outputs(
     refuse: Judge = _no_reason,
     pass_over: Judge = _no_reason,
     videos: bool = False,
+    resumable: bool = False,
 ) -> Plan:
     """`plan_outputs`, refusing (before anything is written) existing outputs and, with
-    ``save_crops``, existing crops of them, unless ``overwrite``."""
+    ``save_crops``, existing crops of them, unless ``overwrite`` (`check_outputs`;
+    ``resumable``: the refusal names --resume too)."""
     plan = plan_outputs(in_dir, out_dir, refuse, pass_over, videos)
-    check_outputs(plan.targets.values(), overwrite)
+    check_outputs(plan.targets.values(), overwrite, resumable)
     if save_crops:
         check_outputs(
             [p for t in plan.targets.values() for p in t.parent.glob(f"{t.stem}.face*.png")],
             overwrite,
+            resumable,
         )
     return plan
 

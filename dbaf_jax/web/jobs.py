@@ -18,14 +18,14 @@ import contextlib
 import dataclasses
 import os
 import re
+import threading
 import time
 import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dbaf_jax import images
+from dbaf_jax import file_kinds
 from dbaf_jax.faces import ledger
-from dbaf_jax.video import clip, sidecar
 
 OPERATIONS = ("anonymize", "recover")
 KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it
@@ -41,16 +41,23 @@ class NotFound(Exception):
     """No job of this session has that id (or it was deleted: the message says why)."""
 
 
+class UnknownSession(NotFound):
+    """The session secret is none the server holds (its page was closed, or it expired)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """Bounds on what one server holds: bytes per file and per job, files per job, jobs at
-    once (over all sessions), and how long an idle job is kept."""
+    once (over all sessions), how long an idle job or session is kept, how long a job
+    may wait to be started, and sessions (pages) per client."""
 
     file_bytes: int = 1 << 30
     job_bytes: int = 4 << 30
     files: int = 200
     jobs: int = 16
     keep_seconds: float = 3600.0
+    open_seconds: float = 300.0
+    sessions: int = 64
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -71,17 +78,24 @@ def display_name(name: str, fallback: str) -> str:
     return name or fallback
 
 
-def kind_of(name: str, operation: str) -> str:
-    """``photo``, ``clip``, ``sidecar`` (a clip's recovery sidecar, recover only) or ``other``, by the name's suffix."""
-    lowered = name.lower()
-    if operation == "recover" and lowered.endswith(sidecar.SUFFIX):
+def kind_of(name: str) -> str:
+    """``photo`` or ``clip`` by the name's suffix (`file_kinds.kind_by_name`), ``sidecar``
+    (a clip's sidecar, read with its clip), or ``unknown``: stored, then `sniffed` as the
+    command line does (a photo whatever its suffix when PIL recognises its header)."""
+    if name.lower().endswith(file_kinds.SIDECAR_SUFFIX):
         return "sidecar"
-    suffix = os.path.splitext(lowered)[1]
-    if suffix in images.IMAGE_SUFFIXES:
-        return "photo"
-    if suffix in clip.FORMATS:
-        return "clip"
-    return "other"
+    return file_kinds.kind_by_name(name) or "unknown"
+
+
+def sniffed(entry: "Entry") -> None:
+    """An ``unknown`` entry's kind from its stored bytes: ``photo`` when PIL recognises its
+    header, else skipped and named with the command line's reason."""
+    why = file_kinds.sniffed(entry.stored)
+    if why is None:
+        entry.kind = file_kinds.PHOTO
+    else:
+        entry.kind, entry.stored = "other", None
+        entry.state, entry.message = "skipped", f"{entry.name}: {why}"
 
 
 def _fields(record: Any, *names: str) -> dict[str, Any]:
@@ -100,8 +114,8 @@ class Output:
 
 @dataclasses.dataclass
 class Entry:
-    """One dropped file: its index and shown name, its kind, where it was stored (None
-    when refused), its state (``uploaded``, ``queued``, ``working``, ``done``,
+    """One dropped file: its index and shown name, its kind (`kind_of`; ``other`` once
+    sniffed as no photo), where it was stored (None when refused), its state (``uploaded``, ``queued``, ``working``, ``done``,
     ``skipped``, ``failed``), what to say about it, and its results."""
 
     index: int
@@ -137,6 +151,8 @@ class Job:
         default_factory=list
     )  # a new key file, the face ledger
     error: str = ""
+    serving: int = 0  # downloads in flight (`store.JobStore.begin_download`)
+    zip_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
     def bytes(self) -> int:
@@ -152,7 +168,7 @@ class Job:
             raise LimitError(
                 f"{name}: at most {self.limits.files} files per run; start another run for the rest"
             )
-        entry = Entry(index, name, kind_of(name, self.operation))
+        entry = Entry(index, name, kind_of(name))
         self.entries.append(entry)
         if declared is not None:
             try:
@@ -167,41 +183,40 @@ class Job:
     def check_size(self, name: str, size: int, before: int) -> None:
         """LimitError when a file of ``size`` bytes (``before`` of it already counted) passes a bound."""
         if size > self.limits.file_bytes:
-            raise LimitError(
-                f"{name}: {_megabytes(size)} is over the limit of {_megabytes(self.limits.file_bytes)} per file"
-            )
+            raise LimitError(f"{name}: {over_the_limit(size, self.limits.file_bytes)} per file")
         if self.bytes - before + size > self.limits.job_bytes:
             raise LimitError(
                 f"{name}: the run would hold more than {_megabytes(self.limits.job_bytes)}; start another run for the rest"
             )
 
     def upload(self, entry: Entry) -> "Upload":
-        """Where the entry's bytes go, within the bounds: its private input file (photos,
-        clips, sidecars) or nowhere (other files, only counted and then reported as
-        skipped). Past a bound the `Upload` raises LimitError and removes what it wrote."""
-        path = None
-        if entry.kind != "other":
-            suffix = (
-                sidecar.SUFFIX
-                if entry.kind == "sidecar"
-                else os.path.splitext(entry.name.lower())[1]
-            )
-            path = self.folder / "in" / str(entry.index) / ("input" + suffix)
+        """Where the entry's bytes go, within the bounds: its private input file. Past a
+        bound the `Upload` raises LimitError and removes what it wrote; a file of no
+        known suffix is kept only when its header is a photo's (`sniffed`)."""
+        suffix = (
+            file_kinds.SIDECAR_SUFFIX
+            if entry.kind == "sidecar"
+            else os.path.splitext(entry.name.lower())[1]
+            if entry.kind != "unknown"
+            else ""  # never a suffix of the browser's choosing on disk
+        )
+        path = self.folder / "in" / str(entry.index) / ("input" + suffix)
 
         def check(size: int) -> None:
             self.check_size(entry.name, size, entry.size)
             entry.size = size
+            self.touched = time.monotonic()
 
         def finished(ok: bool, error: str) -> None:
-            entry.stored = path if ok and path is not None else None
+            entry.stored = path if ok else None
             if not ok:
                 entry.size, entry.state, entry.message = 0, "skipped", error
-            elif entry.kind == "other":
-                photos, clips = ", ".join(images.IMAGE_SUFFIXES), ", ".join(clip.FORMATS)
-                entry.state, entry.message = (
-                    "skipped",
-                    f"{entry.name}: not a photo ({photos}) or a clip ({clips}); skipped",
-                )
+            elif entry.kind == "unknown":
+                sniffed(entry)
+                if entry.stored is None:  # not a photo: nothing of it stays
+                    path.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        path.parent.rmdir()
             self.touched = time.monotonic()
 
         return Upload(path, check, finished)
@@ -294,3 +309,12 @@ def _megabytes(size: int) -> str:
         if size >= 1024
         else f"{size} bytes"
     )
+
+
+def over_the_limit(size: int, bound: int) -> str:
+    """The words ``SIZE is over the limit of BOUND``, each as `_megabytes` shows it, or in
+    bytes where those two would read alike (also in app.js)."""
+    shown = [_megabytes(size), _megabytes(bound)]
+    if shown[0] == shown[1]:
+        shown = [f"{size:,} bytes", f"{bound:,} bytes"]
+    return f"{shown[0]} is over the limit of {shown[1]}"

@@ -20,12 +20,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dbaf_jax import images, keys
-from dbaf_jax.commands import recover
+from dbaf_jax import file_kinds, images, keys
 from dbaf_jax.errors import ConfigError, DbafError, InputError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.recovery_modes import UNTRAINED_FLAG, recovery_mode
 from dbaf_jax.inference.report import EXIT_SKIPPED, Report
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import runner
@@ -33,15 +33,18 @@ from dbaf_jax.video.settings import ClipRunSettings
 from dbaf_jax.web.jobs import KEY_FILE_NAME, Entry, Job, Output
 
 KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded one
+# The commands' flags the server takes for every run (serve.py): what the page's text calls them.
+SERVER_FLAGS = (UNTRAINED_FLAG, "--allow-anonymized-input")
 
 
 @dataclasses.dataclass
 class Model:
     """What every job runs with: the loaded model, its face finders for anonymizing
     (low-confidence detections hidden) and for recovering (taken as faces), as the
-    commands load them (`FaceFinding.load`), the runs' settings (the batch size), and
-    whether photos may be recovered in a mode the model was not trained for (recover's
-    --untrained-mode)."""
+    commands load them (`FaceFinding.load`), the runs' settings (the batch size; whether
+    outputs of anonymize are anonymized again, the server's --allow-anonymized-input), and
+    whether photos and clips may be recovered in a mode the model was not trained for
+    (the server's --untrained-mode)."""
 
     anonymizer: FaceAnonymizer
     faces: photos.PhotoFaces
@@ -67,7 +70,7 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
         job_keys = _JobKeys(password, record, key_file, face_ledger)
         sidecars = _sidecars(job)
         for entry in job.entries:
-            if entry.kind == "photo" and refusal:
+            if entry.kind in ("photo", "clip") and refusal:
                 _fail(entry, photo_report, refusal)
             elif entry.kind in ("photo", "clip") and entry.stored is not None:
                 entry.state = "working"
@@ -108,14 +111,15 @@ def run_job(model: Model, job: Job, password: str, key_choice: str) -> None:
         for entry in job.entries:
             if entry.state in ("uploaded", "queued"):
                 _fail(entry, photo_report, job.error)
-    job.summary = _names_for_paths(job, _summary(photo_report, clip_reports))
+    job.summary = _for_the_page(job, _summary(photo_report, clip_reports))
     job.status = (
         EXIT_SKIPPED
         if job.error
         else max([photo_report.status, *(report.status for report in clip_reports)])
     )
+    job.error = _for_the_page(job, job.error)
     for entry in job.entries:
-        entry.message = _names_for_paths(job, entry.message)
+        entry.message = _for_the_page(job, entry.message)
     job.state = "done"
 
 
@@ -137,33 +141,41 @@ def _key_record(job: Job, key_choice: str) -> tuple[keys.KeyRecord, Path | None]
 
 
 def _recovery_mode(model: Model, job: Job, report: Report) -> tuple[list[str], str]:
-    """Recovering photos: (the recover command's note on the mode, "") with its warning
-    added to ``report``, or ([], why) when the command would refuse the mode (photos
-    then fail with why; clips go on)."""
-    if job.operation != "recover" or not any(entry.kind == "photo" for entry in job.entries):
+    """Recovering photos or clips: (the recover commands' note on the mode, "") with its
+    warning added to ``report``, or ([], why) when the commands would refuse the mode
+    (photos and clips then fail with why)."""
+    if job.operation != "recover" or not any(
+        entry.kind in ("photo", "clip") for entry in job.entries
+    ):
         return [], ""
     try:
-        _, note, warning = recover.recovery_mode(
-            model.anonymizer, None, False, model.untrained_mode
-        )
+        _, note, warning = recovery_mode(model.anonymizer, None, False, model.untrained_mode)
     except ConfigError as err:
-        return [], str(err).replace("--untrained-mode", "the server's --untrained-mode")
+        return [], str(err)
     report.warnings += [warning] if warning else []
     return [note], ""
 
 
 def _sidecars(job: Job) -> dict[str, Path]:
-    """Recover: the dropped sidecars by the name of the clip they belong to; one without
-    its clip among the files is skipped and said."""
-    clips = {entry.name for entry in job.entries if entry.kind == "clip"}
+    """The dropped sidecars by the name of the clip they belong to, each put beside its
+    clip's stored file, where a clip's sidecar lies (so that anonymize sees the clip is
+    its own output, as the folder commands do); one without its clip among the files is
+    skipped and said."""
+    clips = {entry.name: entry for entry in job.entries if entry.kind == "clip"}
     found = {}
     for entry in job.entries:
         if entry.kind != "sidecar" or entry.stored is None:
             continue
-        clip_name = entry.name[: -len(".dbaf.json")]
-        if clip_name in clips:
+        clip_name = entry.name[: -len(file_kinds.SIDECAR_SUFFIX)]
+        clip = clips.get(clip_name)
+        if clip is not None and clip.stored is not None:
+            beside = clip.stored.with_name(clip.stored.name + file_kinds.SIDECAR_SUFFIX)
+            entry.stored = entry.stored.replace(beside)
             found[clip_name] = entry.stored
-            entry.state, entry.message = "done", f"the sidecar of {clip_name}"
+            entry.state, entry.message = (
+                "done",
+                f"the sidecar of the clip {clip_name}: read with it",
+            )
         else:
             entry.state, entry.message = (
                 "skipped",
@@ -199,8 +211,9 @@ def _run_photo(model: Model, job: Job, entry: Entry, job_keys: _JobKeys, total: 
     faces, *keyed = job_keys.for_run(model, job.operation)  # keyed: the record, the ledger
     where = (entry.stored.parent, job.output_path(entry))
     report = run(model.anonymizer, faces, job_keys.password, *where, model.settings, *keyed)
-    for name in ("written", "skipped", "warnings", "notes"):
+    for name in ("written", "skipped", "warnings"):
         getattr(total, name).extend(getattr(report, name))
+    total.notes += [note for note in report.notes if note not in total.notes]
     for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
         setattr(total, name, getattr(total, name) + getattr(report, name))
     stem = entry.name.rsplit(".", 1)[0]
@@ -214,7 +227,7 @@ def _run_photo(model: Model, job: Job, entry: Entry, job_keys: _JobKeys, total: 
             [
                 f"{report.faces_found} face(s) found, {report.faces} {done}, {report.faces_hidden} hidden by "
                 f"the fallback, {report.faces_left} left as they were",
-                *report.notes,
+                *_own_notes(report.notes, faces),
             ]
         )
 
@@ -242,10 +255,16 @@ def _run_clip(
         [
             f"{report.faces} face(s) {done} in {report.frames} frame(s), {report.tracks} track(s); "
             f"{report.hidden} hidden by the fallback, {report.left} left as they were",
-            *report.notes,
+            *_own_notes(report.notes, faces),
         ]
     )
     return report
+
+
+def _own_notes(notes: list[str], faces: photos.PhotoFaces) -> list[str]:
+    """A file's notes but those every file of the run has (which detectors ran): the
+    summary says those once."""
+    return [note for note in notes if note not in (faces.describe(), *faces.notes)]
 
 
 def _fail(entry: Entry, report: Report, why: str) -> None:
@@ -254,8 +273,9 @@ def _fail(entry: Entry, report: Report, why: str) -> None:
 
 
 def _summary(photo_report: Report, clip_reports: list[runner.VideoReport]) -> str:
-    """The commands' summaries of the run's photos and clips (without the photo report's
-    "wrote 0 image(s)" when only clips ran)."""
+    """The commands' summaries of the run's photos and clips, each note once (every
+    file is a run of its own; which detectors ran is the run's), without the photo
+    report's "wrote 0 image(s)" when only clips ran."""
     out = io.StringIO()
     photo_report.print(out)
     if not photo_report.photos and clip_reports:
@@ -265,13 +285,18 @@ def _summary(photo_report: Report, clip_reports: list[runner.VideoReport]) -> st
             )
         )
         out.seek(0, io.SEEK_END)
+    said = set(photo_report.notes)
     for report in clip_reports:
-        report.print(out)
+        notes = [note for note in report.notes if note not in said]
+        said.update(notes)
+        dataclasses.replace(report, notes=notes).print(out)
     return out.getvalue()
 
 
-def _names_for_paths(job: Job, text: str) -> str:
-    """``text`` with every private path of ``job`` replaced by the browser's name for it."""
+def _for_the_page(job: Job, text: str) -> str:
+    """``text`` as the page shows it: every private path of ``job`` replaced by the
+    browser's name for it, and the commands' flags the server takes for every run
+    (`SERVER_FLAGS`) named as the server's."""
     names = {}
     for entry in job.entries:
         if entry.stored is not None:
@@ -280,4 +305,6 @@ def _names_for_paths(job: Job, text: str) -> str:
     names.update((str(extra.path), extra.name) for extra in job.extras)
     for path in sorted(names, key=len, reverse=True):
         text = text.replace(path, names[path])
+    for flag in SERVER_FLAGS:
+        text = text.replace(f"pass {flag}", f"start the server with {flag}")
     return text.replace(str(job.folder), "(this run)")

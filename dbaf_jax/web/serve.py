@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
         parser,
         {
             "--allow-unchecked-model": "run a model directory without model.json",
-            "--untrained-mode": "recover photos in a mode the model was not trained for (its results are not the original faces)",
+            "--untrained-mode": "recover photos and clips in a mode the model was not trained for (its results are not the original faces)",
+            "--allow-anonymized-input": "anonymize photos and clips that are already outputs of anonymize (their copies lose the recovery record)",
         },
     )
     bounds = parser.add_argument_group("bounds")

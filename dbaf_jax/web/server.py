@@ -5,9 +5,17 @@ in a request of its own (raw body, its name in the ``X-File-Name`` header, only 
 shown), starts the job with the password in a JSON body, polls the job's state, and
 fetches results. Every API request carries the session secret in ``X-Session``: a
 header, so a page of another site cannot send it without a CORS preflight, which this
-server never grants. Host headers other than the listening address are refused (DNS
-rebinding). Responses are never cached (``Cache-Control: no-store``). Jobs run one at a
-time on one worker thread, through `runs.run_job`.
+server never grants. Every request that changes anything (POST, PUT, DELETE) must also
+carry the page's own ``Origin`` (browsers send it), and no API request may come from
+another site (``Origin``, ``Sec-Fetch-Site``): another site's page cannot make, start,
+delete or crowd out sessions and runs (`SameOrigin`). Host headers other than the
+listening address are refused (DNS rebinding). Responses are never cached
+(``Cache-Control: no-store``). Jobs run one at a time on one worker thread, through
+`runs.run_job`.
+
+A download keeps its run's files until it has been sent (`Download`), so a second
+download of the same results (a double click) is never cut off by the first deleting
+them; the zip of a run's results is built once and served to every request for it.
 """
 
 from __future__ import annotations
@@ -22,8 +30,8 @@ import zipfile
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -31,10 +39,10 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dbaf_jax import keys
+from dbaf_jax import atomic_files, file_kinds, keys
 from dbaf_jax.errors import InputError
 from dbaf_jax.web import runs
-from dbaf_jax.web.jobs import Job, LimitError, NotFound, Output
+from dbaf_jax.web.jobs import Job, LimitError, NotFound, Output, UnknownSession
 from dbaf_jax.web.store import JobStore
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -53,6 +61,64 @@ SECURITY_HEADERS = [
         b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     ),
 ]
+
+
+class SameOrigin:
+    """ASGI middleware refusing (403) API requests another site's page sent: those whose
+    ``Origin`` is not this server's own or whose ``Sec-Fetch-Site`` says another site;
+    and requests that change anything (not GET or HEAD) without an ``Origin``."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        origin, site = headers.get("origin"), headers.get("sec-fetch-site")
+        own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
+        changes = scope["method"] not in ("GET", "HEAD")
+        why = (
+            f"a request from another site ({origin}) is refused: only this server's page may use it"
+            if origin is not None and origin != own
+            else f"a request from another site (Sec-Fetch-Site: {site}) is refused"
+            if site is not None and site not in ("same-origin", "none")
+            else "a request that changes anything must come from this server's page (no Origin header)"
+            if changes and origin is None
+            else None
+        )
+        if why is None:
+            return await self.app(scope, receive, send)
+        await _error(why, 403)(scope, receive, send)
+
+
+class Download(FileResponse):
+    """A result sent as a file, its run's files kept until it has been sent
+    (`JobStore.begin_download` before, `end_download` after, however it ends);
+    ``sent()`` runs when the whole body has gone (the download counts then)."""
+
+    def __init__(self, store: JobStore, job: Job, sent, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._store, self._job, self._sent = store, job, sent
+
+    async def __call__(self, scope, receive, send):
+        whole = False
+
+        async def sending(message):
+            nonlocal whole
+            await send(message)
+            kind = message["type"]
+            if kind == "http.response.pathsend" or (
+                kind == "http.response.body" and not message.get("more_body", False)
+            ):
+                whole = True
+
+        try:
+            await super().__call__(scope, receive, sending)
+        finally:
+            if whole:
+                await run_in_threadpool(self._sent)
+            await run_in_threadpool(self._store.end_download, self._job)
 
 
 class SecurityHeaders:
@@ -112,7 +178,8 @@ def build_app(
     stopping = threading.Event()
 
     def janitor() -> None:
-        while not stopping.wait(min(60.0, store.limits.keep_seconds / 4)):
+        limits = store.limits
+        while not stopping.wait(min(60.0, limits.keep_seconds / 4, limits.open_seconds / 4)):
             store.expire()
 
     @contextlib.asynccontextmanager
@@ -133,13 +200,19 @@ def build_app(
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     async def session(request: Request) -> Response:
+        client = request.client.host if request.client is not None else ""
         return JSONResponse(
             {
-                "session": store.new_session(),
+                "session": store.new_session(client),
                 "limits": store.limits.as_dict(),
                 "passwordMax": MAX_PASSWORD,
+                "kinds": file_kinds.for_page(),
             }
         )
+
+    async def end_session(request: Request) -> Response:
+        await run_in_threadpool(store.end_session, request.headers.get("x-session", ""))
+        return JSONResponse({"ok": True})
 
     async def create(request: Request) -> Response:
         operation = (await _json(request)).get("operation")
@@ -211,22 +284,30 @@ def build_app(
         return JSONResponse(job_of(request).as_dict())
 
     def file_response(job: Job, output: Output, download: bool) -> Response:
-        """The result; a download marks it downloaded, and the last one deletes the run once
-        sent (``X-Run-Deleted`` tells the page)."""
+        """The result; a download marks it downloaded once sent whole, and the last one
+        deletes the run (``X-Run-Deleted`` tells the page) once every download it is
+        serving has ended."""
         media_type = mimetypes.guess_type(output.name)[0] or "application/octet-stream"
-        headers, background = {}, None
-        if download:
-            output.downloaded = True
-            if all(each.downloaded for each in job.downloads()):
-                headers[DELETED_HEADER] = "every result was downloaded"
-                background = BackgroundTask(store.delete, job, headers[DELETED_HEADER])
-        return FileResponse(
+        headers = {}
+        if download and all(each.downloaded or each is output for each in job.downloads()):
+            headers[DELETED_HEADER] = "every result was downloaded"
+
+        def sent() -> None:
+            if download:
+                output.downloaded = True
+                if all(each.downloaded for each in job.downloads()):
+                    store.delete(job, "every result was downloaded")
+
+        store.begin_download(job)
+        return Download(
+            store,
+            job,
+            sent,
             output.path,
             media_type=media_type,
             filename=output.name,
             headers=headers,
             content_disposition_type="attachment" if download else "inline",
-            background=background,
         )
 
     def finished(job: Job) -> None:
@@ -253,14 +334,21 @@ def build_app(
     async def zipped(request: Request) -> Response:
         job = job_of(request)
         finished(job)
-        path = await run_in_threadpool(write_zip, job)
+        store.begin_download(job)
+        try:
+            path = await run_in_threadpool(results_zip, job)
+        except BaseException:
+            store.end_download(job)
+            raise
         why = "the results were downloaded as a zip"
-        return FileResponse(
+        return Download(
+            store,
+            job,
+            lambda: store.delete(job, why),
             path,
             media_type="application/zip",
             filename="dbaf-results.zip",
             headers={DELETED_HEADER: why},
-            background=BackgroundTask(store.delete, job, why),
         )
 
     async def delete(request: Request) -> Response:
@@ -271,15 +359,22 @@ def build_app(
         return JSONResponse({"ok": True})
 
     async def errors(request: Request, err: Exception) -> Response:
-        return _error(
-            str(err),
-            404 if isinstance(err, NotFound) else 413 if isinstance(err, LimitError) else 400,
+        status = (
+            401
+            if isinstance(err, UnknownSession)
+            else 404
+            if isinstance(err, NotFound)
+            else 413
+            if isinstance(err, LimitError)
+            else 400
         )
+        return _error(str(err), status)
 
     routes = [
         Route("/", index),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/api/session", session, methods=["POST"]),
+        Route("/api/session", end_session, methods=["DELETE"]),
         Route("/api/jobs", create, methods=["POST"]),
         Route("/api/jobs/{job}", status, methods=["GET"]),
         Route("/api/jobs/{job}", delete, methods=["DELETE"]),
@@ -293,6 +388,7 @@ def build_app(
     middleware = [
         Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS),
         Middleware(SecurityHeaders),
+        Middleware(SameOrigin),
     ]
     handlers = {NotFound: errors, LimitError: errors, InputError: errors}
     return Starlette(
@@ -300,17 +396,24 @@ def build_app(
     )
 
 
-def write_zip(job: Job) -> Path:
+def results_zip(job: Job) -> Path:
     """Every result of ``job`` and its summary in one zip in the job's folder (stored, not
-    compressed: PNGs and clips are compressed already); names made unique."""
+    compressed: PNGs and clips are compressed already; names made unique), built by the
+    first request for it and written atomically, then served to every request."""
     path = job.folder / "results.zip"
-    taken: set[str] = set()
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("summary.txt", job.summary)
-        taken.add("summary.txt")
-        for output in job.downloads():
-            archive.write(output.path, _unique(output.name, taken))
-    return path
+    with job.zip_lock:
+        if path.exists():
+            return path
+
+        def write(tmp: Path) -> None:
+            taken: set[str] = set()
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
+                archive.writestr("summary.txt", job.summary)
+                taken.add("summary.txt")
+                for output in job.downloads():
+                    archive.write(output.path, _unique(output.name, taken))
+
+        return atomic_files.write_file(path, write)
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -278,6 +278,31 @@ def test_existing_outputs_are_not_overwritten(workspace, anonymized):
     assert snapshot(out) == before
 
 
+def test_anonymized_crops_are_refused_unless_asked(workspace, anonymized, anonymizer, tmp_path):
+    """--aligned anonymize, as the photo runs do, skips crops that are already its outputs
+    (their copies would lose the recovery record), each named with the flag that allows it;
+    --allow-anonymized-input anonymizes them again."""
+    again = anonymize_folder(
+        anonymizer, PASSWORD, workspace / "anonymized", tmp_path / "again", SETTINGS
+    )
+    assert again.written == [] and not list((tmp_path / "again").rglob("*.png"))
+    outputs = sorted((workspace / "anonymized").rglob("*.png"))
+    assert sorted(item.path for item in again.skipped) == outputs
+    assert all(
+        "already an output of anonymize" in item.reason
+        and "--allow-anonymized-input" in item.reason
+        for item in again.skipped
+    )
+    allowed = anonymize_folder(
+        anonymizer,
+        PASSWORD,
+        workspace / "anonymized",
+        tmp_path / "allowed",
+        FolderRunSettings(batch_size=BATCH, allow_anonymized_input=True),
+    )
+    assert len(allowed.written) == len(outputs) and not allowed.skipped
+
+
 def test_python_api_raises_output_exists(workspace, anonymized, anonymizer):
     """The library raises a catchable OutputExistsError (the interpreter goes on), before writing."""
     out = workspace / "anonymized"

@@ -1,16 +1,22 @@
 """The web page's jobs (dbaf_jax/web/jobs.py) without a server: names from the browser,
 kinds, bounds, the private folder, sessions, expiry and the folders killed servers left."""
 
+import io
 import os
 import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from dbaf_jax import file_kinds
 from dbaf_jax.web import jobs
-from dbaf_jax.web.jobs import LimitError, Limits, NotFound
+from dbaf_jax.web.jobs import LimitError, Limits, NotFound, UnknownSession
 from dbaf_jax.web.store import ROOT_PREFIX, JobStore, remove_stale_roots
+
+CLIENT = "127.0.0.1"
 
 
 @pytest.mark.parametrize(
@@ -29,11 +35,39 @@ def test_display_names(given, shown):
     assert jobs.display_name(given, "file1") == shown
 
 
-def test_kinds_by_suffix():
-    assert [
-        jobs.kind_of(name, "recover") for name in ("a.JPG", "b.mp4", "b.mp4.dbaf.json", "c.txt")
-    ] == ["photo", "clip", "sidecar", "other"]
-    assert jobs.kind_of("b.mp4.dbaf.json", "anonymize") == "other"
+def test_kinds_by_suffix_as_the_command_line_takes_them():
+    names = ("a.JPG", "b.tif", "c.GIF", "d.mp4", "d.mp4.dbaf.json", "e.txt", "f")
+    assert [jobs.kind_of(name) for name in names] == [
+        "photo",
+        "photo",
+        "photo",
+        "clip",
+        "sidecar",
+        "unknown",
+        "unknown",
+    ]
+
+
+def test_a_file_of_no_known_suffix_is_a_photo_by_its_header_or_skipped(tmp_path):
+    store = JobStore(Limits(), tmp_path)
+    job = store.create(store.new_session(CLIENT), "anonymize")
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buffer, format="TIFF")
+    photo, text = job.new_entry("scan", None), job.new_entry("notes.txt", None)
+    write(job.upload(photo), buffer.getvalue())
+    write(job.upload(text), b"not a photo")
+    assert photo.kind == "photo" and photo.stored.read_bytes() == buffer.getvalue()
+    assert photo.stored.name == "input"  # no suffix of the browser's choosing on disk
+    assert (text.kind, text.state, text.stored) == ("other", "skipped", None)
+    assert text.message == f"notes.txt: {file_kinds.UNKNOWN_TYPE}"
+    assert not (job.folder / "in" / "1").exists()
+
+
+def test_sizes_over_a_limit_are_told_apart_from_it():
+    assert jobs.over_the_limit(5000, 1000) == "4.9 KB is over the limit of 1000 bytes"
+    assert jobs.over_the_limit((1 << 30) + 1, 1 << 30) == (
+        "1,073,741,825 bytes is over the limit of 1,073,741,824 bytes"
+    )
 
 
 def write(upload, *chunks):
@@ -49,7 +83,7 @@ def write(upload, *chunks):
 def test_private_folders_and_bounds(tmp_path):
     store = JobStore(Limits(file_bytes=10, job_bytes=15, files=3, jobs=1), tmp_path)
     assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
-    session = store.new_session()
+    session = store.new_session(CLIENT)
     job = store.create(session, "anonymize")
     with pytest.raises(LimitError, match="holds 1 runs already"):
         store.create(session, "anonymize")
@@ -67,7 +101,7 @@ def test_private_folders_and_bounds(tmp_path):
     write(job.upload(other), b"x")
     assert (
         other.state == "skipped"
-        and "not a photo" in other.message
+        and "unknown type" in other.message
         and not (job.folder / "in" / "2").exists()
     )
     with pytest.raises(LimitError, match="at most 3 files per run"):
@@ -79,7 +113,7 @@ def test_private_folders_and_bounds(tmp_path):
 
 def test_runs_are_found_only_with_their_session_and_deleted(tmp_path):
     store = JobStore(Limits(keep_seconds=60), tmp_path)
-    mine, theirs = store.new_session(), store.new_session()
+    mine, theirs = store.new_session(CLIENT), store.new_session(CLIENT)
     job = store.create(mine, "recover")
     with pytest.raises(NotFound, match="^no such run$"):
         store.get(job.id, theirs)
@@ -90,11 +124,70 @@ def test_runs_are_found_only_with_their_session_and_deleted(tmp_path):
         store.get(job.id, mine)
     with pytest.raises(NotFound, match="^no such run$"):
         store.get(job.id, theirs)  # the reason too is for its own session only
-    running = store.create(mine, "anonymize")
+    running = store.create(store.new_session(CLIENT), "anonymize")
     running.state = "running"
     assert store.expire(running.touched + 1e6) == []  # never under a run
     store.close()
     assert not store.root.exists()
+
+
+def test_empty_runs_expire_in_minutes_and_finished_ones_are_kept_longer(tmp_path):
+    store = JobStore(Limits(open_seconds=300, keep_seconds=3600), tmp_path)
+    session = store.new_session(CLIENT)
+    empty, done = store.create(session, "anonymize"), store.create(session, "anonymize")
+    done.state = "done"
+    now = max(empty.touched, done.touched)
+    assert store.expire(now + 299) == []
+    assert store.expire(now + 301) == [empty.id] and not empty.folder.exists()
+    with pytest.raises(NotFound, match=r"deleted \(not started within 5 minutes\)"):
+        store.get(empty.id, session)
+    assert store.expire(now + 3601) == [done.id]
+
+
+def test_sessions_are_never_evicted_but_bounded_per_client_and_expire(tmp_path):
+    store = JobStore(Limits(sessions=2, keep_seconds=60), tmp_path)
+    first, second = store.new_session(CLIENT), store.new_session(CLIENT)
+    with pytest.raises(LimitError, match=f"2 pages of this server are open from {CLIENT} already"):
+        store.new_session(CLIENT)
+    store.new_session("192.0.2.1")  # another client has its own bound
+    job = store.create(first, "anonymize")  # the first session still works
+    job.state = "done"
+    store.end_session(second)  # its page has gone: the slot is free again
+    with pytest.raises(UnknownSession, match="reload the page"):
+        store.create(second, "anonymize")
+    third = store.new_session(CLIENT)
+    # Unused for keep_seconds: a session without a job goes; one holding a job stays as long as its job.
+    later = job.touched + 61
+    assert store.expire(later) == [job.id]
+    store.expire(later)
+    for session in (first, third):
+        with pytest.raises(UnknownSession):
+            store.create(session, "anonymize")
+
+
+def test_a_closed_page_takes_its_runs_along_once_they_have_finished(tmp_path):
+    store = JobStore(Limits(), tmp_path)
+    session = store.new_session(CLIENT)
+    waiting, running = store.create(session, "anonymize"), store.create(session, "recover")
+    running.state = "running"
+    store.end_session(session)
+    assert not waiting.folder.exists() and running.folder.exists()
+    running.state = "done"
+    assert store.expire() == [running.id] and not running.folder.exists()
+
+
+def test_a_deleted_runs_files_stay_until_its_last_download_ends(tmp_path):
+    store = JobStore(Limits(), tmp_path)
+    job = store.create(store.new_session(CLIENT), "anonymize")
+    store.begin_download(job)
+    store.begin_download(job)
+    store.delete(job, "every result was downloaded")
+    with pytest.raises(NotFound, match="every result was downloaded"):
+        store.begin_download(job)  # no new download of a deleted run
+    store.end_download(job)
+    assert job.folder.exists()
+    store.end_download(job)
+    assert not job.folder.exists()
 
 
 def test_folders_of_killed_servers_are_removed(tmp_path):

@@ -3,17 +3,23 @@ the real server (uvicorn on a free loopback port, in this process so that the ch
 share its model), the real MTCNN and the tempered tiny DBAF model of the command-line
 tests: a real photo anonymized (faces changed, nothing else), recovered with the right
 password (each face is the model's recovery) and a wrong one (another face, no error),
-an oversize upload refused with its message, a clip anonymized. Chromium and its driver
-come from Debian (.ci/install-browser); nothing is downloaded while the tests run.
+an oversize upload refused with its message, a clip anonymized and its zip double-clicked,
+TIFF and GIF photos taken as the command line takes them, our own outputs refused on the
+Anonymize tab, and a page of another site (another port) that cannot break an open
+page. Chromium and its driver come from Debian (.ci/install-browser); nothing is
+downloaded while the tests run.
 
 ``DBAF_WEB_SCREENSHOT=docs/web-page.png`` also saves the page after the photo's
 anonymization there (README's screenshot)."""
 
+import functools
+import http.server
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -44,10 +50,11 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
     )
 
 from selenium import webdriver  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from dbaf_jax.web import runs  # noqa: E402
+from dbaf_jax.web import jobs, runs  # noqa: E402
 from dbaf_jax.web.jobs import Limits  # noqa: E402
 from dbaf_jax.web.store import JobStore  # noqa: E402
 from tests.web_serving import serving  # noqa: E402
@@ -82,6 +89,9 @@ def workspace(tmp_path_factory):
     write_clip(tmp / "in" / "pan.mp4", pan_frames(6, travel=0.3), audio_streams=0)
     (tmp / "in" / "big.png").write_bytes(os.urandom(3 << 20))
     (tmp / "in" / "notes.txt").write_text("not a photo\n")
+    with Image.open(DATA / "office3.jpg") as photo:  # formats the command line takes too
+        photo.save(tmp / "in" / "scan.tif", compression="tiff_deflate")
+        photo.save(tmp / "in" / "animated.gif")
     return tmp
 
 
@@ -279,7 +289,7 @@ def test_every_file_is_accounted_for_and_the_status_says_what_was_not_done(
         PASSWORD,
     )
     assert (
-        "skipped 1 file(s):\n  notes.txt: not a photo" in summary
+        "skipped 1 file(s):\n  notes.txt: not an image or video this tool reads" in summary
         and "1 photo(s) read, 1 written" in summary
     )
     assert browser.find_element(By.ID, "status").text.startswith(
@@ -294,6 +304,14 @@ def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspa
     browser.find_element(By.ID, "files").send_keys(str(workspace / "in" / "big.png"))
     row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="big.png"]')
     assert "big.png: 3.0 MB is over the limit of 2.0 MB per file" in row.text
+    told = browser.execute_script(
+        "return overTheLimit(arguments[0], arguments[1]);", FILE_LIMIT + 1, FILE_LIMIT
+    )
+    assert (
+        told
+        == jobs.over_the_limit(FILE_LIMIT + 1, FILE_LIMIT)
+        == ("2,097,153 bytes is over the limit of 2,097,152 bytes")
+    )
     browser.find_element(By.ID, "password").send_keys(PASSWORD)
     browser.find_element(By.ID, "confirm").send_keys(PASSWORD)
     browser.find_element(By.ID, "start").click()  # the server refuses it too, by the announced size
@@ -302,27 +320,37 @@ def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspa
     assert "over the limit of 2.0 MB per file" in row.text and "refused" in row.text
 
 
-def test_a_clip_anonymized_in_the_browser(browser, served, workspace, model):
+@pytest.fixture(scope="module")
+def anonymized_clip(browser, served, workspace):
+    """pan.mp4 anonymized on the page, its results zip double-clicked: (the folder of the
+    unzipped results, the page's summary)."""
     downloads = workspace / "downloads_clip"
     open_page(browser, served, "anonymize", downloads)
     runs_before = set(served[1].root.iterdir())
     summary = run_page(browser, [workspace / "in" / "pan.mp4"], PASSWORD, PASSWORD)
-    assert "processed" in summary and "in 6 frame(s)" in summary and "wrote pan.mp4" in summary
-    browser.find_element(
-        By.ID, "zip"
-    ).click()  # everything as one zip, after which the server deletes the run
+    # Everything as one zip, after which the server deletes the run; a double click asks once.
+    ActionChains(browser).double_click(browser.find_element(By.ID, "zip")).perform()
     archive = downloads / "dbaf-results.zip"
     WebDriverWait(browser, 120).until(
         lambda d: archive.exists() and not list(downloads.glob("*.crdownload"))
     )
+    WebDriverWait(browser, 120).until(lambda d: "deleted" in d.find_element(By.ID, "deleted").text)
+    assert browser.find_element(By.ID, "error").text == ""  # no second request failed
+    assert [path.name for path in downloads.iterdir()] == ["dbaf-results.zip"]
+    assert browser.find_element(By.ID, "zip").get_attribute("disabled")  # the files are gone
     with zipfile.ZipFile(archive) as opened:
         assert sorted(opened.namelist()) == ["pan.mp4", "pan.mp4.dbaf.json", "summary.txt"]
         assert opened.read("summary.txt").decode().strip() == summary.strip()
         opened.extractall(downloads / "unzipped")
-    WebDriverWait(browser, 120).until(lambda d: "deleted" in d.find_element(By.ID, "deleted").text)
     WebDriverWait(browser, 120).until(lambda d: set(served[1].root.iterdir()) <= runs_before)
-    side = sidecar.read(downloads / "unzipped" / "pan.mp4.dbaf.json")
-    path = downloads / "unzipped" / "pan.mp4"
+    return downloads / "unzipped", summary
+
+
+def test_a_clip_anonymized_in_the_browser(anonymized_clip, workspace):
+    unzipped, summary = anonymized_clip
+    assert "processed" in summary and "in 6 frame(s)" in summary and "wrote pan.mp4" in summary
+    side = sidecar.read(unzipped / "pan.mp4.dbaf.json")
+    path = unzipped / "pan.mp4"
     source, result = (
         np.stack([f.pixels for f in clip.frames(p, clip.probe(p))]).astype(np.int16)
         for p in (workspace / "in" / "pan.mp4", path)
@@ -339,6 +367,81 @@ def test_a_clip_anonymized_in_the_browser(browser, served, workspace, model):
             > 0.999
         )
         assert changed[frame][inside].mean() > 10, number
+
+
+def test_tiff_and_gif_photos_are_taken_as_on_the_command_line(browser, served, workspace):
+    """Photos of every format the command line reads, each processed; which detectors ran
+    is said once for the run, not once per file."""
+    open_page(browser, served, "anonymize", workspace / "downloads_formats")
+    files = [workspace / "in" / name for name in ("scan.tif", "animated.gif")]
+    summary = run_page(browser, files, PASSWORD, PASSWORD)
+    assert "summary: 2 photo(s) read, 2 written, 0 skipped;" in summary
+    assert summary.count("note: detectors: ") == 1
+    for name in ("scan.tif", "animated.gif"):
+        row = browser.find_element(By.CSS_SELECTOR, f'tr.file-row[data-name="{name}"]')
+        assert "done" in row.text and "face(s) found" in row.text and "detectors" not in row.text
+        assert row.find_elements(By.CSS_SELECTOR, "img.result")
+
+
+def test_our_own_outputs_are_refused_on_the_anonymize_tab(browser, served, workspace, anonymized):
+    """An anonymized photo dropped on the Anonymize tab is refused by name, with the
+    server's flag that allows it: its copy would lose the recovery record."""
+    open_page(browser, served, "anonymize", workspace / "downloads_again")
+    summary = run_page(browser, [anonymized[0]], PASSWORD, PASSWORD)
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="office3.png"]')
+    assert "already an output of anonymize" in row.text, row.text
+    assert "start the server with --allow-anonymized-input" in row.text, row.text
+    assert not row.find_elements(By.CSS_SELECTOR, "button.download")
+    assert "skipped 1 file(s):\n  office3.png: already an output of anonymize" in summary
+    assert "wrote 0 image(s)" in summary and "(this run)" not in summary
+
+
+def test_a_page_of_another_site_cannot_break_an_open_page(browser, served, workspace):
+    """A page served from another origin (another port of this machine) sends what a
+    browser lets it: many session requests, runs, a session's end. The server refuses
+    all of it, and the page left open goes on with its own session."""
+    store = served[1]
+    open_page(browser, served, "anonymize", workspace / "downloads_site")
+    own = browser.current_window_handle
+    sessions, runs_before = len(store._sessions), set(store._jobs)
+    target = served[0]  # this server's address: another origin than the site's
+    (workspace / "site").mkdir(exist_ok=True)
+    (workspace / "site" / "index.html").write_text(
+        f"""<!doctype html><script>
+const target = {target!r};
+async function attack() {{
+  const sent = [];
+  for (let i = 0; i < 200; i++) {{
+    sent.push(fetch(target + "/api/session", {{ method: "POST", mode: "no-cors" }}).catch(() => {{}}));
+    sent.push(fetch(target + "/api/jobs", {{ method: "POST", mode: "no-cors", body: '{{"operation": "anonymize"}}' }}).catch(() => {{}}));
+  }}
+  sent.push(fetch(target + "/api/session", {{ method: "DELETE" }}).catch(() => {{}}));
+  await Promise.all(sent);
+  document.title = "done";
+}}
+attack();
+</script>"""
+    )
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(workspace / "site")
+    )
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        browser.switch_to.new_window("tab")
+        browser.get(f"http://127.0.0.1:{site.server_address[1]}/")
+        WebDriverWait(browser, 120).until(lambda d: d.title == "done")
+        browser.close()
+    finally:
+        site.shutdown()
+        browser.switch_to.window(own)
+    assert len(store._sessions) == sessions and set(store._jobs) == runs_before
+    made = browser.execute_async_script(
+        "const done = arguments[0];"
+        "api('POST', '/api/jobs', { operation: 'anonymize' }).then((r) => r.json())"
+        ".then((reply) => done(reply.job), (err) => done('error: ' + err.message));"
+    )
+    assert made in store._jobs and store._jobs[made].session in store._sessions
 
 
 def test_the_command_serves_the_page_and_cleans_up(browser, workspace):

@@ -1,22 +1,29 @@
 """The web page's server over plain HTTP (http.client against uvicorn on a free loopback
 port), without a browser or a model: sessions kept apart, the bounds on uploads (a
 declared size and a streamed body past them), what is refused before a run starts,
-the Host check, the headers that keep results out of caches, and the command's refusal
-to listen beyond this machine without --allow-remote."""
+the Host and Origin checks (another site can make, start, delete or crowd out
+nothing), sessions bounded per client, downloads that overlap (the run's files stay
+until the last has been sent), the headers that keep results out of caches, and the
+command's refusal to listen beyond this machine without --allow-remote."""
 
 import http.client
+import io
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
+import zipfile
 
 import pytest
 
-from dbaf_jax.web.jobs import Limits
+from dbaf_jax.web.jobs import Limits, Output
 from dbaf_jax.web.store import JobStore
 from tests.paths import REPO
 from tests.web_serving import serving
 
-LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10)
+LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10, sessions=12)
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +34,20 @@ def served(tmp_path_factory):
         yield port, store
 
 
+def own_origin(served) -> dict:
+    """The Origin header the page's own requests carry."""
+    return {"Origin": f"http://127.0.0.1:{served[0]}"}
+
+
 def call(served, method, path, body=None, headers=None, chunked=False):
-    """(status, parsed JSON or raw bytes, headers) of one request."""
+    """(status, parsed JSON or raw bytes, headers) of one request, with the page's own
+    Origin unless ``headers`` say another (``"Origin": None``: none)."""
     connection = http.client.HTTPConnection("127.0.0.1", served[0], timeout=30)
     if isinstance(body, dict):
         body = json.dumps(body).encode()
-    connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+    headers = {**own_origin(served), **(headers or {})}
+    headers = {name: value for name, value in headers.items() if value is not None}
+    connection.request(method, path, body=body, headers=headers, encode_chunked=chunked)
     response = connection.getresponse()
     data = response.read()
     connection.close()
@@ -81,10 +96,10 @@ def test_sessions_do_not_see_each_others_runs(served):
     assert (
         status == 200 and reply["files"][0]["name"] == "a.png" and reply["files"][0]["size"] == 10
     )
-    assert (
-        call(served, "POST", "/api/jobs", {"operation": "anonymize"}, {"X-Session": "made-up"})[0]
-        == 404
+    status, reply, _ = call(
+        served, "POST", "/api/jobs", {"operation": "anonymize"}, {"X-Session": "made-up"}
     )
+    assert status == 401 and reply["error"].endswith("reload the page")
 
 
 def test_browser_names_never_choose_a_path(served):
@@ -162,6 +177,156 @@ def test_other_hosts_are_refused_and_nothing_is_cached(served):
         headers["cache-control"] == "no-store"
         and "default-src 'self'" in headers["content-security-policy"]
     )
+
+
+EVIL = "http://evil.example"
+
+
+def test_another_site_can_make_start_delete_or_end_nothing(served):
+    """A page of another site sends what a browser lets it (simple POSTs carry its
+    Origin; a DELETE or a PUT first asks with OPTIONS): every one is refused, nothing
+    is made, and the page's own session goes on."""
+    session, job = new_job(served)
+    sessions_before = len(served[1]._sessions)
+    foreign = {"Origin": EVIL, **session}
+    attempts = [
+        ("POST", "/api/session", None),
+        ("DELETE", "/api/session", None),
+        ("POST", "/api/jobs", {"operation": "anonymize"}),
+        ("PUT", f"/api/jobs/{job}/files", b"x"),
+        ("POST", f"/api/jobs/{job}/start", {"password": "pw", "confirm": "pw"}),
+        ("DELETE", f"/api/jobs/{job}", None),
+        ("OPTIONS", "/api/session", None),
+        ("GET", f"/api/jobs/{job}", None),
+    ]
+    for method, path, body in attempts * 3:
+        status, reply, _ = call(served, method, path, body, foreign)
+        assert status == 403 and reply["error"].startswith(f"a request from another site ({EVIL})")
+    status, reply, _ = call(served, "POST", "/api/session", headers={"Origin": None})
+    assert status == 403 and "no Origin header" in reply["error"]
+    status, reply, _ = call(
+        served, "GET", f"/api/jobs/{job}", headers={**session, "Sec-Fetch-Site": "cross-site"}
+    )
+    assert status == 403
+    assert len(served[1]._sessions) == sessions_before
+    status, reply, _ = call(served, "GET", f"/api/jobs/{job}", headers=session)
+    assert status == 200 and reply["state"] == "open" and reply["files"] == []
+
+
+def test_sessions_are_bounded_per_client_never_evicted_and_ended_by_their_page(tmp_path):
+    store = JobStore(Limits(sessions=3), tmp_path)
+    with serving(None, store, stop_seconds=30) as port:
+        served = (port, store)
+        secrets = [call(served, "POST", "/api/session")[1]["session"] for _ in range(3)]
+        status, reply, _ = call(served, "POST", "/api/session")
+        assert status == 413 and "3 pages of this server are open from 127.0.0.1" in reply["error"]
+        for secret in secrets:  # none of them was pushed out
+            assert (
+                call(served, "POST", "/api/jobs", {"operation": "recover"}, {"X-Session": secret})[
+                    0
+                ]
+                == 200
+            )
+        assert call(served, "DELETE", "/api/session", headers={"X-Session": secrets[0]})[0] == 200
+        assert not [job for job in store._jobs.values() if job.session == secrets[0]]
+        status, reply, _ = call(
+            served, "POST", "/api/jobs", {"operation": "recover"}, {"X-Session": secrets[0]}
+        )
+        assert status == 401
+        assert call(served, "POST", "/api/session")[0] == 200  # its slot is free again
+
+
+def finished_job(served, size: int):
+    """A job of a new session made finished by hand (no model here): one result of
+    ``size`` random bytes; (its session headers, id, the result's bytes)."""
+    session, job_id = new_job(served)
+    job = served[1].get(job_id, session["X-Session"])
+    data = os.urandom(size)
+    path = job.output_path(job.new_entry("a.png", None))
+    (path / "result.png").write_bytes(data)
+    job.entries[0].outputs = [Output("a.png", path / "result.png")]
+    job.summary, job.state = "summary: 1 photo(s)\n", "done"
+    return session, job, data
+
+
+def started(served, path, session):
+    """A GET whose response has begun and is left unread: (socket, the bytes read so far)."""
+    sock = socket.create_connection(("127.0.0.1", served[0]), timeout=60)
+    headers = "".join(f"{name}: {value}\r\n" for name, value in session.items())
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{served[0]}\r\n{headers}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(4096)
+    return sock, head
+
+
+def read_rest(sock, head: bytes) -> bytes:
+    """The body of the response whose start is ``head`` (Content-Length framed)."""
+    header, _, body = head.partition(b"\r\n\r\n")
+    assert header.startswith(b"HTTP/1.1 200"), header
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in header.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+    )
+    while len(body) < length:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the server closed the download early"
+        body += chunk
+    sock.close()
+    return body
+
+
+def gone_when(condition) -> None:
+    """Waits for ``condition`` (what the server does once a response has been sent: a run
+    deleted, its files removed); the bound is a guard against a hang."""
+    for _ in range(600):
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the server did not do what follows the end of a download")
+
+
+@pytest.mark.parametrize("what", ["zip", "result"])
+def test_a_second_download_is_never_cut_off_by_the_first(served, what):
+    """Two downloads of one run's results overlap (a double click): the first to end
+    deletes the run for new requests, but its files stay until the other has been sent
+    whole; the zip is built once; afterwards nothing of the run is left."""
+    session, job, data = finished_job(served, 48 << 20)  # more than the sockets' buffers hold
+    path = (
+        f"/api/jobs/{job.id}/zip" if what == "zip" else f"/api/jobs/{job.id}/results/0/0?download=1"
+    )
+    slow, head = started(served, path, session)
+    status, fast, headers = call(served, "GET", path, headers=session)
+    assert status == 200 and headers["x-run-deleted"]
+    gone_when(lambda: job.id not in served[1]._jobs)  # once the server has seen it sent whole
+    status, reply, _ = call(served, "GET", f"/api/jobs/{job.id}", headers=session)
+    assert status == 404 and reply["error"].startswith("this run's files were deleted")
+    assert job.folder.exists()  # the first download is still being sent
+    assert read_rest(slow, head) == fast
+    if what == "zip":
+        with zipfile.ZipFile(io.BytesIO(fast)) as archive:
+            assert (
+                archive.read("a.png") == data
+                and archive.read("summary.txt") == job.summary.encode()
+            )
+    else:
+        assert fast == data
+    gone_when(lambda: not job.folder.exists())
+
+
+def test_a_download_cut_off_by_its_client_does_not_count(served):
+    session, job, data = finished_job(served, 48 << 20)
+    sock, _ = started(served, f"/api/jobs/{job.id}/zip", session)
+    sock.close()  # the browser gave up: the results are not downloaded
+    gone_when(lambda: job.serving == 0)
+    status, reply, _ = call(served, "GET", f"/api/jobs/{job.id}", headers=session)
+    assert status == 200 and reply["state"] == "done"
+    status, fast, _ = call(served, "GET", f"/api/jobs/{job.id}/zip", headers=session)
+    assert status == 200
+    gone_when(lambda: not job.folder.exists())
 
 
 @pytest.mark.slow  # two interpreters that import JAX

@@ -4,7 +4,12 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { session: null, limits: null, mode: "anonymize", rows: [], job: null, urls: [] };
+// kinds: which names are photos and clips, as the server says (dbaf_jax/file_kinds.py).
+const state = { session: null, limits: null, kinds: null, mode: "anonymize", rows: [], job: null, urls: [], downloading: false };
+
+class ApiError extends Error {
+  constructor(message, status) { super(message); this.status = status; }
+}
 
 async function api(method, path, body, headers = {}) {
   const init = { method, headers: { "X-Session": state.session, ...headers } };
@@ -16,9 +21,18 @@ async function api(method, path, body, headers = {}) {
   if (!response.ok) {
     let message = `${response.status} ${response.statusText}`;
     try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
-    throw new Error(message);
+    throw new ApiError(message, response.status);
   }
   return response;
+}
+
+// A session of this page: its secret, the server's bounds and the kinds of files it takes.
+async function newSession() {
+  const response = await fetch("/api/session", { method: "POST" });
+  const reply = await response.json();
+  if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+  Object.assign(state, { session: reply.session, limits: reply.limits, kinds: reply.kinds });
+  return reply;
 }
 
 // As the server says it (jobs._megabytes): MB, KB under 1 MB, bytes under 1 KB.
@@ -27,15 +41,27 @@ function megabytes(bytes) {
   return bytes >= 1024 ? (bytes / 1024).toFixed(1) + " KB" : bytes + " bytes";
 }
 
+// As the server says it (jobs.over_the_limit): in bytes where the two would read alike.
+function overTheLimit(bytes, bound) {
+  let [size, limit] = [megabytes(bytes), megabytes(bound)];
+  if (size === limit) [size, limit] = [bytes, bound].map((n) => n.toLocaleString("en-US") + " bytes");
+  return `${size} is over the limit of ${limit}`;
+}
+
+function isClip(name) {
+  const lowered = name.toLowerCase();
+  return state.kinds !== null && state.kinds.clips.some((suffix) => lowered.endsWith(suffix));
+}
+
 function showError(message) { $("error").textContent = message ? "error: " + message : ""; }
 
 function objectUrl(blob) { const url = URL.createObjectURL(blob); state.urls.push(url); return url; }
 
 function preview(blob, name) {
-  const isClip = /\.(mp4|mov|mkv|webm|avi)$/i.test(name);
-  const element = document.createElement(isClip ? "video" : "img");
+  const clip = isClip(name);
+  const element = document.createElement(clip ? "video" : "img");
   element.src = objectUrl(blob);
-  if (isClip) element.controls = true; else element.alt = name;
+  if (clip) element.controls = true; else element.alt = name;
   return element;
 }
 
@@ -48,7 +74,8 @@ function setMode(mode) {
   $("start").textContent = mode === "anonymize" ? "Anonymize" : "Recover";
   $("key-hint").textContent = mode === "anonymize"
     ? "A key file lets photos be recovered after their metadata is stripped; keep it, and the face ledger the run gives back, with your password."
-    : "Photos and clips keep what recovery needs; a key file (and its face ledger) is needed only for copies that lost it. Drop a clip's .dbaf.json sidecar with it.";
+    : "Photos and clips keep what recovery needs; a key file (and its face ledger) is needed only for copies that lost it. " +
+      `Drop a clip's sidecar (its name and ${state.kinds ? state.kinds.sidecar : "the sidecar's suffix"}) with it.`;
   clear();
 }
 
@@ -85,7 +112,7 @@ function addFiles(files) {
     row.insertCell().className = "result";
     state.rows.push({ file, row, progress, status, message, entry: null });
     if (state.limits && file.size > state.limits.file_bytes) {
-      setRow(state.rows.at(-1), "refused", `${file.name}: ${megabytes(file.size)} is over the limit of ${megabytes(state.limits.file_bytes)} per file`);
+      setRow(state.rows.at(-1), "refused", `${file.name}: ${overTheLimit(file.size, state.limits.file_bytes)} per file`);
     }
   }
 }
@@ -135,7 +162,7 @@ async function start() {
   if (state.mode === "anonymize" && password !== confirm) return showError("the two passwords differ: type the same password twice");
   $("start").disabled = true;
   try {
-    const job = (await (await api("POST", "/api/jobs", { operation: state.mode })).json()).job;
+    const job = (await (await createJob()).json()).job;
     state.job = { id: job, state: "open" };
     if (key === "file") {
       const keyFile = $("key-file").files[0];
@@ -151,6 +178,18 @@ async function start() {
   } catch (err) {
     showError(err.message);
     $("start").disabled = false;
+  }
+}
+
+// A session ends when unused for long (or when the page was kept in the browser's back-forward
+// cache after it said goodbye): a page without a run asks for a new one and goes on.
+async function createJob() {
+  try {
+    return await api("POST", "/api/jobs", { operation: state.mode });
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 401) throw err;
+    await newSession();
+    return api("POST", "/api/jobs", { operation: state.mode });
   }
 }
 
@@ -199,6 +238,7 @@ async function showResults(job) {
   $("extras").replaceChildren();
   for (const [k, name] of job.extras.entries()) $("extras").append(downloadButton(name, `/api/jobs/${job.id}/extras/${k}`), " ");
   if (job.extras.length) $("extras").prepend("Keep these with your password: ");
+  setDownloads();
 }
 
 function downloadButton(name, path) {
@@ -210,7 +250,16 @@ function downloadButton(name, path) {
   return button;
 }
 
+// One download at a time (a double click asks once), none once the server deleted the run's files.
+function setDownloads() {
+  const off = state.downloading || !state.job || state.job.deleted;
+  for (const button of document.querySelectorAll("button.download, #zip")) button.disabled = off;
+}
+
 async function download(path, name) {
+  if (state.downloading || !state.job || state.job.deleted) return;
+  state.downloading = true;
+  setDownloads();
   try {
     const response = await api("GET", path);
     const link = document.createElement("a");
@@ -224,14 +273,15 @@ async function download(path, name) {
     }
   } catch (err) {
     showError(err.message);
+  } finally {
+    state.downloading = false;
+    setDownloads();
   }
 }
 
 async function init() {
   try {
-    const reply = await (await fetch("/api/session", { method: "POST" })).json();
-    state.session = reply.session;
-    state.limits = reply.limits;
+    const reply = await newSession();
     $("limits").textContent = `Up to ${reply.limits.files} files, ${megabytes(reply.limits.file_bytes)} each and ` +
       `${megabytes(reply.limits.job_bytes)} in all.`;
   } catch (err) {
@@ -246,11 +296,19 @@ async function init() {
   drop.ondrop = (event) => { event.preventDefault(); drop.classList.remove("over"); addFiles(event.dataTransfer.files); };
   $("start").onclick = start;
   $("clear").onclick = clear;
-  // The session secret dies with the page, so nothing could fetch this run's files again: delete them.
+  // The session secret dies with the page, so nothing could fetch its runs' files again: the
+  // session ends, and the server deletes its runs (a running one when it has finished).
   window.addEventListener("pagehide", () => {
-    if (state.job && !state.job.deleted) {
-      fetch(`/api/jobs/${state.job.id}`, { method: "DELETE", headers: { "X-Session": state.session }, keepalive: true });
+    if (state.session) {
+      fetch("/api/session", { method: "DELETE", headers: { "X-Session": state.session }, keepalive: true });
+      state.session = null;
     }
+  });
+  window.addEventListener("pageshow", (event) => {  // back from the back-forward cache: its session has ended
+    if (!event.persisted) return;
+    state.job = null;
+    clear();
+    newSession().catch((err) => showError("cannot reach the server: " + err.message));
   });
   $("zip").onclick = () => download(`/api/jobs/${state.job.id}/zip`, "dbaf-results.zip");
   setMode("anonymize");
