@@ -31,18 +31,31 @@ def read_ahead(
     read: Callable[[Item], Result],
     depth: int,
     workers: int = DEFAULT_WORKERS,
+    cost: Callable[[Item], int] | None = None,
+    budget: int | None = None,
 ) -> Iterator[tuple[Item, Result | ValueError]]:
     """Yields ``(item, read(item))`` in the order of ``items``, with up to ``depth`` reads
-    running ahead on ``workers`` threads. A read that raises ValueError (an unreadable
-    input) yields the error in place of its result; other errors propagate."""
-    pending: Deque[tuple[Item, concurrent.futures.Future]] = collections.deque()
+    running ahead on ``workers`` threads, and with ``cost`` (what an item's result
+    holds, e.g. a photo's decoded bytes from its header) only as many as ``budget``
+    holds (one at least: a read costlier than the budget runs alone, not ahead). A read
+    that raises ValueError (an unreadable input) yields the error in place of its
+    result; other errors propagate."""
+    pending: Deque[tuple[Item, concurrent.futures.Future, int]] = collections.deque()
+    held = 0
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for item in items:
-            pending.append((item, pool.submit(read, item)))
-            if len(pending) >= depth:
-                yield _settled(*pending.popleft())
+            weight = cost(item) if cost is not None else 0
+            while pending and (
+                len(pending) >= depth or (budget is not None and held + weight > budget)
+            ):
+                done, future, done_weight = pending.popleft()
+                held -= done_weight
+                yield _settled(done, future)
+            pending.append((item, pool.submit(read, item), weight))
+            held += weight
         while pending:
-            yield _settled(*pending.popleft())
+            done, future, _ = pending.popleft()
+            yield _settled(done, future)
 
 
 def _settled(item, future: concurrent.futures.Future):
@@ -53,7 +66,8 @@ def _settled(item, future: concurrent.futures.Future):
 
 
 class Writer:
-    """Runs output jobs on worker threads, at most ``max_pending`` at a time.
+    """Runs output jobs on worker threads, at most ``max_pending`` at a time, and with
+    ``budget`` only as many as it holds of their ``cost`` (`submit`; one at least).
 
     ``submit(job)`` blocks while ``max_pending`` jobs are unfinished; the first job
     that raised re-raises its error on the caller's thread at the next ``submit`` or at
@@ -61,22 +75,32 @@ class Writer:
     context manager: leaving it waits for every job.
     """
 
-    def __init__(self, max_pending: int, workers: int = DEFAULT_WORKERS):
+    def __init__(self, max_pending: int, workers: int = DEFAULT_WORKERS, budget: int | None = None):
         self._pool = concurrent.futures.ThreadPoolExecutor(workers)
-        self._pending: Deque[concurrent.futures.Future] = collections.deque()
+        self._pending: Deque[tuple[concurrent.futures.Future, int]] = collections.deque()
         self._max_pending = max_pending
+        self._budget = budget
+        self._held = 0
 
-    def submit(self, job: Callable[[], object]) -> None:
-        while len(self._pending) >= self._max_pending:
-            self._pending.popleft().result()
-        self._pending.append(self._pool.submit(job))
+    def submit(self, job: Callable[[], object], cost: int = 0) -> None:
+        """Runs ``job`` once fewer than ``max_pending`` jobs are unfinished and, with a
+        budget, the unfinished ones' costs and ``cost`` fit in it (or none is unfinished)."""
+        while self._pending and (
+            len(self._pending) >= self._max_pending
+            or (self._budget is not None and self._held + cost > self._budget)
+        ):
+            future, done_cost = self._pending.popleft()
+            self._held -= done_cost
+            future.result()
+        self._pending.append((self._pool.submit(job), cost))
+        self._held += cost
 
     def close(self) -> None:
         try:
             while self._pending:
-                self._pending.popleft().result()
+                self._pending.popleft()[0].result()
         finally:
-            for future in self._pending:
+            for future, _ in self._pending:
                 future.cancel()
             self._pool.shutdown(wait=True)
 
@@ -88,7 +112,7 @@ class Writer:
             self.close()
             return
         # The run already failed: drop what has not started, let running jobs finish.
-        for future in self._pending:
+        for future, _ in self._pending:
             future.cancel()
         self._pool.shutdown(wait=True)
 

@@ -44,6 +44,52 @@ def test_read_ahead_reads_at_most_depth_ahead():
             assert max(started) <= item + 3
 
 
+def test_read_ahead_holds_at_most_its_budget_of_costs():
+    """Items of cost 1 run 3 ahead (the depth); with a budget of 5, an item of cost 4
+    waits until those ahead of it are taken, and one of cost 9 (over the budget) runs
+    alone: nothing is read ahead of it, nor it ahead of anything."""
+    costs = [1, 1, 1, 1, 4, 1, 9, 1, 1]
+    reading, peak = set(), [0]
+    lock = threading.Lock()
+
+    def read(i):
+        with lock:
+            reading.add(i)
+            peak[0] = max(peak[0], sum(costs[j] for j in reading))
+        return i
+
+    order = []
+    for item, result in pipeline.read_ahead(
+        range(len(costs)), read, depth=3, workers=4, cost=costs.__getitem__, budget=5
+    ):
+        with lock:
+            order.append(result)
+            ahead = [j for j in reading if j > item]
+            assert sum(costs[j] for j in ahead) <= 5, (item, ahead)
+            assert costs[item] <= 5 or not ahead, (item, ahead)
+            reading.discard(item)
+    assert order == list(range(len(costs))) and peak[0] <= 9
+
+
+def test_writer_holds_at_most_its_budget_of_costs():
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def job(cost):
+        with lock:
+            running[0] += cost
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            running[0] -= cost
+
+    costs = [2, 2, 2, 5, 1, 1, 8, 1]
+    with pipeline.Writer(max_pending=4, workers=8, budget=5) as writer:
+        for cost in costs:
+            writer.submit(lambda cost=cost: job(cost), cost)
+    assert peak[0] <= 8  # the 8 alone; otherwise at most 5 at a time
+
+
 def test_writer_runs_every_job_and_bounds_pending():
     done, running, peak = [], [0], [0]
     lock = threading.Lock()

@@ -12,7 +12,7 @@ and no photo pixel outside the crop's footprint is touched.
 `paste` (`paste_into`, in place) warps a crop back with the inverse of its alignment
 transform and blends it; photo pixels where the warped mask is 0 keep their exact values.
 
-`hide` is the irreversible fallback for a face the model cannot take: its detection
+`hide` (`hide_into`, in place) is the irreversible fallback for a face the model cannot take: its detection
 box, grown by `HIDE_MARGIN` on every side, becomes `HIDE_CELLS` x `HIDE_CELLS` blocks
 of their mean colour: one flat block by default, which dlib's recognizer matched less
 often than 4 x 4 blocks (docs/photos.md).
@@ -166,9 +166,19 @@ def paste_into(
 def hide(
     photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN
 ) -> np.ndarray:
-    """``photo`` (H, W, 3) uint8 with the region of ``box`` (x1, y1, x2, y2) pixelated
-    to ``cells`` x ``cells`` blocks of their mean colour; returns a new photo. A box that
-    is not finite hides the whole photo (fail closed)."""
+    """``photo`` (H, W, 3) uint8 with the region of ``box`` hidden (`hide_into`); returns
+    a new photo."""
+    result = photo.copy()
+    hide_into(result, box, cells, margin)
+    return result
+
+
+def hide_into(
+    photo: np.ndarray, box: np.ndarray, cells: int = HIDE_CELLS, margin: float = HIDE_MARGIN
+) -> None:
+    """Pixelates the region of ``box`` (x1, y1, x2, y2) of ``photo`` (H, W, 3) uint8 in
+    place to ``cells`` x ``cells`` blocks of their mean colour. A box that is not finite
+    hides the whole photo (fail closed)."""
     height, width = photo.shape[:2]
     box = np.asarray(box, np.float64)
     if np.isfinite(box).all():
@@ -178,15 +188,13 @@ def hide(
         top, left, bottom, right = max(top, 0), max(left, 0), min(bottom, height), min(right, width)
     else:
         top, left, bottom, right = 0, 0, height, width
-    result = photo.copy()
     if top >= bottom or left >= right:
-        return result
+        return
     rows = np.linspace(top, bottom, cells + 1).round().astype(int)
     cols = np.linspace(left, right, cells + 1).round().astype(int)
     for r0, r1 in zip(rows[:-1], rows[1:]):
         for c0, c1 in zip(cols[:-1], cols[1:]):
             if r0 < r1 and c0 < c1:
-                result[r0:r1, c0:c1] = np.rint(
+                photo[r0:r1, c0:c1] = np.rint(
                     photo[r0:r1, c0:c1].reshape(-1, 3).mean(axis=0)
                 ).astype(np.uint8)
-    return result

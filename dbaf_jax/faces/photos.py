@@ -1,7 +1,9 @@
 """Faces in whole photos: find and align every face, paste results back.
 
 `PhotoFaces` bundles what the photo path needs besides the DBAF model: the face
-detector (`detectors.registry`: by default every installed detector, merged), an
+detector (`detectors.registry`: by default every installed detector, merged; a photo
+larger than a tile goes to it in overlapping tiles of a pyramid, `detectors.tiling`,
+so that its memory does not grow with the photo), an
 optional BiSeNet `FaceParser` for soft masks (else the box mask), the crop size (the
 encoder's input) and the smallest face to anonymize (default 0: every face the
 detector reports, however small; a small face's crop is upsampled from the
@@ -31,6 +33,7 @@ import numpy as np
 
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces import align, paste
+from dbaf_jax.faces.detectors import tiling
 from dbaf_jax.faces.detectors.base import Detector
 
 MIN_FACE_SIZE = 0.0  # default FFHQ quad side (pixels) below which faces are left alone: none is
@@ -92,7 +95,8 @@ class FoundFaces:
 class PhotoFaces:
     """Detection, alignment, masks and paste-back for the faces of whole photos.
     ``notes`` are what a run's summary must say about detection (which detector did
-    not run and why, `detectors.registry.build`)."""
+    not run and why, `detectors.registry.build`); ``tile``: the largest side the
+    detector is given at once (`detectors.tiling.Tiled`)."""
 
     def __init__(
         self,
@@ -102,6 +106,7 @@ class PhotoFaces:
         min_face_size: float = MIN_FACE_SIZE,
         hide_doubtful: bool = True,
         notes: Sequence[str] = (),
+        tile: int = tiling.TILE,
     ):
         if not min_face_size >= 0:
             raise ConfigError(f"min_face_size must not be negative, not {min_face_size}")
@@ -111,6 +116,7 @@ class PhotoFaces:
         self.min_face_size = min_face_size
         self.hide_doubtful = hide_doubtful
         self.notes = list(notes)
+        self.tile = tile
 
     def describe(self) -> str:
         """The detection line of a run's summary."""
@@ -122,8 +128,9 @@ class PhotoFaces:
         return f"detectors: {self.detector.name} ({band})"
 
     def find(self, photo: np.ndarray) -> FoundFaces:
-        """Detects the faces of ``photo`` (H, W, 3) uint8 and aligns the large enough ones."""
-        detections = self.detector.detect(photo)
+        """Detects the faces of ``photo`` (H, W, 3) uint8 of any size (in tiles when it is
+        larger than one) and aligns the large enough ones."""
+        detections = tiling.Tiled(self.detector, self.tile).detect(photo)
         kept, too_small, unusable, doubtful = [], [], [], []
         for box, points, sure in zip(
             detections.boxes, detections.landmarks, detections.confident()
@@ -178,10 +185,12 @@ class PhotoFaces:
         results: np.ndarray,
         masks: np.ndarray,
         regions: Sequence[tuple[tuple[float, float], float]] | None = None,
+        in_place: bool = False,
     ) -> np.ndarray:
         """``photo`` with each face's result (N, s, s, 3) in [-1, 1] blended in through its
-        mask, limited to its region (a photo disc, `FoundFaces.regions`) when given."""
-        out = photo.copy()
+        mask, limited to its region (a photo disc, `FoundFaces.regions`) when given:
+        ``photo`` itself, changed, with ``in_place`` (no copy of a large photo), else a copy."""
+        out = photo if in_place else photo.copy()
         for i, (face, result, mask) in enumerate(zip(faces, results, masks)):
             transform = align.scaled(face.transform, result.shape[0] / face.size)
             if regions is not None:

@@ -31,7 +31,9 @@ class Item:
     """One image: ``pixels`` (H, W, 3) uint8, the ``faces`` to process, their ``crops``
     (N, s, s, 3) in [-1, 1], one key input each (N, ...) for the step, the photo disc
     each face's paste may change (None: anywhere under its mask), the boxes to hide by
-    the fallback (`paste.hide`), and the caller's own ``tag``."""
+    the fallback (`paste.hide`), the caller's own ``tag``, and whether the pixels are
+    the item's own (``in_place``: pasted into, so that a large photo is not held twice;
+    else a copy is changed and ``pixels`` kept as they were)."""
 
     pixels: np.ndarray
     faces: list[photos.AlignedFace]
@@ -40,6 +42,7 @@ class Item:
     regions: list | None = None
     hidden: list[np.ndarray] = dataclasses.field(default_factory=list)
     tag: Any = None
+    in_place: bool = False
 
 
 @dataclasses.dataclass
@@ -112,10 +115,11 @@ def processed(
             done = results[start : start + len(item.faces)]
             start += len(item.faces)
             pixels = item.pixels
+            if (item.faces or item.hidden) and not item.in_place:
+                pixels = pixels.copy()
             if item.faces:
-                pixels = faces.paste(
-                    pixels, item.faces, done, faces.masks(item.crops, done), item.regions
-                )
+                masks = faces.masks(item.crops, done)
+                faces.paste(pixels, item.faces, done, masks, item.regions, in_place=True)
             for box in item.hidden:
-                pixels = paste.hide(pixels, box)
+                paste.hide_into(pixels, box)
             yield Done(item, pixels, done)

@@ -328,3 +328,18 @@ def test_one_photos_metadata_buys_no_more_faces_than_its_area_allows():
         }
         with pytest.raises(InputError, match="at most|overlap"):
             metadata.recorded_faces(hostile, shape, 256)
+
+
+def test_a_crop_reads_the_same_from_the_photo_as_from_its_float_copy():
+    """The warp gathers from the photo's own uint8 pixels and converts only those it reads
+    (a crop of a 100-megapixel photo used to convert the whole photo to float32 first):
+    the crop is the float copy's, bit for bit."""
+    photo = np.random.default_rng(4).integers(0, 256, (300, 320, 3), dtype=np.uint8)
+    for angle, scale, shift in [(0.3, 0.8, (60.0, 20.0)), (-1.2, 2.5, (-80.0, 150.0))]:
+        transform = align.alignment_transform(
+            align.apply(similarity(angle, scale, shift), CANONICAL), 256
+        )
+        np.testing.assert_array_equal(
+            align.crop(photo, transform, 256),
+            align.crop(photo.astype(np.float32), transform, 256),
+        )

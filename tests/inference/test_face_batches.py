@@ -83,3 +83,19 @@ def test_images_without_faces_pass_unchanged_and_hidden_boxes_are_hidden():
     assert step.calls == []
     np.testing.assert_array_equal(out[0].pixels, plain.pixels)
     assert (out[1].pixels != hiding.pixels).any() and out[1].results.shape[0] == 0
+
+
+def test_an_item_of_its_own_pixels_is_pasted_in_place_as_a_copy_would_be():
+    """``in_place``: the item's pixels are pasted into and hidden in (a large photo is not
+    held twice), to the same values, bit for bit, as the copy an item that does not own
+    its pixels gets, whose pixels stay as they were."""
+    step = Recorder([])
+    kept, owned = item(0, 2), item(0, 2)
+    kept.hidden = owned.hidden = [np.array([40.0, 5.0, 50.0, 15.0])]
+    owned.in_place = True
+    given = kept.pixels.copy()
+    (copied,) = face_batches.processed([kept], photos.PhotoFaces(None, SIZE), step, 4)
+    (pasted,) = face_batches.processed([owned], photos.PhotoFaces(None, SIZE), step, 4)
+    np.testing.assert_array_equal(kept.pixels, given)
+    assert pasted.pixels is owned.pixels and (pasted.pixels != given).any()
+    np.testing.assert_array_equal(pasted.pixels, copied.pixels)
