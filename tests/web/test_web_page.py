@@ -396,6 +396,27 @@ def test_our_own_outputs_are_refused_on_the_anonymize_tab(browser, served, works
     assert "wrote 0 image(s)" in summary and "(this run)" not in summary
 
 
+def test_our_own_clip_is_refused_on_the_anonymize_tab(browser, served, workspace, anonymized_clip):
+    """Our anonymized clip, dropped with its sidecar or alone (its container holds a
+    copy), is refused on the Anonymize tab by the video runner, named with the server's
+    flag; the sidecar is read with its clip, not skipped."""
+    unzipped = anonymized_clip[0]
+    alone = workspace / "clip_alone"
+    alone.mkdir(exist_ok=True)
+    shutil.copy(unzipped / "pan.mp4", alone / "copy.mp4")
+    open_page(browser, served, "anonymize", workspace / "downloads_clip_again")
+    files = [unzipped / "pan.mp4", unzipped / "pan.mp4.dbaf.json", alone / "copy.mp4"]
+    summary = run_page(browser, files, PASSWORD, PASSWORD)
+    for name in ("pan.mp4", "copy.mp4"):
+        row = browser.find_element(By.CSS_SELECTOR, f'tr.file-row[data-name="{name}"]')
+        assert "already an output of anonymize" in row.text, row.text
+        assert "start the server with --allow-anonymized-input" in row.text, row.text
+        assert not row.find_elements(By.CSS_SELECTOR, "button.download")
+    side = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="pan.mp4.dbaf.json"]')
+    assert "the sidecar of the clip pan.mp4" in side.text
+    assert "wrote pan.mp4" not in summary and "(this run)" not in summary
+
+
 def test_a_page_of_another_site_cannot_break_an_open_page(browser, served, workspace):
     """A page served from another origin (another port of this machine) sends what a
     browser lets it: many session requests, runs, a session's end. The server refuses
