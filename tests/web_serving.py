@@ -14,13 +14,13 @@ from dbaf_jax.web.store import JobStore
 
 
 @contextlib.contextmanager
-def serving(model: runs.Model | None, store: JobStore, stop_seconds: float) -> Iterator[int]:
-    """Serves `server.build_app(model, store)` until the block ends (then waits at most
+def serving(runs_with: runs.Serving | None, store: JobStore, stop_seconds: float) -> Iterator[int]:
+    """Serves `server.build_app(runs_with, store)` until the block ends (then waits at most
     ``stop_seconds`` for the server to stop); yields its port. Afterwards the store's
     private folder must be gone."""
     sock = socket.create_server(("127.0.0.1", 0))
     instance = uvicorn.Server(
-        uvicorn.Config(server.build_app(model, store), log_level="warning", lifespan="on")
+        uvicorn.Config(server.build_app(runs_with, store), log_level="warning", lifespan="on")
     )
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -23,6 +23,7 @@ class ClipOutcome(Protocol):
     """What one clip of a folder run did (`dbaf_jax.video.runner.VideoReport`)."""
 
     written: list[Path]  # the clip and its sidecar
+    notes: list[str]
     hidden: int  # faces hidden by the fallback, over all frames
 
     @property
@@ -81,32 +82,29 @@ class Report:
             return EXIT_FALLBACK
         return 0
 
-    def print(self, out=None) -> None:
-        out = out or sys.stderr
-
-        def say(line: str) -> None:
-            print(printable(line), file=out)
-
-        for warning in self.warnings:
-            say(f"warning: {warning}")
-        for note in self.notes:
-            say(f"note: {note}")
+    def lines(self) -> list[str]:
+        """The run's summary as the commands print it, one line each (`errors.printable`):
+        warnings, notes, skipped and passed-over files with why, each clip's line, and
+        the counts."""
+        out = [f"warning: {warning}" for warning in self.warnings]
+        out += [f"note: {note}" for note in self.notes]
         if self.skipped:
-            say(f"skipped {len(self.skipped)} file(s):")
-            for item in self.skipped:
-                say(f"  {item.reason}")
+            out.append(f"skipped {len(self.skipped)} file(s):")
+            out += [f"  {item.reason}" for item in self.skipped]
         if self.passed_over:
-            say(
+            out.append(
                 f"passed over {len(self.passed_over)} file(s) an earlier run wrote beside its outputs:"
             )
-            for item in self.passed_over:
-                say(f"  {item.reason}")
-        for clip in self.clips:
-            say(f"clip: {clip.summary()}")
+            out += [f"  {item.reason}" for item in self.passed_over]
+        out += [f"clip: {clip.summary()}" for clip in self.clips]
+        out.append(self._counts())
+        return [printable(line) for line in out]
+
+    def _counts(self) -> str:
         if self.photos:
             done = "anonymized" if self.operation == "anonymize" else "recovered"
             resumed = f", {len(self.kept)} kept from an earlier run" if self.kept else ""
-            say(
+            return (
                 f"summary: {self.photos} photo(s) read, {len(self.written) - self.clip_outputs} written{resumed}, {len(self.skipped)} skipped; "
                 f"{self.faces_found} face(s) found, {self.faces} {done}, {self.faces_hidden} hidden by the fallback "
                 f"(pixelated, irreversible), {self.faces_left} left as they were (--min-face-size)"
@@ -117,12 +115,30 @@ class Report:
                 )
                 + (f"; {len(self.clips)} clip(s) processed (lines above)" if self.clips else "")
             )
-        elif self.clips:
-            say(
-                f"summary: {len(self.clips)} clip(s) processed (lines above), no photo; {len(self.skipped)} file(s) skipped"
-            )
-        else:
-            say(f"wrote {len(self.written)} image(s)")
+        if self.clips:
+            return f"summary: {len(self.clips)} clip(s) processed (lines above), no photo; {len(self.skipped)} file(s) skipped"
+        return f"wrote {len(self.written)} image(s)"
+
+    def print(self, out=None) -> None:
+        for line in self.lines():
+            print(line, file=out or sys.stderr)
+
+    def add(self, other: Report) -> None:
+        """Counts ``other`` (a run of more photos: the web page runs each file alone) into
+        this report: its files, warnings and counts, each note once (the notes every
+        file of a run has, which detectors ran, are the run's)."""
+        for name in ("written", "skipped", "warnings", "kept", "passed_over", "clips"):
+            getattr(self, name).extend(getattr(other, name))
+        self.notes += [note for note in other.notes if note not in self.notes]
+        for name in ("faces", "photos", "faces_found", "faces_hidden", "faces_left", "unverified"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def add_clip(self, clip: ClipOutcome) -> None:
+        """A clip of the run, through the video path: its outputs, its notes (each once)
+        and its outcome."""
+        self.written += clip.written
+        self.notes += [note for note in clip.notes if note not in self.notes]
+        self.clips.append(clip)
 
     @property
     def clip_outputs(self) -> int:

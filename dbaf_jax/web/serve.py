@@ -24,7 +24,7 @@ import uvicorn
 from dbaf_jax import commands
 from dbaf_jax.errors import ConfigError
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.run import Model
 from dbaf_jax.web import runs, server
 from dbaf_jax.web.jobs import Limits
 from dbaf_jax.web.store import JobStore
@@ -85,7 +85,12 @@ def parser() -> argparse.ArgumentParser:
             "--allow-anonymized-input": "anonymize photos and clips that are already outputs of anonymize (their copies lose the recovery record)",
         },
     )
-    bounds = parser.add_argument_group("bounds")
+    _bound_arguments(parser.add_argument_group("bounds"))
+    return parser
+
+
+def _bound_arguments(bounds: argparse._ArgumentGroup) -> None:
+    """The bounds on what the server holds (`Limits`), in MiB and minutes."""
     bounds.add_argument(
         "--max-file-mb",
         type=float,
@@ -116,7 +121,6 @@ def parser() -> argparse.ArgumentParser:
     bounds.add_argument(
         "--temp-dir", help="where the private folder is made; default the system's temporary folder"
     )
-    return parser
 
 
 def is_loopback(host: str) -> bool:
@@ -152,19 +156,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.keep_minutes * 60,
     )
     print("loading the model ...", file=sys.stderr)
-    anonymizer = FaceAnonymizer(args.model, args.dtype, without_manifest=args.allow_unchecked_model)
-    finding = commands.face_finding(args)
-    model = runs.Model(
-        anonymizer,
-        finding.load(anonymizer),
-        finding.load(anonymizer, recovering=True),
+    serving = runs.Serving(
+        Model.load(args.model, args.dtype, args.allow_unchecked_model, commands.face_finding(args)),
         commands.folder_run_settings(args),
         args.untrained_mode,
     )
     sock = listen(args.host, args.port)
     store = JobStore(limits, args.temp_dir)
     atexit.register(store.close)  # also when uvicorn does not get to run the app's shutdown
-    app = server.build_app(model, store, [*server.LOOPBACK_HOSTS, args.host] if local else ["*"])
+    app = server.build_app(serving, store, [*server.LOOPBACK_HOSTS, args.host] if local else ["*"])
     port = sock.getsockname()[1]
     if not local:
         print(

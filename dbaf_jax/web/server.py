@@ -13,6 +13,10 @@ listening address are refused (DNS rebinding). Responses are never cached
 (``Cache-Control: no-store``). Jobs run one at a time on one worker thread, through
 `runs.run_job`.
 
+Each endpoint is a handler of this module, listed once in `ROUTES`; what a handler
+serves (the job store, the model and settings, the worker) is the app's state
+(``request.app.state``), which `build_app` sets.
+
 A download keeps its run's files until it has been sent (`Download`), so a second
 download of the same results (a double click) is never cut off by the first deleting
 them; the zip of a run's results is built once and served to every request for it.
@@ -169,231 +173,276 @@ def _declared_size(request: Request) -> int | None:
     return max(sizes, default=None)
 
 
+# The endpoints: module-level handlers reading what the app serves from its state
+# (`build_app`: ``store``, ``serving``, ``worker``, ``stopping``); `ROUTES` lists them.
+
+
+def _store(request: Request) -> JobStore:
+    return request.app.state.store
+
+
+def _job_of(request: Request) -> Job:
+    return _store(request).get(request.path_params["job"], request.headers.get("x-session", ""))
+
+
+def _janitor(store: JobStore, stopping: threading.Event) -> None:
+    """Expires idle jobs and sessions until ``stopping`` is set."""
+    limits = store.limits
+    while not stopping.wait(min(60.0, limits.keep_seconds / 4, limits.open_seconds / 4)):
+        store.expire()
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette):
+    state = app.state
+    thread = threading.Thread(
+        target=_janitor, args=(state.store, state.stopping), name="dbaf-web-janitor", daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:  # the server stops: the running file finishes, nothing queued starts, everything is deleted
+        state.stopping.set()
+        state.worker.shutdown(wait=True, cancel_futures=True)
+        state.store.close()
+
+
+async def index(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", media_type="text/html")
+
+
+async def new_session(request: Request) -> Response:
+    store = _store(request)
+    client = request.client.host if request.client is not None else ""
+    return JSONResponse(
+        {
+            "session": store.new_session(client),
+            "limits": store.limits.as_dict(),
+            "passwordMax": MAX_PASSWORD,
+            "kinds": file_kinds.for_page(),
+        }
+    )
+
+
+async def end_session(request: Request) -> Response:
+    await run_in_threadpool(_store(request).end_session, request.headers.get("x-session", ""))
+    return JSONResponse({"ok": True})
+
+
+async def create_job(request: Request) -> Response:
+    operation = (await _json(request)).get("operation")
+    if operation not in ("anonymize", "recover"):
+        raise InputError(f"operation must be anonymize or recover, not {operation!r}")
+    job = _store(request).create(request.headers.get("x-session", ""), operation)
+    return JSONResponse({"job": job.id})
+
+
+async def _receive(request: Request, upload) -> None:
+    """Streams the request's body into ``upload``, closed as taken or as refused (why)."""
+    try:
+        async for chunk in request.stream():
+            upload.write(chunk)
+    except LimitError as err:
+        upload.close(False, str(err))
+        raise
+    except BaseException:
+        upload.close(False, "the upload was interrupted")
+        raise
+    upload.close(True)
+
+
+async def add_file(request: Request) -> Response:
+    job = _job_of(request)
+    name = urllib.parse.unquote(request.headers.get("x-file-name", ""))
+    entry = job.new_entry(name, _declared_size(request))
+    await _receive(request, job.upload(entry))
+    return JSONResponse(entry.as_dict())
+
+
+async def add_key_part(request: Request) -> Response:
+    job, part = _job_of(request), request.path_params["part"]
+    if part not in ("key", "ledger"):
+        return _error(f"no such key part {part!r}", 404)
+    upload = job.key_upload(part)
+    await _receive(request, upload)
+    if part == "key":
+        try:
+            keys.read_key_file(upload.path)
+        except InputError as err:
+            upload.path.unlink()
+            job.key_file = None
+            raise InputError(str(err).replace(str(upload.path), "the key file given")) from None
+    return JSONResponse({"ok": True})
+
+
+def _password_and_key(job: Job, body: dict) -> tuple[str, str]:
+    """The start request's password and key choice, checked (InputError says what is wrong)."""
+    password, key_choice = body.get("password"), body.get("key", "none")
+    if not isinstance(password, str) or not password:
+        raise InputError("type the password")
+    if len(password) > MAX_PASSWORD:
+        raise InputError(f"the password is longer than {MAX_PASSWORD} characters")
+    if job.operation == "anonymize" and body.get("confirm") != password:
+        raise InputError("the two passwords differ: type the same password twice")
+    if key_choice not in runs.KEY_CHOICES or (key_choice == "new" and job.operation != "anonymize"):
+        raise InputError(f"unknown key choice {key_choice!r}")
+    return password, key_choice
+
+
+async def start_job(request: Request) -> Response:
+    job = _job_of(request)
+    password, key_choice = _password_and_key(job, await _json(request))
+    if job.state != "open":
+        raise LimitError("this run has started already")
+    if not job.entries:
+        raise InputError("drop at least one photo or clip first")
+    job.state = "queued"
+    for entry in job.entries:
+        entry.state = "queued" if entry.state == "uploaded" else entry.state
+    state = request.app.state
+    state.worker.submit(runs.run_job, state.serving, job, password, key_choice)
+    return JSONResponse(job.as_dict(), status_code=202)
+
+
+async def job_status(request: Request) -> Response:
+    return JSONResponse(_job_of(request).as_dict())
+
+
+def _file_response(store: JobStore, job: Job, output: Output, download: bool) -> Response:
+    """The result; a download marks it downloaded once sent whole, and the last one
+    deletes the run (``X-Run-Deleted`` tells the page) once every download it is
+    serving has ended."""
+    media_type = mimetypes.guess_type(output.name)[0] or "application/octet-stream"
+    headers = {}
+    if download and all(each.downloaded or each is output for each in job.downloads()):
+        headers[DELETED_HEADER] = "every result was downloaded"
+
+    def sent() -> None:
+        if download:
+            output.downloaded = True
+            if all(each.downloaded for each in job.downloads()):
+                store.delete(job, "every result was downloaded")
+
+    store.begin_download(job)
+    return Download(
+        store,
+        job,
+        sent,
+        output.path,
+        media_type=media_type,
+        filename=output.name,
+        headers=headers,
+        content_disposition_type="attachment" if download else "inline",
+    )
+
+
+def _finished_job(request: Request) -> Job:
+    job = _job_of(request)
+    if job.state != "done":
+        raise LimitError("the run has not finished yet")
+    return job
+
+
+async def result(request: Request) -> Response:
+    job = _finished_job(request)
+    index, k = request.path_params["index"], request.path_params["k"]
+    outputs = job.entries[index].outputs if index < len(job.entries) else []
+    if k >= len(outputs):
+        return _error("no such result", 404)
+    download = request.query_params.get("download") == "1"
+    return _file_response(_store(request), job, outputs[k], download)
+
+
+async def extra(request: Request) -> Response:
+    job = _finished_job(request)
+    k = request.path_params["k"]
+    if k >= len(job.extras):
+        return _error("no such result", 404)
+    download = request.query_params.get("download") == "1"
+    return _file_response(_store(request), job, job.extras[k], download)
+
+
+async def zipped(request: Request) -> Response:
+    store, job = _store(request), _finished_job(request)
+    store.begin_download(job)
+    try:
+        path = await run_in_threadpool(results_zip, job)
+    except BaseException:
+        store.end_download(job)
+        raise
+    why = "the results were downloaded as a zip"
+    return Download(
+        store,
+        job,
+        lambda: store.delete(job, why),
+        path,
+        media_type="application/zip",
+        filename="dbaf-results.zip",
+        headers={DELETED_HEADER: why},
+    )
+
+
+async def delete_job(request: Request) -> Response:
+    job = _job_of(request)
+    if job.state in ("queued", "running"):
+        raise LimitError("the run is still going; clear it when it has finished")
+    _store(request).delete(job, "cleared on the page")
+    return JSONResponse({"ok": True})
+
+
+async def _refused(request: Request, err: Exception) -> Response:
+    """What the API answers to a refusal: its message, with the status that says which."""
+    status = (
+        401
+        if isinstance(err, UnknownSession)
+        else 404
+        if isinstance(err, NotFound)
+        else 413
+        if isinstance(err, LimitError)
+        else 400
+    )
+    return _error(str(err), status)
+
+
+ROUTES = [
+    Route("/", index),
+    Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    Route("/api/session", new_session, methods=["POST"]),
+    Route("/api/session", end_session, methods=["DELETE"]),
+    Route("/api/jobs", create_job, methods=["POST"]),
+    Route("/api/jobs/{job}", job_status, methods=["GET"]),
+    Route("/api/jobs/{job}", delete_job, methods=["DELETE"]),
+    Route("/api/jobs/{job}/files", add_file, methods=["PUT"]),
+    Route("/api/jobs/{job}/key/{part}", add_key_part, methods=["PUT"]),
+    Route("/api/jobs/{job}/start", start_job, methods=["POST"]),
+    Route("/api/jobs/{job}/results/{index:int}/{k:int}", result, methods=["GET"]),
+    Route("/api/jobs/{job}/extras/{k:int}", extra, methods=["GET"]),
+    Route("/api/jobs/{job}/zip", zipped, methods=["GET"]),
+]
+REFUSALS = {NotFound: _refused, LimitError: _refused, InputError: _refused}
+
+
 def build_app(
-    model: runs.Model, store: JobStore, allowed_hosts: list[str] | None = None
+    serving: runs.Serving | None, store: JobStore, allowed_hosts: list[str] | None = None
 ) -> Starlette:
-    """The app serving the page and its API for ``model``, keeping jobs in ``store``;
-    ``allowed_hosts`` (default the loopback names) are the Host headers answered."""
-    worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dbaf-web-job")
-    stopping = threading.Event()
-
-    def janitor() -> None:
-        limits = store.limits
-        while not stopping.wait(min(60.0, limits.keep_seconds / 4, limits.open_seconds / 4)):
-            store.expire()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        thread = threading.Thread(target=janitor, name="dbaf-web-janitor", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:  # the server stops: the running file finishes, nothing queued starts, everything is deleted
-            stopping.set()
-            worker.shutdown(wait=True, cancel_futures=True)
-            store.close()
-
-    def job_of(request: Request) -> Job:
-        return store.get(request.path_params["job"], request.headers.get("x-session", ""))
-
-    async def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
-
-    async def session(request: Request) -> Response:
-        client = request.client.host if request.client is not None else ""
-        return JSONResponse(
-            {
-                "session": store.new_session(client),
-                "limits": store.limits.as_dict(),
-                "passwordMax": MAX_PASSWORD,
-                "kinds": file_kinds.for_page(),
-            }
-        )
-
-    async def end_session(request: Request) -> Response:
-        await run_in_threadpool(store.end_session, request.headers.get("x-session", ""))
-        return JSONResponse({"ok": True})
-
-    async def create(request: Request) -> Response:
-        operation = (await _json(request)).get("operation")
-        if operation not in ("anonymize", "recover"):
-            raise InputError(f"operation must be anonymize or recover, not {operation!r}")
-        return JSONResponse(
-            {"job": store.create(request.headers.get("x-session", ""), operation).id}
-        )
-
-    async def receive(request: Request, upload) -> None:
-        try:
-            async for chunk in request.stream():
-                upload.write(chunk)
-        except LimitError as err:
-            upload.close(False, str(err))
-            raise
-        except BaseException:
-            upload.close(False, "the upload was interrupted")
-            raise
-        upload.close(True)
-
-    async def add_file(request: Request) -> Response:
-        job = job_of(request)
-        name = urllib.parse.unquote(request.headers.get("x-file-name", ""))
-        entry = job.new_entry(name, _declared_size(request))
-        await receive(request, job.upload(entry))
-        return JSONResponse(entry.as_dict())
-
-    async def add_key_part(request: Request) -> Response:
-        job, part = job_of(request), request.path_params["part"]
-        if part not in ("key", "ledger"):
-            return _error(f"no such key part {part!r}", 404)
-        upload = job.key_upload(part)
-        await receive(request, upload)
-        if part == "key":
-            try:
-                keys.read_key_file(upload.path)
-            except InputError as err:
-                upload.path.unlink()
-                job.key_file = None
-                raise InputError(str(err).replace(str(upload.path), "the key file given")) from None
-        return JSONResponse({"ok": True})
-
-    async def start(request: Request) -> Response:
-        job = job_of(request)
-        body = await _json(request)
-        password, key_choice = body.get("password"), body.get("key", "none")
-        if not isinstance(password, str) or not password:
-            raise InputError("type the password")
-        if len(password) > MAX_PASSWORD:
-            raise InputError(f"the password is longer than {MAX_PASSWORD} characters")
-        if job.operation == "anonymize" and body.get("confirm") != password:
-            raise InputError("the two passwords differ: type the same password twice")
-        if key_choice not in runs.KEY_CHOICES or (
-            key_choice == "new" and job.operation != "anonymize"
-        ):
-            raise InputError(f"unknown key choice {key_choice!r}")
-        if job.state != "open":
-            raise LimitError("this run has started already")
-        if not job.entries:
-            raise InputError("drop at least one photo or clip first")
-        job.state = "queued"
-        for entry in job.entries:
-            entry.state = "queued" if entry.state == "uploaded" else entry.state
-        worker.submit(runs.run_job, model, job, password, key_choice)
-        return JSONResponse(job.as_dict(), status_code=202)
-
-    async def status(request: Request) -> Response:
-        return JSONResponse(job_of(request).as_dict())
-
-    def file_response(job: Job, output: Output, download: bool) -> Response:
-        """The result; a download marks it downloaded once sent whole, and the last one
-        deletes the run (``X-Run-Deleted`` tells the page) once every download it is
-        serving has ended."""
-        media_type = mimetypes.guess_type(output.name)[0] or "application/octet-stream"
-        headers = {}
-        if download and all(each.downloaded or each is output for each in job.downloads()):
-            headers[DELETED_HEADER] = "every result was downloaded"
-
-        def sent() -> None:
-            if download:
-                output.downloaded = True
-                if all(each.downloaded for each in job.downloads()):
-                    store.delete(job, "every result was downloaded")
-
-        store.begin_download(job)
-        return Download(
-            store,
-            job,
-            sent,
-            output.path,
-            media_type=media_type,
-            filename=output.name,
-            headers=headers,
-            content_disposition_type="attachment" if download else "inline",
-        )
-
-    def finished(job: Job) -> None:
-        if job.state != "done":
-            raise LimitError("the run has not finished yet")
-
-    async def result(request: Request) -> Response:
-        job = job_of(request)
-        finished(job)
-        index, k = request.path_params["index"], request.path_params["k"]
-        outputs = job.entries[index].outputs if index < len(job.entries) else []
-        if k >= len(outputs):
-            return _error("no such result", 404)
-        return file_response(job, outputs[k], request.query_params.get("download") == "1")
-
-    async def extra(request: Request) -> Response:
-        job = job_of(request)
-        finished(job)
-        k = request.path_params["k"]
-        if k >= len(job.extras):
-            return _error("no such result", 404)
-        return file_response(job, job.extras[k], request.query_params.get("download") == "1")
-
-    async def zipped(request: Request) -> Response:
-        job = job_of(request)
-        finished(job)
-        store.begin_download(job)
-        try:
-            path = await run_in_threadpool(results_zip, job)
-        except BaseException:
-            store.end_download(job)
-            raise
-        why = "the results were downloaded as a zip"
-        return Download(
-            store,
-            job,
-            lambda: store.delete(job, why),
-            path,
-            media_type="application/zip",
-            filename="dbaf-results.zip",
-            headers={DELETED_HEADER: why},
-        )
-
-    async def delete(request: Request) -> Response:
-        job = job_of(request)
-        if job.state in ("queued", "running"):
-            raise LimitError("the run is still going; clear it when it has finished")
-        store.delete(job, "cleared on the page")
-        return JSONResponse({"ok": True})
-
-    async def errors(request: Request, err: Exception) -> Response:
-        status = (
-            401
-            if isinstance(err, UnknownSession)
-            else 404
-            if isinstance(err, NotFound)
-            else 413
-            if isinstance(err, LimitError)
-            else 400
-        )
-        return _error(str(err), status)
-
-    routes = [
-        Route("/", index),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        Route("/api/session", session, methods=["POST"]),
-        Route("/api/session", end_session, methods=["DELETE"]),
-        Route("/api/jobs", create, methods=["POST"]),
-        Route("/api/jobs/{job}", status, methods=["GET"]),
-        Route("/api/jobs/{job}", delete, methods=["DELETE"]),
-        Route("/api/jobs/{job}/files", add_file, methods=["PUT"]),
-        Route("/api/jobs/{job}/key/{part}", add_key_part, methods=["PUT"]),
-        Route("/api/jobs/{job}/start", start, methods=["POST"]),
-        Route("/api/jobs/{job}/results/{index:int}/{k:int}", result, methods=["GET"]),
-        Route("/api/jobs/{job}/extras/{k:int}", extra, methods=["GET"]),
-        Route("/api/jobs/{job}/zip", zipped, methods=["GET"]),
-    ]
+    """The app serving the page and its API (`ROUTES`) with ``serving``'s model and
+    settings, keeping jobs in ``store``; ``allowed_hosts`` (default the loopback names)
+    are the Host headers answered. Jobs run one at a time on one worker thread; a
+    janitor thread expires idle ones while the app runs."""
     middleware = [
         Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS),
         Middleware(SecurityHeaders),
         Middleware(SameOrigin),
     ]
-    handlers = {NotFound: errors, LimitError: errors, InputError: errors}
-    return Starlette(
-        routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan
+    app = Starlette(
+        routes=ROUTES, middleware=middleware, exception_handlers=REFUSALS, lifespan=_lifespan
     )
+    app.state.serving, app.state.store = serving, store
+    app.state.worker = concurrent.futures.ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="dbaf-web-job"
+    )
+    app.state.stopping = threading.Event()
+    return app
 
 
 def results_zip(job: Job) -> Path:

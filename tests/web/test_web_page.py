@@ -32,8 +32,8 @@ from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import align, ledger, paste, photos
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.run import Model
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import clip, sidecar
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels
@@ -97,15 +97,8 @@ def workspace(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(workspace):
-    anonymizer = FaceAnonymizer(workspace / "model")
-    # The tiny model records latent recovery; photos recover from the image (recover --untrained-mode).
-    return runs.Model(
-        anonymizer,
-        load_photo_faces(anonymizer),
-        load_photo_faces(anonymizer, recovering=True),
-        FolderRunSettings(batch_size=BATCH),
-        untrained_mode=True,
-    )
+    """The tiny model and its face finders, loaded as the server loads them."""
+    return Model.load(workspace / "model")
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +106,9 @@ def served(model, workspace):
     """(base URL, the job store) of a server in a thread; after the module, it is stopped
     and its private folder must be gone."""
     store = JobStore(Limits(file_bytes=FILE_LIMIT), workspace)
-    with serving(model, store, stop_seconds=60) as port:
+    # The tiny model records latent recovery; photos recover from the image (recover --untrained-mode).
+    runs_with = runs.Serving(model, FolderRunSettings(batch_size=BATCH), untrained_mode=True)
+    with serving(runs_with, store, stop_seconds=60) as port:
         yield f"http://127.0.0.1:{port}", store
 
 
@@ -226,7 +221,7 @@ def recovered_faces(model, anonymized_path, password):
     meta, faces = recorded(anonymized_path, model.anonymizer.input_size)
     seed = keys.derive_seed(password, keys.KeyRecord.from_dict(meta["key"]))
     face_keys = np.asarray(model.anonymizer.face_keys(seed, [f.index for f in faces]))
-    crops = model.faces.crops(pixels(anonymized_path).astype(np.uint8), faces)
+    crops = model.finders["anonymize"].crops(pixels(anonymized_path).astype(np.uint8), faces)
     out = model.anonymizer.recover(pad_batch(crops, BATCH * 2), pad_batch(face_keys, BATCH * 2))[
         : len(faces)
     ]
@@ -348,7 +343,7 @@ def anonymized_clip(browser, served, workspace):
 
 def test_a_clip_anonymized_in_the_browser(anonymized_clip, workspace):
     unzipped, summary = anonymized_clip
-    assert "processed" in summary and "in 6 frame(s)" in summary and "wrote pan.mp4" in summary
+    assert "clip: pan.mp4: processed" in summary and "in 6 frame(s)" in summary
     side = sidecar.read(unzipped / "pan.mp4.dbaf.json")
     path = unzipped / "pan.mp4"
     source, result = (
@@ -414,7 +409,7 @@ def test_our_own_clip_is_refused_on_the_anonymize_tab(browser, served, workspace
         assert not row.find_elements(By.CSS_SELECTOR, "button.download")
     side = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="pan.mp4.dbaf.json"]')
     assert "the sidecar of the clip pan.mp4" in side.text
-    assert "wrote pan.mp4" not in summary and "(this run)" not in summary
+    assert "clip: pan.mp4" not in summary and "(this run)" not in summary
 
 
 def test_a_page_of_another_site_cannot_break_an_open_page(browser, served, workspace):

@@ -1,0 +1,136 @@
+"""One anonymize or recover run: the model and its face finder, the password and the key
+record it derives the keys from, the key file's face ledger, the settings, and what the
+run says once (which recovery it uses). The commands and the web page build it in one
+place (`Run.start`), the runners take it with their source and target.
+
+The model is loaded once (`Model.load`): a command loads it for its one run, the web
+page when the server starts, for every job it runs. The password lives in the run only
+(never printed: it is left out of the run's repr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Mapping
+
+from dbaf_jax import keys
+from dbaf_jax.faces import ledger, photos
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.recovery_modes import recovery_mode
+from dbaf_jax.inference.settings import FaceFinding, RunSettings
+
+OPERATIONS = ("anonymize", "recover")
+DEFAULT_FINDING = (
+    FaceFinding()
+)  # the commands' defaults: every installed default detector, box masks
+RUN_DEFAULTS = RunSettings()
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """What runs are made with, loaded once: the anonymizer and, for photos and clips, its
+    face finder of each operation (anonymize hides low-confidence detections, recover
+    takes them as faces); none for aligned crops."""
+
+    anonymizer: FaceAnonymizer
+    finders: Mapping[str, photos.PhotoFaces] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | Path,
+        dtype: str = "float32",
+        without_manifest: bool = False,
+        finding: FaceFinding | None = DEFAULT_FINDING,
+        operations: tuple[str, ...] = OPERATIONS,
+    ) -> Model:
+        """The model directory's anonymizer in ``dtype`` and, unless ``finding`` is None
+        (aligned crops), a face finder (`FaceFinding.load`) for each of ``operations``."""
+        anonymizer = FaceAnonymizer(model_dir, dtype, without_manifest=without_manifest)
+        finders = (
+            {}
+            if finding is None
+            else {op: finding.load(anonymizer, recovering=op == "recover") for op in operations}
+        )
+        return cls(anonymizer, finders)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One anonymize or recover run (``operation``): the anonymizer, the face finder of
+    that operation (None for aligned crops), the password (left out of the repr), the
+    key record (a key file's; or, without one, the salt every file of the run shares,
+    None: the runner makes one, or takes an earlier run's when resuming), the key file
+    (None without one), recovery's entries of the key file's face ledger (None without
+    a ledger), the settings, the recovery mode (None when anonymizing), and the notes and
+    warnings the run's report opens with (the recovery mode, a torn ledger line)."""
+
+    operation: str
+    anonymizer: FaceAnonymizer
+    faces: photos.PhotoFaces | None
+    password: str = dataclasses.field(repr=False)
+    record: keys.KeyRecord | None = None
+    key_file: Path | None = None
+    face_ledger: list[ledger.Entry] | None = None
+    settings: RunSettings = RUN_DEFAULTS
+    recovery: str | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def start(
+        cls,
+        operation: str,
+        password: str,
+        model: Model | Callable[[], Model],
+        settings: RunSettings = RUN_DEFAULTS,
+        key_file: str | Path | None = None,
+        record: keys.KeyRecord | None = None,
+        *,
+        mode: str | None = None,
+        aligned: bool = False,
+        untrained: bool = False,
+    ) -> Run:
+        """The run, read in this order: the key file's record (else ``record``) and,
+        recovering, its face ledger; then ``model`` (loaded, or what loads it: a command
+        loads it after the key file, so that a mistyped one fails in a second); then,
+        recovering, the recovery mode (`recovery_mode`: ``mode`` asked for, ``aligned``
+        crops, ``untrained`` allowing a mode the model was not trained for, else
+        ConfigError naming the flag)."""
+        if operation not in OPERATIONS:
+            raise ValueError(f"operation must be one of {OPERATIONS}, got {operation!r}")
+        key_path = Path(key_file) if key_file is not None else None
+        if key_path is not None:
+            record = keys.read_key_file(key_path)
+        recovering = operation == "recover"
+        ledger_notes: list[str] = []  # a torn last line, said once
+        face_ledger = ledger.read_for_key_file(key_path, ledger_notes) if recovering else None
+        loaded = model if isinstance(model, Model) else model()
+        notes, warnings, recovery = (), (), None
+        if recovering:
+            recovery, mode_note, warning = recovery_mode(
+                loaded.anonymizer, mode, aligned, untrained
+            )
+            notes, warnings = (mode_note,), (warning,) if warning else ()
+        return cls(
+            operation,
+            loaded.anonymizer,
+            loaded.finders.get(operation),
+            password,
+            record,
+            key_path,
+            face_ledger,
+            settings,
+            recovery,
+            (*notes, *ledger_notes),
+            warnings,
+        )
+
+    @property
+    def ledger(self) -> Path | list[ledger.Entry] | None:
+        """What the runners' ``face_ledger`` takes: anonymize appends to the key file's
+        ledger file (`ledger.ledger_path`), recovery verifies faces against its entries."""
+        if self.operation == "recover":
+            return self.face_ledger
+        return ledger.ledger_path(self.key_file) if self.key_file is not None else None
