@@ -109,21 +109,32 @@ def _write_named(path: Path, write: Callable[[Path], None], overwrite: bool) -> 
     tmp = _partial_path(path)
     try:
         write(tmp)
-        if overwrite:
-            os.replace(tmp, path)
-            return
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise _exists_error(path) from None
-        except OSError:  # no hard links here: an exclusively created placeholder reserves the name
-            try:
-                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                raise _exists_error(path) from None
-            os.replace(tmp, path)
+        place(tmp, path, overwrite)
     finally:
         _remove_quietly(tmp)
+
+
+def place(done: str | Path, path: str | Path, overwrite: bool = False) -> None:
+    """Gives the complete file ``done`` the name ``path`` (on the same file system) in one
+    step, so a reader sees no file or the whole one; ``path`` is replaced only with
+    ``overwrite``, else OutputExistsError when it exists. OSError for the system's other
+    refusals; ``done`` may still be there then."""
+    done, path = Path(done), Path(path)
+    if overwrite:
+        os.replace(done, path)
+        return
+    try:
+        os.link(done, path)
+    except FileExistsError:
+        raise _exists_error(path) from None
+    except OSError:  # no hard links here: an exclusively created placeholder reserves the name
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            raise _exists_error(path) from None
+        os.replace(done, path)
+        return
+    os.unlink(done)
 
 
 def _remove_quietly(path: Path) -> None:

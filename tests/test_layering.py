@@ -46,7 +46,8 @@ LAYERS = [
     ("applications", ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]),
     (
         "commands",
-        ["dbaf_jax.commands", "dbaf_jax.web"],
+        # distributed/: the folder runs on a Ray cluster, beside the commands that take --ray.
+        ["dbaf_jax.commands", "dbaf_jax.web", "dbaf_jax.distributed"],
     ),
 ]
 APPLICATIONS = ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]

@@ -31,7 +31,8 @@ output of anonymize (anonymizing it again would lose its recovery record; pass
 --allow-anonymized-input). The run ends with a summary; exit status 0 all done,
 1 error, 2 usage, 3 an input skipped (or a clip shorter than it declares), 4 a face left
 (--min-face-size), 5 a face hidden by the fallback with --strict. --resume continues an
-interrupted run.
+interrupted run. --ray [ADDRESS] runs the folder on a Ray cluster, with the same outputs, key-file
+ledger, summary and exit status (docs/distributed.md).
 The Python API is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
@@ -40,6 +41,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands
+from dbaf_jax.distributed import options as ray_options
+from dbaf_jax.distributed import runs as ray_runs
 from dbaf_jax.faces import ledger
 from dbaf_jax.inference.aligned_folders import anonymize_folder
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
@@ -58,12 +61,18 @@ def main(argv: Sequence[str] | None = None) -> Report:
             "--allow-anonymized-input": "anonymize inputs that are already outputs of anonymize (their copies lose the recovery record)",
         },
     )
+    ray_options.add_arguments(parser)
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.save_latents and not args.aligned:
         parser.error("--save-latents needs --aligned")
     if args.resume and args.aligned:
         parser.error("--resume is for photos (not --aligned)")
+    cluster = ray_runs.join(  # before the model loads: Ray starts before JAX does
+        ray_options.ray_options(parser, args),
+        commands.face_finding(args),
+        args.allow_unchecked_model,
+    )
     run = commands.RunStart.from_args(args)
     settings = commands.folder_run_settings(args)
     if args.aligned:
@@ -74,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         faces = run.faces(args)
         face_ledger = ledger.ledger_path(args.key_file) if args.key_file else None
         clips = FolderClips(run.anonymizer, faces, run.password, settings, "anonymize", face_ledger)
-        report = anonymize_photo_folder(
+        report = (cluster.anonymize_photo_folder if cluster else anonymize_photo_folder)(
             *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
             settings,
             run.record,
