@@ -107,7 +107,9 @@ class Run:
         ledger_notes: list[str] = []  # a torn last line, said once
         face_ledger = ledger.read_for_key_file(key_path, ledger_notes) if recovering else None
         loaded = model if isinstance(model, Model) else model()
-        notes, warnings, recovery = (), (), None
+        notes: tuple[str, ...] = ()
+        warnings: tuple[str, ...] = ()
+        recovery = None
         if recovering:
             recovery, mode_note, warning = recovery_mode(
                 loaded.anonymizer, mode, aligned, untrained
