@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         command = ["--model", str(model), "--password-file", str(password), "--dtype", args.dtype]
         if args.batch_size:
             command += ["--batch-size", str(args.batch_size)]
-        if args.model and args.detector:
-            command += ["--detector", args.detector]
+        if args.model and args.detector:  # the MTCNN folder given: the folder holding it
+            command += ["--detector-weights", str(Path(args.detector).parent)]
 
         def one_run(index: int):
             out = work / f"out{index}"

@@ -1,15 +1,26 @@
 """Recall and false alarms of each detector setting on the hand-labelled photos
-(tests/data/faces_labelled.json), and its time per photo (docs/photos.md).
+(tests/data/faces_labelled.json), by face size, and its time per photo (docs/photos.md).
 
-    python -m benchmarks.detector_recall --detector DIR/mtcnn [--settings NAME ...] [--repeats 1]
+    python -m benchmarks.detector_recall --detector-weights DIR [--settings NAME ...] [--repeats 1]
+    python -m benchmarks.detector_recall --detector-weights DIR --lost PHOTOS
+
+DIR holds the converted detectors (``python -m convert.mtcnn --out DIR`` and
+``python -m convert.centerface --out DIR`` write DIR/mtcnn and DIR/centerface).
 
 A labelled face is *found* when a detection covers at least `MATCH_OVERLAP` of the
 smaller of the two boxes (detectors draw boxes of different extents around one face,
 `detectors.base.overlap_of_smaller`), and *anonymized* when that detection is sure;
-a detection that covers no labelled face is a *false alarm* (sure or low band). Each
-setting first runs once over the photos (compiling MTCNN's programs), then is timed
-over them ``--repeats`` times; seconds per photo are the mean over the photos of the
-fastest run. Printed as a markdown table, one row per setting.
+a detection that covers no labelled face is a *false alarm* (sure or low band). Faces
+are counted by the width of their labelled box (`SIZES`). *Pixelated* counts the
+detections of the low band (faces and false alarms: what the photo path hides
+irreversibly). Each setting first runs once over the photos (compiling its programs),
+then is timed over them ``--repeats`` times; seconds per photo are the mean over the
+photos of the fastest run, and seconds at 1080p the fastest detection of office2.jpg
+enlarged to 1920x1080. Printed as a markdown table, one row per setting.
+
+``--lost PHOTOS``: every detection today's default (`TODAY`) makes on the photos of
+the folder PHOTOS that the registry's default does not cover (overlap of the smaller
+box under `MATCH_OVERLAP`), printed one a line with its box and whether it was sure.
 """
 
 from __future__ import annotations
@@ -23,13 +34,15 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.faces.detectors import dlib_detectors, mtcnn, registry
+from dbaf_jax import images
+from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detections, Detector, overlap_of_smaller
-from dbaf_jax.faces.detectors.ensemble import Ensemble
 
 # The labelled photos live beside the tests that hold the default to them; read as files only.
 LABELS = Path(__file__).resolve().parent.parent / "tests" / "data" / "faces_labelled.json"
 MATCH_OVERLAP = 0.4
+SIZES = (("under 16 px", 0, 16), ("16-32 px", 16, 32), ("over 32 px", 32, np.inf))
+TODAY = ("mtcnn", "dlib-hog")  # the default before CenterFace
 
 
 def labelled(path: Path = LABELS) -> dict[str, np.ndarray]:
@@ -64,10 +77,12 @@ def score(labels: np.ndarray, found: Detections) -> dict[str, np.ndarray | int]:
     }
 
 
-def settings(mtcnn_dir: Path) -> dict[str, Callable[[], Detector]]:
-    """The settings measured: name -> a fresh detector."""
+def settings(weights: Path) -> dict[str, Callable[[], Detector]]:
+    """The settings measured: name -> a fresh detector (``weights``: the folder holding
+    mtcnn/ and centerface/)."""
     low = registry.MTCNN_LOW_THRESHOLDS
     sure = mtcnn.THRESHOLDS[2]
+    mtcnn_dir = weights / "mtcnn"
 
     def mt(min_face: float = 20.0, band: bool = False) -> Detector:
         return mtcnn.MTCNN.load(
@@ -92,10 +107,18 @@ def settings(mtcnn_dir: Path) -> dict[str, Callable[[], Detector]]:
             registry.CNN_SURE if band else None,
         )
 
+    def cf(threshold: float, sure: float | None = None) -> Detector:
+        return centerface.CenterFaceDetector.load(
+            weights / "centerface", threshold=threshold, sure_threshold=sure
+        )
+
+    def built(*names: str) -> Callable[[], Detector]:
+        return lambda: registry.build(weights, names)[0]
+
+    cf_sure, cf_low = registry.CENTERFACE_SURE, registry.CENTERFACE_LOW
     return {
-        "mtcnn (today's default: 20 px, 0.6/0.7/0.7)": lambda: mt(),
+        "mtcnn (20 px, 0.6/0.7/0.7)": lambda: mt(),
         "mtcnn, 12 px": lambda: mt(12.0),
-        "mtcnn, 10 px": lambda: mt(10.0),
         "mtcnn + low band (0.5/0.5/0.5, sure > 0.7)": lambda: mt(band=True),
         "mtcnn, 12 px + low band": lambda: mt(12.0, band=True),
         "dlib-hog, upsample 1": lambda: hog(1),
@@ -103,38 +126,78 @@ def settings(mtcnn_dir: Path) -> dict[str, Callable[[], Detector]]:
         "dlib-hog, upsample 2 + low band": lambda: hog(2, band=True),
         "dlib-cnn, upsample 1": lambda: cnn(),
         "dlib-cnn, upsample 1 + low band": lambda: cnn(band=True),
-        "mtcnn + dlib-hog": lambda: Ensemble([mt(), hog(2)]),
-        "mtcnn + dlib-hog + low bands (the default)": lambda: registry.build(mtcnn_dir)[0],
-        "mtcnn 12 px + dlib-hog + low bands": lambda: Ensemble(
-            [mt(12.0, band=True), hog(2, band=True)]
-        ),
-        "mtcnn + dlib-hog + dlib-cnn + low bands": lambda: registry.build(
-            mtcnn_dir, ["mtcnn", "dlib-hog", "dlib-cnn"]
-        )[0],
+        f"centerface (>= {cf_sure})": lambda: cf(cf_sure),
+        "centerface (>= 0.5)": lambda: cf(0.5),
+        f"centerface + low band ({cf_low}, sure >= {cf_sure})": built("centerface"),
+        "centerface + low band (0.2, sure >= 0.35)": lambda: cf(0.2, cf_sure),
+        "mtcnn + dlib-hog + low bands (the default before CenterFace)": built(*TODAY),
+        "centerface + dlib-hog + low bands": built("centerface", "dlib-hog"),
+        "centerface + mtcnn + low bands": built("centerface", "mtcnn"),
+        "centerface + mtcnn + dlib-hog + low bands": built("centerface", "mtcnn", "dlib-hog"),
     }
 
 
+def full_hd(labels_file: Path = LABELS) -> np.ndarray:
+    """office2.jpg (1280x720, four faces) enlarged to 1920x1080 (bicubic): a real 1080p photo."""
+    with Image.open(labels_file.parent / "office2.jpg") as photo:
+        return np.asarray(photo.convert("RGB").resize((1920, 1080), Image.Resampling.BICUBIC))
+
+
 def measure(
-    detector: Detector, photos: dict[str, np.ndarray], labels: dict[str, np.ndarray], repeats: int
+    detector: Detector,
+    photos: dict[str, np.ndarray],
+    labels: dict[str, np.ndarray],
+    repeats: int,
+    large: np.ndarray | None = None,
 ) -> dict[str, float | int]:
-    """One setting's row: faces found and anonymized, false alarms, seconds per photo."""
-    rows = [
-        score(labels[name], detector.detect(image)) for name, image in photos.items()
-    ]  # and compiles
+    """One setting's row: faces found (in all and by `SIZES`) and anonymized, false
+    alarms, pixelated detections, seconds per photo and at 1080p (``large``)."""
+    found_faces = {name: detector.detect(image) for name, image in photos.items()}  # compiles
+    rows = {name: score(labels[name], found) for name, found in found_faces.items()}
     fastest = {}
     for _ in range(repeats):
         for name, image in photos.items():
             start = time.perf_counter()
             detector.detect(image)
             fastest[name] = min(fastest.get(name, np.inf), time.perf_counter() - start)
-    return {
+    large_seconds = np.nan
+    if large is not None:
+        detector.detect(large)  # compiles
+        for _ in range(repeats):
+            start = time.perf_counter()
+            detector.detect(large)
+            large_seconds = np.nanmin([large_seconds, time.perf_counter() - start])
+    widths = {name: labels[name][:, 2] - labels[name][:, 0] for name in photos}
+    row: dict[str, float | int] = {
         "faces": sum(len(labels[name]) for name in photos),
-        "found": sum(int(r["found"].sum()) for r in rows),
-        "anonymized": sum(int(r["anonymized"].sum()) for r in rows),
-        "alarms_sure": sum(r["alarms_sure"] for r in rows),
-        "alarms_low": sum(r["alarms_low"] for r in rows),
+        "found": sum(int(r["found"].sum()) for r in rows.values()),
+        "anonymized": sum(int(r["anonymized"].sum()) for r in rows.values()),
+        "alarms_sure": sum(r["alarms_sure"] for r in rows.values()),
+        "alarms_low": sum(r["alarms_low"] for r in rows.values()),
+        "pixelated": sum(int((~f.confident()).sum()) for f in found_faces.values()),
         "seconds": float(np.mean(list(fastest.values()))),
+        "seconds_1080p": float(large_seconds),
     }
+    for label, low, high in SIZES:
+        in_bin = {name: (widths[name] >= low) & (widths[name] < high) for name in photos}
+        row[f"{label} found"] = sum(int((rows[n]["found"] & in_bin[n]).sum()) for n in photos)
+        row[f"{label} faces"] = sum(int(in_bin[n].sum()) for n in photos)
+    return row
+
+
+def lost(weights: Path, folder: Path) -> list[str]:
+    """`TODAY`'s detections on the photos of ``folder`` that the registry's default misses."""
+    before, after = registry.build(weights, TODAY)[0], registry.build(weights)[0]
+    lines = []
+    for path in images.input_images(folder):
+        photo = images.read_photo(path)
+        old, new = before.detect(photo), after.detect(photo)
+        for box, sure in zip(old.boxes, old.confident()):
+            if not (overlap_of_smaller(box, new.boxes) >= MATCH_OVERLAP).any():
+                kind = "sure" if sure else "low band"
+                lines.append(f"{path.name}: {np.round(box).astype(int).tolist()} ({kind})")
+        print(f"{path.name}: {len(old.boxes)} detections before, {len(new.boxes)} now", flush=True)
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -142,10 +205,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--detector",
+        "--detector-weights",
         required=True,
         type=Path,
-        help="DIR/mtcnn as written by python -m convert.mtcnn",
+        help="the folder holding mtcnn/ and centerface/ (python -m convert.mtcnn / convert.centerface --out DIR)",
     )
     parser.add_argument(
         "--settings",
@@ -156,23 +219,39 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--labels", type=Path, default=LABELS, help="the label file; its photos lie beside it"
     )
+    parser.add_argument(
+        "--lost", type=Path, help="a folder of photos: list what the default no longer finds"
+    )
     args = parser.parse_args(argv)
+    weights = registry.weights_dir(args.detector_weights, args.detector_weights)
+    if args.lost:
+        missed = lost(weights, args.lost)
+        print(f"{len(missed)} detection(s) of {'+'.join(TODAY)} not covered by the default")
+        print("\n".join(missed))
+        return
     labels = labelled(args.labels)
     photos = {
         name: np.asarray(Image.open(args.labels.parent / name).convert("RGB")) for name in labels
     }
+    large = full_hd(args.labels)
     print(f"{sum(map(len, labels.values()))} labelled faces in {len(photos)} photos")
+    sizes = " | ".join(f"found {label}" for label, _, _ in SIZES)
     print(
-        "| setting | found (hidden or anonymized) | anonymized | false alarms (sure + low band) | s / photo |"
+        f"| setting | {sizes} | found | anonymized | false alarms (sure + low band) | pixelated "
+        "| s / photo | s / 1080p photo |"
     )
-    print("|---|---|---|---|---|")
-    for name, make in settings(args.detector).items():
+    print("|---" * (8 + len(SIZES)) + "|")
+    for name, make in settings(weights).items():
         if args.settings and not any(name.startswith(wanted) for wanted in args.settings):
             continue
-        row = measure(make(), photos, labels, args.repeats)
+        row = measure(make(), photos, labels, args.repeats, large)
+        by_size = " | ".join(
+            f"{row[f'{label} found']} / {row[f'{label} faces']}" for label, _, _ in SIZES
+        )
         print(
-            f"| {name} | {row['found']} / {row['faces']} ({row['found'] / row['faces']:.0%}) | {row['anonymized']} "
-            f"| {row['alarms_sure']} + {row['alarms_low']} | {row['seconds']:.2f} |",
+            f"| {name} | {by_size} | {row['found']} / {row['faces']} | {row['anonymized']} "
+            f"| {row['alarms_sure']} + {row['alarms_low']} | {row['pixelated']} "
+            f"| {row['seconds']:.2f} | {row['seconds_1080p']:.2f} |",
             flush=True,
         )
 

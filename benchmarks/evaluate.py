@@ -40,7 +40,7 @@ from convert.lpips import convert_lpips, default_lin_path
 from convert.mtcnn import convert_mtcnn
 from dbaf_jax import compilation_cache, images, model_directory
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors import mtcnn
 from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces
 from tests.parity import nchw
 from tests.torch_reference.metric_networks import (
@@ -108,7 +108,7 @@ def mtcnn_row(repeats: int, work: Path) -> tuple[str, float, float]:
     from facenet_pytorch import MTCNN
 
     reference_detect.batched_nms = torch_batched_nms  # torchvision's compiled op is missing here
-    detector = registry.build(convert_mtcnn(work), ["mtcnn"], low_band=False)[0]
+    detector = mtcnn.MTCNN.load(convert_mtcnn(work))
     face = face_crops(detector, 1)[0]
     reference = MTCNN(keep_all=True)
     t_jax = median_seconds(lambda: detector.detect(face), repeats)
@@ -129,7 +129,7 @@ def whole_evaluation(args, work: Path) -> float:
         paths = images.input_images(
             write_faces(
                 work / "faces",
-                registry.build(metrics / "mtcnn", ["mtcnn"], low_band=False)[0],
+                mtcnn.MTCNN.load(metrics / "mtcnn"),
                 args.images,
             )
         )

@@ -48,7 +48,7 @@ from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import compilation_cache, images, metadata
 from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.faces import align, paste, photos
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors import mtcnn
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 
@@ -202,7 +202,7 @@ def round_trip_table(
         "--min-face-size",
         str(args.min_face_size),
     ]
-    common += ["--detector", args.detector] if args.detector else []
+    common += ["--detector-weights", str(Path(args.detector).parent)] if args.detector else []
     common += ["--parser", args.parser] if args.parser else []
     (work / "photos").mkdir()
     for source in sources:
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"model {model} ({described}), detector {detector}")
         print("\nDetection: the photos re-encoded\n")
         detection_table(
-            registry.build(detector, ["mtcnn"], low_band=False)[0],
+            mtcnn.MTCNN.load(detector),
             args.photos,
             [PNG, *args.qualities],
             args.min_face_size,

@@ -29,7 +29,7 @@ from PIL import Image
 from benchmarks.invertible_double import InvertibleDouble
 from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import ledger, ledger_match, paste, photos
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors import mtcnn
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 
 PASSWORD = "ledger benchmark"
@@ -119,9 +119,7 @@ def _anonymized_faces(path: Path, size: int) -> tuple[np.ndarray, list[tuple[flo
 def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
     """The rows of the module doc for ``sources`` (photos), using the MTCNN in ``detector_dir``."""
     double = InvertibleDouble()
-    faces = photos.PhotoFaces(
-        registry.build(detector_dir, ["mtcnn"], low_band=False)[0], double.input_size
-    )
+    faces = photos.PhotoFaces(mtcnn.MTCNN.load(detector_dir), double.input_size)
     originals = _folder(work / "originals")
     for source in sources:
         shutil.copy(source, originals / source.name)

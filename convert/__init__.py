@@ -1,1 +1,2 @@
-"""Converters from the public PyTorch checkpoints to dbaf_jax model directories (torch needed here only)."""
+"""Converters from the public PyTorch checkpoints (and CenterFace's ONNX file) to dbaf_jax model
+directories (torch and onnx needed here only)."""

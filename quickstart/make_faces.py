@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dbaf_jax.faces import align
-from dbaf_jax.faces.detectors import registry
+from dbaf_jax.faces.detectors import mtcnn
 from dbaf_jax.faces.photos import PhotoFaces
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Aligned at 4x the size, then area-reduced: bilinear sampling straight to 64 px would alias.
     faces = PhotoFaces(
-        registry.build(args.mtcnn, ["mtcnn"], low_band=False)[0],
+        mtcnn.MTCNN.load(args.mtcnn),
         4 * args.size,
         min_face_size=args.min_face_size,
     )

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from convert.centerface import main as convert_centerface
 from convert.common import run
 from convert.dbaf import main as convert_main
 from convert.mtcnn import main as convert_mtcnn
@@ -53,13 +54,15 @@ def pixels(path):
 
 def photo_model(tmp: Path) -> Path:
     """``tmp/model``: a DBAF model converted from random reduced reference weights (seed
-    30, `temper_`ed) with the real MTCNN's weights in ``model/mtcnn``; and
+    30, `temper_`ed) with the real detectors' weights in ``model/mtcnn`` and
+    ``model/centerface``; and
     ``tmp/password.txt`` holding `PASSWORD`. Returns the model directory."""
     ref = reduced_reference(seed=30)
     temper_(ref, np.random.default_rng(4))
     files = save_reference_files(tmp / "reference", ref, seed=30)
     run(convert_main, convert_args(files, tmp / "model"))
     run(convert_mtcnn, ["--out", str(tmp / "model")])
+    run(convert_centerface, ["--out", str(tmp / "model")])
     (tmp / "password.txt").write_text(PASSWORD + "\n", encoding="utf-8")
     return tmp / "model"
 

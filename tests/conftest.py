@@ -70,7 +70,7 @@ def real_detector(tmp_path_factory):
         [sys.executable, "-c", script, str(out)], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    return registry.build(out / "mtcnn", ["mtcnn"], low_band=False)[0]
+    return registry.build(out, ["mtcnn"], low_band=False)[0]
 
 
 DLIB_FACE_SIZE = 224

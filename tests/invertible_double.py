@@ -18,5 +18,5 @@ def double_with_mtcnn(tmp: Path) -> tuple[InvertibleDouble, photos.PhotoFaces]:
     (converted into ``tmp/model/mtcnn``; no low-confidence band)."""
     run(convert_mtcnn, ["--out", str(tmp / "model")])
     double = InvertibleDouble(128)
-    detector = registry.build(tmp / "model" / "mtcnn", ["mtcnn"], low_band=False)[0]
+    detector = registry.build(tmp / "model", ["mtcnn"], low_band=False)[0]
     return double, photos.PhotoFaces(detector, double.input_size)

@@ -16,6 +16,7 @@ from configs.dbaf import stage1, stage2
 from dbaf_jax import commands
 from dbaf_jax.commands import scripts
 from dbaf_jax.errors import DatasetError
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference import anonymizer
 from dbaf_jax.train import data
 from tests.paths import REPO
@@ -176,3 +177,21 @@ def test_console_script_exits_with_the_commands_status(tmp_path, monkeypatch, ca
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.startswith("error: ")
     assert existing.read_text() == "kept"
+
+
+@pytest.mark.parametrize("command", ["anonymize", "anonymize_video", "recover", "recover_video"])
+def test_the_detector_flags_name_the_registry_and_the_old_spelling_names_the_new(command, capsys):
+    """--help lists every detector of the registry and the weights-folder flag; the old
+    --detector (one letter from --detectors) is one error line naming --detector-weights."""
+    main = importlib.import_module(f"dbaf_jax.commands.{command}").main
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert f"from {', '.join(registry.DETECTORS)};" in usage and "--detector-weights" in usage
+    assert "--detector DETECTOR" not in usage
+    argv = ["--model", "m", "--password-file", "p", "in", "out", "--detector", "m/mtcnn"]
+    assert commands.exit_status(main, argv) == 1
+    assert capsys.readouterr().err == (
+        "error: --detector is now --detector-weights DIR (the folder that holds mtcnn/ and "
+        "centerface/, not mtcnn/ itself)\n"
+    )

@@ -27,6 +27,7 @@ import numpy as np
 
 # One home for the install hint and the check, shared with the dlib face detectors.
 from dbaf_jax.faces.detectors.dlib_detectors import INSTALL_HINT as INSTALL_HINT
+from dbaf_jax.faces.detectors.dlib_detectors import trained_models
 from dbaf_jax.faces.detectors.dlib_detectors import unavailable as unavailable
 from dbaf_jax.images import to_uint8
 
@@ -38,7 +39,7 @@ DIMENSION = 128
 def provenance() -> dict[str, Any]:
     """The trained files dlib's recogniser reads (descriptor, 5-point predictor), each with its
     sha256, in the shape of `networks.network_provenance`."""
-    models = importlib.import_module("face_recognition_models")
+    models = trained_models()
     version = metadata.version("face_recognition_models")
     parts = []
     for part, location in (
@@ -63,7 +64,7 @@ class DlibRecognizer:
 
     def __init__(self, upsample: int = 1):
         dlib = importlib.import_module("dlib")
-        models = importlib.import_module("face_recognition_models")
+        models = trained_models()
         self._dlib = dlib
         self._detector = dlib.get_frontal_face_detector()
         self._predictor = dlib.shape_predictor(models.pose_predictor_five_point_model_location())

@@ -185,7 +185,7 @@ class MetricNetworks:
             missing_recognisers=[name for name in RECOGNISERS if name not in present],
             inception=BatchedNetwork.load(folder / INCEPTION, batch_size),
             lpips=BatchedNetwork.load(folder / LPIPS, batch_size),
-            detector=registry.build(folder / MTCNN, ["mtcnn"], low_band=False)[0],
+            detector=registry.build(folder, ["mtcnn"], low_band=False)[0],
             provenance={
                 **{
                     name: network_provenance(folder / name)

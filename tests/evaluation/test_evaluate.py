@@ -51,9 +51,7 @@ def workspace(tmp_path_factory, metrics_models):
     """A converted tiny model and a folder of five faces."""
     tmp = tmp_path_factory.mktemp("evaluate")
     build_tiny_model(tmp)
-    write_faces(
-        tmp / "faces", registry.build(metrics_models / "mtcnn", ["mtcnn"], low_band=False)[0], 5
-    )
+    write_faces(tmp / "faces", registry.build(metrics_models, ["mtcnn"], low_band=False)[0], 5)
     return tmp
 
 

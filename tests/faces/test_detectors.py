@@ -1,53 +1,73 @@
 """The detector seam on real photos: dlib's landmarks mapped to MTCNN's five points,
-the ensemble (one face found by both detectors is one face; a small face beside a large
-one stays its own), the registry (a missing optional detector is named, never passed
-over), recall against the hand-labelled faces of tests/data/faces_labelled.json (the
-new default finds faces today's MTCNN misses, and at least the recall
-docs/photos.md gives), and the low-confidence band hidden by pixelation and counted,
-in photos and in video tracks."""
+CenterFace's five points in the order alignment reads them, the ensemble (one face
+found by both detectors is one face; a small face beside a large one stays its own),
+the registry (each detector reads its own weights folder, only those chosen load, a
+missing optional detector is named, never passed over), recall against the hand-labelled
+faces of tests/data/faces_labelled.json (the default finds the faces MTCNN and dlib
+found, and at least the recall docs/photos.md gives), and the low-confidence band hidden
+by pixelation and counted, in photos and in video tracks."""
 
 import importlib.util
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from benchmarks import detector_recall
+from convert.centerface import main as convert_centerface
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces import paste, photos
-from dbaf_jax.faces.detectors import dlib_detectors, mtcnn, registry
+from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.detectors.ensemble import merge
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import photo_result
 from dbaf_jax.video import tracks
-from tests.paths import DATA
+from tests.paths import DATA, REPO
 
 # Measured with benchmarks/detector_recall.py (docs/photos.md): labelled faces the
-# default finds (anonymized or hidden) and today's MTCNN alone.
-DEFAULT_FOUND = 49
-MTCNN_FOUND = 47
+# default finds (anonymized or hidden), those it anonymizes, its sure false alarms; and
+# the default before CenterFace (MTCNN and dlib's HOG, with their bands).
+DEFAULT_FOUND = 54
+DEFAULT_ANONYMIZED = 53
+DEFAULT_SURE_ALARMS = 1
+BEFORE_FOUND = 49
 
 
 @pytest.fixture(scope="module")
-def mtcnn_dir(tmp_path_factory):
+def weights(tmp_path_factory):
+    """A folder holding every converted detector (mtcnn/, centerface/)."""
     out = tmp_path_factory.mktemp("detectors")
     run(convert_mtcnn, ["--out", str(out)])
-    return out / "mtcnn"
+    run(convert_centerface, ["--out", str(out)])
+    return out
 
 
 @pytest.fixture(scope="module")
-def default(mtcnn_dir):
-    detector, notes = registry.build(mtcnn_dir)
-    assert notes == [] and detector.name == "mtcnn+dlib-hog"
+def mtcnn_dir(weights):
+    return weights / "mtcnn"
+
+
+@pytest.fixture(scope="module")
+def default(weights):
+    detector, notes = registry.build(weights)
+    assert notes == [] and detector.name == "centerface"
     return detector
 
 
 @pytest.fixture(scope="module")
-def today(mtcnn_dir):
-    return registry.build(mtcnn_dir, ["mtcnn"], low_band=False)[0]
+def before(weights):
+    return registry.build(weights, ["mtcnn", "dlib-hog"])[0]
+
+
+@pytest.fixture(scope="module")
+def today(weights):
+    return registry.build(weights, ["mtcnn"], low_band=False)[0]
 
 
 def photo(name):
@@ -125,51 +145,116 @@ def test_merge_keeps_a_small_face_beside_a_large_one_and_is_sure_if_either_is():
     np.testing.assert_array_equal(merge([large, found([], [])]).sure, [False])
 
 
-def test_registry_names_what_did_not_run(mtcnn_dir, monkeypatch):
-    with pytest.raises(ConfigError, match="expected names from mtcnn, dlib-hog, dlib-cnn"):
+def test_centerface_points_are_mtcnns_five_in_order(today, default):
+    """On a portrait, CenterFace's five points are in the order faces.align reads (eyes,
+    nose, mouth corners, image left first): each is nearest to MTCNN's point of the same
+    rank, within 12% of the face's width (CenterFace's eye lies lower than MTCNN's by
+    9.8% here: docs/photos.md)."""
+    image = photo("jf.jpg")
+    ours, theirs = default.detect(image), today.detect(image)
+    assert len(ours.boxes) == len(theirs.boxes) == 1 and ours.sure.all()
+    distances = np.linalg.norm(ours.landmarks[0][:, None] - theirs.landmarks[0][None], axis=-1)
+    np.testing.assert_array_equal(distances.argmin(axis=1), np.arange(5))
+    assert distances.diagonal().max() < 0.12 * (theirs.boxes[0, 2] - theirs.boxes[0, 0])
+
+
+def test_registry_names_what_did_not_run(weights, monkeypatch):
+    with pytest.raises(
+        ConfigError, match="expected names from centerface, mtcnn, dlib-hog, dlib-cnn"
+    ):
         registry.parse_names("mtcnn,retinaface")
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name: None if name == "dlib" else find_spec(name)
     )
-    detector, notes = registry.build(mtcnn_dir)
-    assert detector.name == "mtcnn" and notes == [
+    monkeypatch.setattr(registry, "DEFAULT", ("centerface", "dlib-hog"))
+    detector, notes = registry.build(weights)
+    assert detector.name == "centerface" and notes == [
         f"detector dlib-hog not run: dlib is not installed ({dlib_detectors.INSTALL_HINT}); "
         "faces only it would find are not looked for"
     ]
     with pytest.raises(
         ConfigError, match="--detectors dlib-hog: cannot run: dlib is not installed"
     ):
-        registry.build(mtcnn_dir, ["mtcnn", "dlib-hog"])
+        registry.build(weights, ["mtcnn", "dlib-hog"])
 
 
-def test_default_finds_the_faces_mtcnn_misses_and_its_measured_recall(default, today):
-    """Against the labelled faces: today's MTCNN finds 47 of 55; the default finds at
-    least the measured 49, among them office5.jpg's two smallest labelled faces (9 and
-    7 px wide), which MTCNN alone misses, and every face MTCNN finds."""
+def test_each_detector_reads_its_own_folder_and_only_the_chosen_load(weights, tmp_path):
+    """dlib-hog alone needs no weights; MTCNN alone needs no centerface/; a chosen
+    detector without its folder is one error naming the command that writes it."""
+    assert registry.build(tmp_path, ["dlib-hog"])[0].name == "dlib-hog"
+    shutil.copytree(weights / "mtcnn", tmp_path / "mtcnn")
+    assert isinstance(registry.build(tmp_path, ["mtcnn"])[0], mtcnn.MTCNN)
+    with pytest.raises(
+        ModelDirectoryError,
+        match=rf"{tmp_path / 'centerface'}: no weights for the centerface face detector "
+        rf"\(python -m convert.centerface --out {tmp_path} writes them",
+    ):
+        registry.build(tmp_path)
+    assert isinstance(registry.build(weights, ["centerface"])[0], centerface.CenterFaceDetector)
+
+
+def test_the_weights_folder_is_the_one_holding_the_detectors(weights, tmp_path):
+    assert registry.weights_dir(tmp_path) == registry.weights_dir("elsewhere", tmp_path)
+    for wrong in (weights / "mtcnn", weights / "centerface"):
+        with pytest.raises(
+            ModelDirectoryError, match=rf"pass the folder that holds it \({weights}\)"
+        ):
+            registry.weights_dir(tmp_path, wrong)
+    with pytest.raises(ModelDirectoryError, match="no such folder"):
+        registry.weights_dir(tmp_path, tmp_path / "absent")
+
+
+def test_dlib_models_import_without_the_pkg_resources_warning():
+    """face_recognition_models warns that pkg_resources is deprecated when imported (a
+    fresh interpreter shows it); through `trained_models`, as the detector and the
+    evaluation's recogniser import it, nothing is printed."""
+    plain = subprocess.run(
+        [sys.executable, "-c", "import face_recognition_models"], capture_output=True, text=True
+    )
+    assert "pkg_resources is deprecated" in plain.stderr
+    quiet = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dbaf_jax.faces.detectors import dlib_detectors; dlib_detectors.DlibDetector('hog');"
+            "from dbaf_jax.evaluation import dlib_recognition; dlib_recognition.provenance()",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_default_finds_what_the_detectors_before_it_found_and_its_measured_recall(default, before):
+    """Against the labelled faces: the default finds at least the measured 54 of 55
+    (anonymizing 53) with one sure false alarm, among them every labelled face that MTCNN
+    and dlib's HOG with their bands (the default before it: 49) found, and office5.jpg's
+    two smallest labelled faces (9 and 7 px wide)."""
     labels = detector_recall.labelled()
-    totals = {"default": 0, "today": 0}
+    totals = {"found": 0, "anonymized": 0, "alarms_sure": 0, "before": 0}
     for name, boxes in labels.items():
         image = photo(name)
-        ours, theirs = (
-            detector_recall.score(boxes, d.detect(image))["found"] for d in (default, today)
-        )
-        assert not (theirs & ~ours).any(), name
-        totals["default"] += int(ours.sum())
-        totals["today"] += int(theirs.sum())
+        ours, theirs = (detector_recall.score(boxes, d.detect(image)) for d in (default, before))
+        assert not (theirs["found"] & ~ours["found"]).any(), name
+        for key in ("found", "anonymized"):
+            totals[key] += int(ours[key].sum())
+        totals["alarms_sure"] += ours["alarms_sure"]
+        totals["before"] += int(theirs["found"].sum())
         if name == "office5.jpg":
-            assert ours[:2].all() and not theirs[:2].any()
-    assert (
-        totals == {"default": totals["default"], "today": MTCNN_FOUND}
-        and totals["default"] >= DEFAULT_FOUND
-    )
+            assert ours["found"][:2].all()
+    assert totals["before"] == BEFORE_FOUND
+    assert totals["found"] >= DEFAULT_FOUND and totals["anonymized"] >= DEFAULT_ANONYMIZED
+    assert totals["alarms_sure"] <= DEFAULT_SURE_ALARMS
 
 
 def test_the_low_band_is_pixelated_and_counted(default):
-    """office1.jpg through the photo path with a stand-in model step (the negative of
-    each crop): the low band's detections are not given to the model but hidden by the
-    fallback (a flat box) and counted in the photo's result."""
-    image = photo("office1.jpg")
+    """office5.jpg (one detection in the default's low band) through the photo path with
+    a stand-in model step (the negative of each crop): the low band's detections are not
+    given to the model but hidden by the fallback (a flat box) and counted in the photo's
+    result."""
+    image = photo("office5.jpg")
     faces = photos.PhotoFaces(default, 64)
     found_faces = faces.find(image)
     assert found_faces.doubtful and found_faces.faces

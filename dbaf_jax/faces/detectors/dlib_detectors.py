@@ -25,6 +25,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import warnings
+from types import ModuleType
 from typing import Sequence
 
 import numpy as np
@@ -45,6 +47,19 @@ def unavailable() -> str | None:
         if importlib.util.find_spec(name) is None:
             return f"{name} is not installed ({INSTALL_HINT})"
     return None
+
+
+# face_recognition_models 0.3.0 imports setuptools' pkg_resources to find its files, which
+# warns on import (setuptools 67.5 and later) and is printed before anything a command says.
+PKG_RESOURCES_WARNING = r"pkg_resources is deprecated as an API"
+
+
+def trained_models() -> ModuleType:
+    """``face_recognition_models`` (where dlib's trained files are), imported without
+    pkg_resources' deprecation warning (that one warning only: any other still shows)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PKG_RESOURCES_WARNING, category=UserWarning)
+        return importlib.import_module("face_recognition_models")
 
 
 def five_points(points: np.ndarray) -> np.ndarray:
@@ -76,7 +91,7 @@ class DlibDetector:
         if kind not in KINDS:
             raise ConfigError(f"dlib detector kind must be one of {KINDS}, not {kind!r}")
         dlib = importlib.import_module("dlib")
-        models = importlib.import_module("face_recognition_models")
+        models = trained_models()
         if kind == "hog":
             self._detector = dlib.get_frontal_face_detector()
         else:

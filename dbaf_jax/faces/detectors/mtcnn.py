@@ -169,7 +169,7 @@ class MTCNN:
     def load(cls, directory: str | Path, **options) -> MTCNN:
         """Loads DIR/mtcnn as written by `convert.mtcnn` (``options`` as for the constructor)."""
         directory = Path(directory)
-        networks = {}
+        networks: dict[str, model_directory.Network] = {}
         for name, kind in NETWORK_KINDS.items():
             network = model_directory.load_network(
                 directory / name
@@ -179,7 +179,7 @@ class MTCNN:
                     f"{directory / name} holds a {network.info['kind']}, not an MTCNN {kind}"
                 )
             networks[name] = network
-        return cls(**networks, **options)
+        return cls(networks["pnet"], networks["rnet"], networks["onet"], **options)
 
     def detect(self, image: np.ndarray) -> Detections:
         """Faces in ``image``, an (H, W, 3) uint8 RGB array."""
@@ -220,7 +220,9 @@ class MTCNN:
             )
             for i, table in enumerate(tables):
                 levels[i, :level_height, :level_width] = normalize(
-                    area_resize(table, [(0, 0, height, width)], (level_height, level_width))
+                    area_resize(
+                        table, np.array([(0, 0, height, width)]), (level_height, level_width)
+                    )
                 )[0]
             valid = np.array([level_height, level_width], np.int32)
             cells = (
@@ -289,7 +291,7 @@ class MTCNN:
     ) -> list[Detections]:
         """Stage 3: O-net on 48x48 crops -> per image final boxes, probabilities and landmarks."""
         kept, crops = self._crops(tables, boxes, height, width, ONET_SIDE)
-        outputs = run_on_crops(self.onet, crops) if len(crops) else None
+        outputs = run_on_crops(self.onet, crops) if len(crops) else ()
         found, start = [], 0
         for image_boxes in kept:
             if not len(image_boxes):

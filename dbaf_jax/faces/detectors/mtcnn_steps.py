@@ -102,9 +102,9 @@ def proposals(
     rows, cols = np.nonzero(probs >= np.float32(threshold))
     cells = np.stack([cols, rows], axis=1).astype(np.float32)
     start = np.float32(PROPOSAL_STRIDE) * cells
-    scale = np.float32(scale)
-    top_left = np.floor((start + np.float32(1)) / scale)
-    bottom_right = np.floor((start + np.float32(PROPOSAL_CELL)) / scale)
+    factor = np.float32(scale)
+    top_left = np.floor((start + np.float32(1)) / factor)
+    bottom_right = np.floor((start + np.float32(PROPOSAL_CELL)) / factor)
     return np.concatenate([top_left, bottom_right], axis=1), probs[rows, cols], offsets[rows, cols]
 
 
