@@ -3,6 +3,12 @@
 Images are (H, W, 3) float32 RGB in [-1, 1] in memory. Outputs are PNG files whose
 text chunk ``dbaf_jax`` holds JSON metadata (the key's salt and KDF parameters and
 the model that made them; never the password).
+
+Photos are checked against a pixel limit (``--max-pixels``, default `MAX_PIXELS`) read
+from their header before any pixel is decoded (`photo_size`, `size_refusal`): a small
+file can declare a huge image (a 164 KB PNG of 13000 x 13000 pixels), and what a photo
+costs grows with its pixels. PIL's own decompression-bomb limit is raised to ours (its
+warning silenced), so that the refusal is ours, in one line.
 """
 
 from __future__ import annotations
@@ -10,21 +16,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import IO, Any, Iterator, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, PngImagePlugin
 
-from dbaf_jax import pipeline
+from dbaf_jax import file_kinds, pipeline
 from dbaf_jax.atomic_files import write_file
 from dbaf_jax.errors import InputError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 METADATA_CHUNK = "dbaf_jax"
 # zlib level 1: 2.7-3.3x faster to encode than PIL's default 6 for 6-8% larger files
 # (python -m benchmarks.png_encoding); on a fast device PNG encoding bounds a folder run.
 PNG_COMPRESS_LEVEL = 1
+# The default of --max-pixels: a 200-megapixel phone photo (16320 x 12240) passes, and a
+# photo's run needs about 10 bytes a pixel besides its detector's tiles (docs/performance.md).
+MAX_PIXELS = 250_000_000
+LIMIT_NAME = "--max-pixels"  # what a refusal names as the limit it is over
+DECODE_BAND = 512  # rows of a decoded photo copied out of PIL at a time
+
+# Our limit is checked on each photo's header (`size_refusal`) before it is decoded. PIL's
+# default (89 megapixels) would warn below it, in a line of its own, and refuse at twice that.
+Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, MAX_PIXELS)
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,62 +52,144 @@ class Skipped:
 
 
 def list_images(folder: str | Path) -> list[Path]:
-    """Every image file below ``folder`` (any nesting), sorted; by suffix, case-insensitive."""
+    """Every image file below ``folder`` (any nesting), sorted; by suffix, case-insensitive
+    (`file_kinds.photo_suffixes`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise NotADirectoryError(f"{folder}: not a directory")
     return sorted(
-        p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix.lower() in file_kinds.photo_suffixes()
     )
 
 
-def read_image(path: str | Path, size: int) -> np.ndarray:
+def read_image(path: str | Path, size: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """Decodes ``path`` to (size, size, 3) float32 in [-1, 1].
 
     Faces are expected aligned and square; other sizes are resized with bilinear
     filtering (as the reference's transforms.Resize does). Raises ValueError naming
-    the file when it cannot be decoded.
+    the file when it cannot be decoded or its header declares more than ``max_pixels``.
     """
+    _allow(max_pixels)
     try:
         with Image.open(path) as img:
-            refusal = _many_frames(img)
-            img = as_rgb8(img)[0]
-            if img.size != (size, size):
-                img = img.resize((size, size), Image.BILINEAR)
-            pixels = np.asarray(img, dtype=np.float32)
+            refusal = _many_frames(img) or _over_limit(img.size, max_pixels)
+            if not refusal:
+                img = as_rgb8(img)[0]
+                if img.size != (size, size):
+                    img = img.resize((size, size), Image.BILINEAR)
+                pixels = np.asarray(img, dtype=np.float32)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
-        raise ValueError(f"{path}: cannot read image ({err})") from None
+        raise ValueError(f"{path}: {_unreadable(err, max_pixels)}") from None
     if refusal:
         raise ValueError(f"{path}: {refusal}")
     return to_float(pixels)
 
 
-def read_photo(path: str | Path) -> np.ndarray:
+def read_photo(path: str | Path, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """`read_photo_noted` without its note."""
-    return read_photo_noted(path)[0]
+    return read_photo_noted(path, max_pixels)[0]
 
 
-def read_photo_noted(path: str | Path) -> tuple[np.ndarray, str | None]:
+def read_photo_noted(
+    path: str | Path, max_pixels: int = MAX_PIXELS
+) -> tuple[np.ndarray, str | None]:
     """Decodes a photo of any size to (H, W, 3) uint8 RGB, upright: its EXIF orientation
     applied (cameras store rotated pixels and say so there), any mode converted by
     `as_rgb8`; with its note (a dropped alpha channel) or None. ValueError naming the
-    file when it cannot be decoded or holds several frames (`_many_frames`)."""
+    file when it cannot be decoded, holds several frames (`_many_frames`) or its header
+    declares more than ``max_pixels`` (then nothing is decoded).
+
+    The array is the caller's own (writable, pasted into in place): PIL's decoded image
+    (4 bytes a pixel) is copied into it a band of rows at a time, so the peak is 7
+    bytes a pixel (11 while a rotated photo is turned upright)."""
+    _allow(max_pixels)
     try:
         with Image.open(path) as img:
-            refusal = _many_frames(img)
+            refusal = _many_frames(img) or _over_limit(img.size, max_pixels)
             if not refusal:
-                rgb, note = as_rgb8(ImageOps.exif_transpose(img))
+                frames = getattr(img, "n_frames", 1)
+                ImageOps.exif_transpose(img, in_place=True)
+                rgb, note = as_rgb8(img)
                 notes = [note] if note else []
-                if (
-                    getattr(img, "n_frames", 1) > 1
-                ):  # a multi-picture JPEG (MPO): the others are views of the same scene
+                if frames > 1:  # a multi-picture JPEG (MPO): the others are views of the same scene
                     notes.append(
-                        f"its {img.n_frames - 1} other picture(s) (the camera's previews or second view) are not in the output"
+                        f"its {frames - 1} other picture(s) (the camera's previews or second view) are not in the output"
                     )
-                return np.asarray(rgb), (f"{path}: {'; '.join(notes)}" if notes else None)
+                return _pixels(rgb), (f"{path}: {'; '.join(notes)}" if notes else None)
     except Exception as err:  # noqa: BLE001 - any decoder failure means "not a usable image"
-        raise ValueError(f"{path}: cannot read image ({err})") from None
+        raise ValueError(f"{path}: {_unreadable(err, max_pixels)}") from None
     raise ValueError(f"{path}: {refusal}")
+
+
+def _pixels(img: Image.Image) -> np.ndarray:
+    """An RGB image's pixels (H, W, 3) uint8 in a writable array of their own, copied
+    `DECODE_BAND` rows at a time (no second whole copy beside PIL's)."""
+    width, height = img.size
+    pixels = np.empty((height, width, 3), np.uint8)
+    for top in range(0, height, DECODE_BAND):
+        bottom = min(top + DECODE_BAND, height)
+        pixels[top:bottom] = np.asarray(img.crop((0, top, width, bottom)))
+    return pixels
+
+
+def size_refusal(
+    source: str | Path | IO[bytes], max_pixels: int = MAX_PIXELS, limit: str = LIMIT_NAME
+) -> str | None:
+    """Why a photo is not to be decoded, in a summary's words, or None: its header
+    declares more than ``max_pixels`` pixels (``limit`` names the setting). Reads the
+    header alone: ``source`` is a path or a binary file object at the image's start (the
+    first bytes of an upload in an io.BytesIO do: a PNG's size is in its first 24
+    bytes, a JPEG's after its metadata segments, rarely past 256 KB). ValueError when
+    the header is not an image PIL reads, or not all there. The web page checks its
+    uploads with this, before storing them."""
+    _allow(max_pixels)
+    try:
+        with Image.open(source) as img:
+            return _over_limit(img.size, max_pixels, limit)
+    except Image.DecompressionBombError as err:
+        return _unreadable(err, max_pixels, limit)
+    except Exception as err:  # noqa: BLE001 - any decoder failure means "not an image"
+        raise ValueError(_unreadable(err, max_pixels, limit)) from None
+
+
+def declared_pixels(path: str | Path) -> int:
+    """The pixels ``path``'s header declares; 0 when it cannot be read (its decode then
+    fails and says why)."""
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+    except Exception:  # noqa: BLE001 - not an image PIL reads: read_photo_noted names it
+        return 0
+    return width * height
+
+
+def _over_limit(size: tuple[int, int], max_pixels: int, limit: str = LIMIT_NAME) -> str | None:
+    width, height = size
+    if width * height <= max_pixels:
+        return None
+    return (
+        f"{width} x {height} = {width * height:,} pixels, over the limit of {max_pixels:,} "
+        f"({limit}): not decoded"
+    )
+
+
+def _allow(max_pixels: int) -> None:
+    """PIL's decompression-bomb limit raised to ``max_pixels``: ours is the one that refuses."""
+    if max_pixels > (Image.MAX_IMAGE_PIXELS or max_pixels):
+        Image.MAX_IMAGE_PIXELS = max_pixels
+
+
+def _unreadable(err: Exception, max_pixels: int, limit: str = LIMIT_NAME) -> str:
+    """A decoder's failure in a summary's words: PIL's refusal past twice its limit
+    (`_allow`: at least ours) is ours."""
+    if isinstance(err, Image.DecompressionBombError):
+        return (
+            f"it declares more than {2 * (Image.MAX_IMAGE_PIXELS or 0):,} pixels, over the limit "
+            f"of {max_pixels:,} ({limit}): not decoded"
+        )
+    return f"cannot read image ({err})"
 
 
 def _many_frames(img: Image.Image) -> str | None:
@@ -134,7 +232,7 @@ def as_rgb8(img: Image.Image) -> tuple[Image.Image, str | None]:
             scale = float(_WIDE_FULL_SCALE[img.mode])
         grey = np.clip(np.rint(np.nan_to_num(values) * (255.0 / scale)), 0, 255).astype(np.uint8)
         return Image.fromarray(grey, "L").convert("RGB"), note
-    return img.convert("RGB"), note
+    return (img if img.mode == "RGB" else img.convert("RGB")), note
 
 
 def to_float(pixels: np.ndarray) -> np.ndarray:

@@ -1,5 +1,9 @@
 """Image folder reading, corrupt-file skipping and PNG metadata."""
 
+import io
+import struct
+import zlib
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -168,3 +172,65 @@ def test_tiff_and_gif_are_read_and_animations_refused(tmp_path):
     )
     photo, note = images.read_photo_noted(tmp_path / "camera.mpo")
     assert photo.shape == (24, 32, 3) and "1 other picture(s)" in note
+
+
+def declared_png(path, width, height):
+    """A PNG file of a few bytes whose header declares ``width`` x ``height`` RGB pixels
+    (a 164 KB PNG really holds 13000 x 13000): its pixel data is not there, so reading
+    is refused by the header or fails in the decoder."""
+
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    data = zlib.compress(b"\0" * (3 * min(width, 64) + 1))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+    )
+    return path
+
+
+@pytest.mark.parametrize("width, height", [(13000, 13000), (50000, 50000), (16000, 15626)])
+def test_a_photo_over_the_pixel_limit_is_refused_by_its_header(tmp_path, width, height):
+    """One line naming the file, its size and the limit, before any pixel is decoded (the
+    file has none to decode): under PIL's own limit, over it and by a few pixels over ours
+    (the numbers are exact, not rounded to the limit's)."""
+    path = declared_png(tmp_path / "huge.png", width, height)
+    limit = 250_000_000 if width == 16000 else 120_000_000
+    with pytest.raises(ValueError) as refused:
+        images.read_photo_noted(path, max_pixels=limit)
+    line = str(refused.value)
+    assert line.startswith(f"{path}: ") and "\n" not in line
+    assert f"over the limit of {limit:,} (--max-pixels): not decoded" in line
+    if width * height <= 2 * images.MAX_PIXELS:  # PIL opens it: the size is named
+        assert f"{width} x {height} = {width * height:,} pixels" in line
+    with pytest.raises(ValueError, match="over the limit"):
+        images.read_image(path, 16, max_pixels=limit)
+    assert images.size_refusal(path, limit) == line[len(f"{path}: ") :]
+    with open(path, "rb") as whole:  # the web page's check: the upload's first bytes
+        first = io.BytesIO(whole.read(64))
+    assert images.size_refusal(first, limit, "the page's limit").endswith(
+        "(the page's limit): not decoded"
+    )
+
+
+def test_a_photo_within_the_limit_is_read_into_an_array_of_its_own(tmp_path):
+    """A photo of exactly the limit is read; its pixels are PIL's, in a writable array
+    (pasted into in place), over several decode bands; its header passes the check."""
+    pixels = np.random.default_rng(1).integers(
+        0, 256, (2 * images.DECODE_BAND + 7, 40, 3), np.uint8
+    )
+    path = tmp_path / "tall.png"
+    Image.fromarray(pixels).save(path)
+    photo = images.read_photo(path, max_pixels=pixels.shape[0] * pixels.shape[1])
+    np.testing.assert_array_equal(photo, pixels)
+    assert photo.flags.writeable and photo.flags.owndata
+    assert images.size_refusal(path, pixels.shape[0] * pixels.shape[1]) is None
+    assert images.declared_pixels(path) == pixels.shape[0] * pixels.shape[1]
+    assert images.declared_pixels(declared_png(tmp_path / "big.png", 13000, 13000)) == 169_000_000
+    (tmp_path / "not.png").write_bytes(b"not a png")
+    assert images.declared_pixels(tmp_path / "not.png") == 0
+    with pytest.raises(ValueError, match="cannot read image"):
+        images.size_refusal(tmp_path / "not.png")

@@ -125,6 +125,7 @@ def anonymize_photo_folder(
         save_crops,
         lambda target: overwrite or target in redo,
         made,
+        settings.max_pixels,
     )
     if clips is not None:
         clips.run(plan, report, record=record, kept=kept_clips, redo=resume)
@@ -171,6 +172,7 @@ def planned_anonymization(
             settings.save_crops,
             refuse,
             videos=clips is not None,
+            resumable=True,
         )
         kept, redo, kept_clips = [], set(), {}
         if clips is not None:
@@ -291,6 +293,7 @@ def recover_photo_folder(
         "recover",
         settings.save_crops,
         settings.overwrite,
+        max_pixels=settings.max_pixels,
     )
     if clips is not None:
         clips.run(plan, report)

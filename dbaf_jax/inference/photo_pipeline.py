@@ -2,6 +2,12 @@
 threads ahead of the model, their faces batched across photos (`face_batches`), each
 result said (`photo_notes`) and written behind the model with its crops, counted into the
 run's `Report`.
+
+Memory follows the pixels, not the count of photos: a photo over ``max_pixels`` is
+skipped from its header, before it is decoded; the photos decoded ahead and those
+waiting to be written hold at most `AHEAD_BYTES` and `BEHIND_BYTES` of pixels (one at a
+time when a photo is larger), and each photo is pasted into in place (`face_batches`),
+so that a large photo is held about once (docs/performance.md measures it).
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import PhotoResult, photo_result
 from dbaf_jax.inference.planning import Plan, crop_path
 from dbaf_jax.inference.report import Report
+
+AHEAD_BYTES = 256 << 20  # decoded photos waiting for detection: 4 of 12 megapixels, 1 of 100
+BEHIND_BYTES = 256 << 20  # results waiting to be encoded (PIL copies each: 7 bytes a pixel)
+
+
+def decoded_bytes(path: Path) -> int:
+    """What ``path`` holds once decoded (3 bytes a pixel), by its header."""
+    return 3 * images.declared_pixels(path)
 
 
 def photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
@@ -91,33 +105,36 @@ def run_photos(
     save_crops: bool,
     overwrite: bool | Callable[[Path], bool],
     made: Callable[[face_batches.Done, PhotoResult], None] = lambda done, result: None,
+    max_pixels: int = images.MAX_PIXELS,
 ) -> Report:
     """Runs ``sources`` (of ``plan``) through the model: ``prepare(source, photo)`` gives
     each decoded photo's `face_batches.Item` (its tag a `Photo`) or a Skipped; faces are
     batched across photos by ``step`` in batches of ``batch_size``; ``made`` sees each
     photo as it is done, before it is written. Photos are decoded and encoded on worker
-    threads. ``overwrite`` may be per target. Adds to and returns ``report``."""
+    threads; one of more than ``max_pixels`` is skipped unread. ``overwrite`` may be
+    per target. Adds to and returns ``report``."""
+    read = functools.partial(images.read_photo_noted, max_pixels=max_pixels)
 
     def items():
-        for source, read in tqdm(
-            pipeline.read_ahead(sources, images.read_photo_noted, depth=4),
+        for source, read_photo in tqdm(
+            pipeline.read_ahead(sources, read, depth=4, cost=decoded_bytes, budget=AHEAD_BYTES),
             total=len(sources),
             unit="photo",
             desc=desc,
         ):
             report.photos += 1
-            if isinstance(read, ValueError):
-                report.skipped.append(images.Skipped(source, str(read)))
+            if isinstance(read_photo, ValueError):
+                report.skipped.append(images.Skipped(source, str(read_photo)))
                 continue
-            photo, note = read
+            photo, note = read_photo
             report.notes += [note] if note else []
             item = prepare(source, photo)
             if isinstance(item, images.Skipped):
                 report.skipped.append(item)
                 continue
-            yield item
+            yield dataclasses.replace(item, in_place=True)  # the photo is ours alone
 
-    with pipeline.Writer(max_pending=4) as writer:
+    with pipeline.Writer(max_pending=4, budget=BEHIND_BYTES) as writer:
         for done in face_batches.processed(items(), faces, step, batch_size):
             photo: Photo = done.item.tag
             result = photo_result(done, photo.too_small)
@@ -127,7 +144,8 @@ def run_photos(
             target = plan.targets[photo.source]
             replace = overwrite(target) if callable(overwrite) else overwrite
             writer.submit(
-                functools.partial(write_photo, target, result, photo.meta, save_crops, replace)
+                functools.partial(write_photo, target, result, photo.meta, save_crops, replace),
+                result.photo.nbytes,
             )
             report.written.append(target)
             report.faces += len(result.faces)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from dbaf_jax import images
 from dbaf_jax.faces import photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 
@@ -59,13 +60,15 @@ class RunSettings:
 class FolderRunSettings(RunSettings):
     """A folder run's (`photo_folders`, `aligned_folders`): also each face's crop written
     (photos), faces hidden by the fallback failing the run (``strict``), an interrupted
-    run continued (``resume``, photos) and the latents for latent recovery written
-    (``save_latents``, aligned crops)."""
+    run continued (``resume``, photos), the latents for latent recovery written
+    (``save_latents``, aligned crops) and the most pixels a photo may have
+    (``max_pixels``: a larger one is skipped before it is decoded)."""
 
     save_crops: bool = False
     strict: bool = False
     resume: bool = False
     save_latents: bool = False
+    max_pixels: int = images.MAX_PIXELS
 
 
 FOLDER_DEFAULTS = FolderRunSettings()  # the runners' default: every option as the commands' default
