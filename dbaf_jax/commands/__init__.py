@@ -18,8 +18,9 @@ import dataclasses
 import sys
 from typing import Any, Callable, Sequence
 
-from dbaf_jax import compilation_cache, keys, precision
-from dbaf_jax.errors import DbafError, printable
+from dbaf_jax import compilation_cache, images, keys, precision
+from dbaf_jax.errors import ConfigError, DbafError, printable
+from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import MIN_FACE_SIZE, PhotoFaces
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings, RunSettings
@@ -51,10 +52,7 @@ def run_main(main: Main, argv: Sequence[str] | None = None) -> None:
         raise SystemExit(status)
 
 
-DETECTORS_HELP = (
-    "face detectors, separated by commas, from mtcnn, dlib-hog, dlib-cnn; default every installed one of mtcnn,dlib-hog "
-    "with their low-confidence band pixelated (docs/photos.md)"
-)
+DETECTORS_HELP = registry.names_help()
 
 
 def positive_int(text: str) -> int:
@@ -83,10 +81,31 @@ def compute_arguments(parser: argparse.ArgumentParser, batch_help: str, dtype_he
     )
 
 
+class _Renamed(argparse.Action):
+    """An option that was renamed: giving it is a ConfigError naming the new spelling
+    (one ``error:`` line), not argparse's guess between the options it abbreviates."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, renamed: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.renamed = renamed
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise ConfigError(f"{option_string} is now {self.renamed}")
+
+
 def detector_arguments(parser: argparse._ActionsContainer, detectors_help: str) -> None:
-    """``--detector`` (the MTCNN weights) and ``--detectors`` (which detectors)."""
+    """``--detector-weights`` (the folder of the detectors' weight folders) and
+    ``--detectors`` (which detectors); the old ``--detector`` names the new flag."""
     parser.add_argument(
-        "--detector", help="MTCNN directory (python -m convert.mtcnn); default MODEL/mtcnn"
+        "--detector-weights",
+        help=f"folder holding the detectors' weights ({', '.join(registry.detector_folders())}: "
+        "python -m convert.centerface / convert.mtcnn --out DIR); default the model directory",
+    )
+    parser.add_argument(
+        "--detector",
+        action=_Renamed,
+        dest="renamed_detector",
+        renamed="--detector-weights DIR (the folder that holds mtcnn/ and centerface/, not mtcnn/ itself)",
     )
     parser.add_argument("--detectors", help=detectors_help)
 
@@ -148,6 +167,13 @@ def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     photos.add_argument(
         "--save-crops", action="store_true", help="also write each face's crop as NAME.faceN.png"
     )
+    photos.add_argument(
+        "--max-pixels",
+        type=positive_int,
+        default=images.MAX_PIXELS,
+        help=f"skip (named, before decoding) photos of more than N pixels; default {images.MAX_PIXELS:,}"
+        " (a photo needs about 10 bytes a pixel besides the detector's tiles: docs/performance.md)",
+    )
     return parser
 
 
@@ -156,7 +182,7 @@ def photo_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.aligned:
         given = [
             name
-            for name in ("detector", "detectors", "parser", "key_file")
+            for name in ("detector_weights", "detectors", "parser", "key_file")
             if getattr(args, name) is not None
         ]
         given += ["save_crops"] if args.save_crops else []
@@ -246,10 +272,10 @@ def clip_run_settings(args: argparse.Namespace) -> ClipRunSettings:
 
 
 def face_finding(args: argparse.Namespace) -> FaceFinding:
-    """How the run finds and masks faces: --detector, --detectors, --parser (photos
+    """How the run finds and masks faces: --detector-weights, --detectors, --parser (photos
     only) and --min-face-size (unset: `photos.MIN_FACE_SIZE`)."""
     return FaceFinding(
-        args.detector,
+        args.detector_weights,
         args.detectors,
         getattr(args, "parser", None),
         MIN_FACE_SIZE if args.min_face_size is None else args.min_face_size,

@@ -109,11 +109,13 @@ def test_more_passing_cells_than_candidates_are_all_decoded(converted, monkeypat
 
 def test_a_clip_s_frames_are_detected_as_alone(converted):
     """detect_many on three frames of one size (batched, padded to four) gives each
-    frame what detect gives it."""
+    frame what it gets alone; clip frames are not enlarged, photos are."""
     photo = images.read_photo(DATA / "office4.jpg")
     frames = [photo, photo[:, ::-1].copy(), np.roll(photo, 40, axis=1)]
     detector = detect.CenterFaceDetector.load(converted, threshold=0.3, sure_threshold=0.35)
-    for alone, together in zip(map(detector.detect, frames), detector.detect_many(frames)):
+    assert detect.placement(*photo.shape[:2], detect.CLIP_UPSCALE)[0] == photo.shape[:2]
+    singles = [detector.detect_many([frame])[0] for frame in frames]
+    for alone, together in zip(singles, detector.detect_many(frames)):
         np.testing.assert_allclose(together.boxes, alone.boxes, atol=1e-3)
         np.testing.assert_array_equal(together.sure, alone.sure)
 

