@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dbaf_jax import compilation_cache
 
 PROGRAM = """
@@ -27,6 +29,7 @@ print(int(jnp.isnan(jitted).sum()), bool(jnp.array_equal(jitted, eager)))
 """
 
 
+@pytest.mark.slow  # a fresh process compiling the parser twice, without the compilation cache
 def test_jitted_bfloat16_parser_is_finite_and_equals_the_eager_one():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DBAF_JAX_CACHE_DIR": "off"}
     env.pop(compilation_cache.KEEP_CPU_FUSIONS_VARIABLE, None)  # conftest keeps them for the suite

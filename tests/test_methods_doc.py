@@ -122,6 +122,7 @@ def method_x(monkeypatch):
     return modules
 
 
+@pytest.mark.slow  # builds, trains a step of and anonymizes with the example method
 def test_the_worked_example_plugs_in_with_its_registry_lines(method_x):
     x = method_x["dbaf_jax/models/x/__init__.py"]
     config = method_x["configs/x/train.py"].get_config("tiny")

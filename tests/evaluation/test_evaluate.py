@@ -301,6 +301,7 @@ def one_face_argv(model, metrics_models, tmp_path) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # metrics_models: the quick suite's costliest fixture by --durations
 @pytest.mark.parametrize("missing", ["inception_fid", "arcface", "lpips_alex", "mtcnn"])
 def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, missing, capsys):
     partial = tmp_path / "metrics"
@@ -320,6 +321,7 @@ def test_missing_metric_network_names_the_converter(metrics_models, tmp_path, mi
     assert not (tmp_path / "r" / "report.json").exists()
 
 
+@pytest.mark.slow  # metrics_models, as above
 def test_missing_model_names_the_converter(metrics_models, tmp_path, capsys):
     argv = one_face_argv(tmp_path / "nowhere", metrics_models, tmp_path)
     assert commands.exit_status(evaluate.main, argv) == 1

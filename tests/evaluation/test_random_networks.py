@@ -39,6 +39,7 @@ def test_calibration_gives_each_batch_norm_its_inputs_statistics():
     assert np.abs(np.asarray(before.mean(0))).max() > 0.5  # Flax's initial statistics do not
 
 
+@pytest.mark.slow  # FaceNet's init, calibration and two applies compile: minutes on 2 cores
 def test_an_uncalibrated_facenet_hardly_tells_faces_apart_and_a_calibrated_one_does():
     module = InceptionResnetV1()
     faces = random_networks.random_images(160, 4, seed=3)
@@ -130,6 +131,7 @@ def test_the_report_opens_with_a_bold_smoke_test_line_when_the_folder_says_rando
     )
 
 
+@pytest.mark.slow  # initialises MTCNN's three stages
 def test_the_recorded_sources_say_random(tmp_path):
     module = random_networks.MTCNN_STAGES["onet"][0]
     random_networks.write_mtcnn(tmp_path / "mtcnn", None, seed=0)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from dbaf_jax import model_families
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from tests.inference.test_anonymize_cli import workspace  # noqa: F401 (the fixture)
 
 
+@pytest.mark.slow  # converts the CLI tests' model (the workspace fixture) for this one test
 def test_bfloat16_variables_are_the_eager_cast_bit_for_bit(workspace):  # noqa: F811
     half = FaceAnonymizer(workspace / "model", dtype="bfloat16")
     model, variables = model_families.load(workspace / "model", False)

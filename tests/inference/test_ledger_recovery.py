@@ -14,6 +14,9 @@ from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from tests.paths import DATA
 
+# One fixture (the real MTCNN through every sharing case) serves the three tests.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):

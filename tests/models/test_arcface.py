@@ -63,6 +63,7 @@ def test_embedding_and_maps_match_torch(reference, size):
     print(f"max relative error ({size}): {max(errors):.2e}")
 
 
+@pytest.mark.slow  # the gradient program of the full ArcFace at 256 px
 def test_input_gradient_matches_torch(reference):
     # DBAF's identity losses backpropagate through the frozen ArcFace into generated images.
     net, _, converted = reference

@@ -49,7 +49,10 @@ def reference(tmp_path_factory):
     )
 
 
-@pytest.mark.parametrize("size", [299, 256, 340])  # 256 and 340 are resized to 299 first
+@pytest.mark.parametrize(  # 256 and 340 are resized to 299 first
+    "size",
+    [299, pytest.param(256, marks=pytest.mark.slow), pytest.param(340, marks=pytest.mark.slow)],
+)
 def test_features_match_pytorch_fid(reference, size):
     net, _, converted = reference
     x = random_images(size, seed=size)

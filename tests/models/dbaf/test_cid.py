@@ -127,6 +127,7 @@ def test_batch_attention_spans_the_global_batch_when_sharded(converted):
     assert_parity(actual, expected, tol=1e-6)
 
 
+@pytest.mark.slow  # init and three dropout applies compile
 def test_dropout_is_active_only_when_not_deterministic():
     module = CID(**dict(SMALL, depth=1), attention="tokens")
     c = jnp.asarray(codes(2, seed=6))
@@ -202,6 +203,7 @@ def test_non_checkpoint_file_is_one_line_error_and_exit_status_1(tmp_path):
     assert_not_a_checkpoint_message(err, bad)
 
 
+@pytest.mark.slow  # forward and gradient programs, scanned and unrolled
 def test_scanned_blocks_give_the_unrolled_outputs_and_gradients(converted):
     """scan=True runs each ViT's blocks under one lax.scan on the same (per-block)
     parameters: the reference's outputs, the unrolled gradients; dropout still acts."""
