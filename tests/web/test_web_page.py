@@ -1,7 +1,7 @@
 """The web page (dbaf_jax/web) driven by a headless Chromium through Selenium, against
 the real server (uvicorn on a free loopback port, in this process so that the checks
-share its model), the real MTCNN and the tempered tiny DBAF model of the command-line
-tests: a real photo anonymized (faces changed, nothing else), recovered with the right
+share its model), the real default detector (CenterFace) and the tempered tiny DBAF
+model of the command-line tests: a real photo anonymized (faces changed, nothing else), recovered with the right
 password (each face is the model's recovery) and a wrong one (another face, no error),
 an oversize upload refused with its message, a clip anonymized and its zip double-clicked,
 TIFF and GIF photos taken as the command line takes them, our own outputs refused on the
@@ -28,8 +28,8 @@ import pytest
 from PIL import Image
 
 from benchmarks.jpeg_recovery import psnr
+from convert.centerface import main as convert_centerface
 from convert.common import run
-from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images, keys, metadata
 from dbaf_jax.faces import align, ledger, paste, photos
 from dbaf_jax.inference.programs import pad_batch
@@ -83,7 +83,7 @@ WAIT = 900  # seconds for a run: a guard against a hang, not a speed limit (comp
 def workspace(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("web")
     model = build_tiny_model(tmp)
-    run(convert_mtcnn, ["--out", str(model)])
+    run(convert_centerface, ["--out", str(model)])  # the default detector's weights
     (tmp / "in").mkdir()
     shutil.copy(DATA / "office3.jpg", tmp / "in" / "office3.jpg")
     write_clip(tmp / "in" / "pan.mp4", pan_frames(6, travel=0.3), audio_streams=0)
