@@ -120,6 +120,7 @@ def test_existing_output_needs_overwrite(tmp_path, state_dicts):
     convert(tmp_path, state_dicts, "--overwrite")
 
 
+@pytest.mark.slow  # a converter process (torch and JAX imported)
 def test_non_checkpoint_file_cli_exits_1_with_one_line(tmp_path):
     assert_command_refuses_a_non_checkpoint(
         "convert.stylegan2", tmp_path / "notes.pt", tmp_path / "model"

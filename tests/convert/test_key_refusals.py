@@ -75,7 +75,14 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("converter", sorted(CASES))
+# FaceNet's and Inception's reference networks are the costliest to build and convert.
+@pytest.mark.parametrize(
+    "converter",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in ("facenet", "inception") else name
+        for name in sorted(CASES)
+    ],
+)
 def test_a_converter_names_the_keys_it_cannot_map(converter, tmp_path):
     main, state_dict, flags, option, missing, unexpected, misshaped = CASES[converter]
     state = state_dict()

@@ -64,6 +64,7 @@ def test_faces_pair_by_nearest_centre_and_order_is_counted():
 # office5.jpg 27.0 (23 to 46 pixels), jf.jpg 0.11 (one face of 452 pixels). Thin
 # margin elsewhere: office3.jpg's third face has an O-net probability of 0.738 at
 # quality 95 against the threshold of 0.7 (it is lost from quality 90 down).
+@pytest.mark.slow  # the real MTCNN's programs at each photo's pyramid, twice a photo
 @pytest.mark.parametrize(
     "name, min_face, count, bound",
     [("office3.jpg", 50, 4, 24.0), ("office5.jpg", 20, 10, 40.0), ("jf.jpg", 50, 1, 1.0)],

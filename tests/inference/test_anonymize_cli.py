@@ -523,6 +523,7 @@ def test_a_read_only_file_system_is_refused_before_work(workspace, tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.slow  # two whole anonymize runs
 def test_two_runs_into_one_folder_never_replace_each_other(workspace, tmp_path):
     """Two anonymize processes started together into one output folder: at most one
     succeeds; a run that meets a file the other made stops with one error line;

@@ -135,6 +135,7 @@ def test_full_size_layout():
     ]
 
 
+@pytest.mark.slow  # a converter process (torch and JAX imported); test_e4e's stays quick
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     conversion.assert_command_refuses_a_non_checkpoint(
         "convert.arcface", tmp_path / "model_ir_se50.pth", tmp_path / "models"

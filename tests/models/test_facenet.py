@@ -158,6 +158,7 @@ def test_refuses_a_file_without_classifier(vggface2, tmp_path):
     assert "no logits.weight/logits.bias" in err
 
 
+@pytest.mark.slow  # a converter process (torch and JAX imported); test_e4e's stays quick
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     conversion.assert_command_refuses_a_non_checkpoint(
         "convert.facenet", tmp_path / FILES["vggface2"], tmp_path / "models"

@@ -123,6 +123,7 @@ def test_full_size_layout(reference):
     )
 
 
+@pytest.mark.slow  # a converter process (torch and JAX imported); test_e4e's stays quick
 def test_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     conversion.assert_command_refuses_a_non_checkpoint(
         "convert.inception", tmp_path / FILE, tmp_path / "models"

@@ -374,6 +374,7 @@ def test_lazy_r1_takes_the_penalty_on_every_kth_step_only():
     assert r1[1] == 0 and r1[3] == 0, r1
 
 
+@pytest.mark.slow  # compiles a discriminator step
 def test_real_and_fakes_in_one_trace_are_separate_calls():
     """The D step without R1 runs D once over the real batch and the fakes together
     (`shared.discriminate_real_and_fakes`): the logits equal separate calls, and the
