@@ -5,7 +5,7 @@ text chunk ``dbaf_jax`` holds JSON metadata (the key's salt and KDF parameters a
 the model that made them; never the password).
 
 Photos are checked against a pixel limit (``--max-pixels``, default `MAX_PIXELS`) read
-from their header before any pixel is decoded (`photo_size`, `size_refusal`): a small
+from their header before any pixel is decoded (`size_refusal`): a small
 file can declare a huge image (a 164 KB PNG of 13000 x 13000 pixels), and what a photo
 costs grows with its pixels. PIL's own decompression-bomb limit is raised to ours (its
 warning silenced), so that the refusal is ours, in one line.
