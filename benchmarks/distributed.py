@@ -14,14 +14,16 @@ part of every Ray run, and its own column. Photos: the tests' group photos (offi
 random model of ``--width`` with MTCNN's and CenterFace's real weights).
 
 Where the time goes: for one machine, each stage timed alone on every photo in turn
-(`benchmarks.wild.stage_seconds`, then the PNG written): detection, the model,
-alignment and paste-back, writing. For Ray, the run's own record (`RayRuns.timings`):
-until the first photo came back (the cluster's scheduling, the actors' start, model
-load and compile cache), the seconds the detection tasks spent (decode and detect,
-summed over tasks), the seconds the model actors spent on their batches (decode,
-crops, the model, paste-back, PNG writing; summed over actors), and the rest of the
-wall time: Ray's overhead (transfers, the driver's ledger and moves into place, actors
-waiting for work) beyond the actors' share of the work.
+(`benchmarks.wild.stage_seconds`, then the PNG written): decoding, detection,
+alignment, the model, paste-back, writing. For Ray, the run's own record
+(`RayRuns.timings`): the photos' part of the run (after the driver's planning and
+model load), until the first photo came back, the longest actor start (a new process
+loading the model, the finder and their programs from the cache), the seconds the
+detection tasks spent (decoding and detection, summed over tasks), the seconds the
+model actors spent on their batches (decoding again, crops, the model, paste-back, PNG
+writing; summed over actors), and Ray's overhead: the photos' part beyond the actor
+start and the actors' share of the work (scheduling, transfers, the driver's moves into
+place, actors waiting for work or for each other).
 """
 
 from __future__ import annotations
@@ -140,28 +142,30 @@ def main(argv: list[str] | None = None) -> None:
                         "timings": made[0].timings if made and made[0] else None,
                     }
                 shutil.rmtree(out)
-                print(f"{name}, run {attempt + 1}: {seen['seconds']:.1f} s", file=sys.stderr)
+                print(
+                    f"{name}, run {attempt + 1}: {seen['seconds']:.1f} s {seen['timings'] or ''}",
+                    file=sys.stderr,
+                )
             rows.append((name, seen))
         stages = one_machine_stages(model, photos, work)
+        size = megapixels(photos)
 
-    size = megapixels(photos)
     print(
         f"model {model.name} ({described}); {len(photos)} photos ({size:.1f} megapixels), "
         f"{rows[0][1]['faces']} faces anonymized per run; the second of two runs\n"
     )
     print(
-        "| run | s | photos/s | faces/s | until the first photo s | detection tasks s | "
-        "model actors s | Ray's overhead s |"
+        "| run | s | photos/s | faces/s | photos' part s | until the first photo s | actor start s | "
+        "detection tasks s | model actors s | Ray's overhead s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, seen in rows:
         seconds, timings = seen["seconds"], seen["timings"]
-        extra = "| | | | |"
+        extra = "| | | | | | |"
         if timings is not None:
-            overhead = seconds - timings.first_answer - timings.actors / timings.actor_count
             extra = (
-                f"| {timings.first_answer:.1f} | {timings.detection:.1f} | {timings.actors:.1f} "
-                f"| {max(overhead, 0.0):.1f} |"
+                f"| {timings.photos:.1f} | {timings.first_answer:.1f} | {timings.actor_start:.1f} "
+                f"| {timings.detection:.1f} | {timings.actors:.1f} | {timings.overhead:.1f} |"
             )
         print(
             f"| {name} | {seconds:.1f} | {len(photos) / seconds:.2f} | {seen['faces'] / seconds:.2f} {extra}"

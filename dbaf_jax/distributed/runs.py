@@ -47,6 +47,7 @@ RETRIES = (
     3  # a task, or an actor, that dies this many times more stops the run (Ray's default: never)
 )
 PATH_SAMPLES = 3  # inputs each node must read in the path check
+MAX_BLOCKS = 10_000  # detection tasks per run at most (Ray Data tracks each block)
 
 
 def join(
@@ -98,15 +99,24 @@ def _worker_errors() -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class Timings:
-    """Where a run's photo time went: seconds from the start of the photos to the first
-    row back (scheduling, the actors' start, loading the model and its programs), the
-    detection tasks' seconds and the model actors' seconds (each summed over its
-    workers), and the count of model actors. `benchmarks.distributed` prints them."""
+    """Where a run's photo time went: the seconds of the photos' part of the run (from
+    the dataset's start to its last row), until its first row came back, the longest
+    start of a model actor (loading the model, the finder and their compiled programs),
+    the detection tasks' and the model actors' seconds (each summed over its workers),
+    and the count of model actors. `benchmarks.distributed` prints them."""
 
+    photos: float
     first_answer: float
+    actor_start: float
     detection: float
     actors: float
     actor_count: int
+
+    @property
+    def overhead(self) -> float:
+        """What the photos' part took beyond the actors' start and their share of the
+        work: scheduling, transfers, the driver's moves into place, idle actors."""
+        return self.photos - self.actor_start - self.actors / self.actor_count
 
 
 @dataclasses.dataclass
@@ -303,7 +313,9 @@ class RayRuns:
                     statuses[status.source] = status
                     bar.update()
         self.timings = Timings(
+            time.perf_counter() - start,
             first or 0.0,
+            max((status.start_seconds for status in statuses.values()), default=0.0),
             sum(status.detection_seconds for status in statuses.values()),
             sum(status.model_seconds for status in statuses.values()),
             layout.actors,
@@ -341,7 +353,8 @@ class RayRuns:
         per_call = settings.batch_size or (ACCELERATOR_BATCH if layout.gpus else CPU_BATCH)
         dataset = data.from_items(
             [{workers.COLUMN: pickle.dumps(job)} for job in jobs],
-            override_num_blocks=len(jobs),  # one photo per detection task: it streams
+            # One photo per detection task, so that photos stream; a large folder's in fewer.
+            override_num_blocks=min(len(jobs), MAX_BLOCKS),
         )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")

@@ -4,9 +4,9 @@ corrupt photo and a truncated clip beside them, the tempered tiny DBAF model of 
 photo tests and the real MTCNN.
 
 Every Ray test of the suite is in this file: one ``ray.init(num_cpus=2)`` serves them
-all (a pytest-xdist worker takes a whole file, ``--dist loadfile``), started before the
-tests compute anything with JAX, with a compilation cache its workers share so that a
-restarted actor loads its programs instead of compiling them again.
+all (a pytest-xdist worker takes a whole file, ``--dist loadfile``), with a compilation
+cache its workers share, so that a restarted actor loads its programs instead of
+compiling them again.
 """
 
 import io
@@ -45,16 +45,17 @@ OPTIONS = ["--detectors", "mtcnn,dlib-hog", "--batch-size", "1"]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """The one local Ray cluster of the test run, 2 CPUs, its workers sharing a
-    compilation cache."""
-    cache = tmp_path_factory.mktemp("xla_cache")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        object_store_memory=256 << 20,
-        runtime_env={"env_vars": {"DBAF_JAX_CACHE_DIR": str(cache)}},
-    )
+    """The one local Ray cluster of the test run, 2 CPUs. Its processes take this
+    process's environment when it starts: with a compilation cache of their own, which
+    every worker of every driver shares (this process keeps compiling afresh)."""
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DBAF_JAX_CACHE_DIR", str(tmp_path_factory.mktemp("xla_cache")))
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=256 << 20,
+        )
     yield ray
     ray.shutdown()
 
