@@ -71,7 +71,7 @@ from convert.stylegan2 import (
     infer_generator,
 )
 from dbaf_jax.model_directory import MODEL_FILE, save_model
-from dbaf_jax.models.dbaf import FAMILY, KEY_GENERATOR
+from dbaf_jax.models.dbaf.dbaf import FAMILY, KEY_GENERATOR
 from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing
 from dbaf_jax.models.irse import stage_ends, unit_specs
 

@@ -131,4 +131,4 @@ def test_the_layering_check_sees_an_upward_import(tmp_path):
     upward.write_text("from dbaf_jax import model_directory\nfrom dbaf_jax.faces import paste\n")
     imported = imported_modules(upward)
     assert imported == {"dbaf_jax.model_directory", "dbaf_jax.faces.paste"}
-    assert all(layer_of(module) > layer_of("dbaf_jax.models.dbaf") for module in imported)
+    assert all(layer_of(module) > layer_of("dbaf_jax.models.dbaf.dbaf") for module in imported)

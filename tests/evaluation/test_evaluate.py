@@ -28,7 +28,7 @@ from dbaf_jax.evaluation.protocol import IDENTITY_SETS, QUALITY_SETS
 from dbaf_jax.evaluation.recognition import DISTANCE_FORMS
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors import registry
-from dbaf_jax.models import ifadit
+from dbaf_jax.models.ifadit import ifadit
 from dbaf_jax.models.inception import FEATURES
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages

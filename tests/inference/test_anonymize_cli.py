@@ -34,7 +34,7 @@ from dbaf_jax.inference.planning import LATENTS_SUFFIX
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.inference.settings import FolderRunSettings
-from dbaf_jax.models import dbaf
+from dbaf_jax.models.dbaf import dbaf
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.paths import can_mount_tmpfs
 from tests.torch_reference.dbaf_pipeline import (

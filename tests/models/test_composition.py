@@ -5,7 +5,9 @@ a family's name."""
 import ast
 
 from dbaf_jax import model_families
-from dbaf_jax.models import composition, dbaf, ifadit
+from dbaf_jax.models import composition
+from dbaf_jax.models.dbaf import dbaf
+from dbaf_jax.models.ifadit import ifadit
 from tests.paths import REPO
 
 PACKAGE = REPO / "dbaf_jax"

@@ -24,7 +24,7 @@ from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
-from dbaf_jax.models import ifadit
+from dbaf_jax.models.ifadit import ifadit
 from dbaf_jax.train import data, initialization, loop, stages
 from tests.paths import REPO
 

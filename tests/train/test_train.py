@@ -30,7 +30,8 @@ from jax.sharding import PartitionSpec as P
 
 from configs.dbaf import stage1, stage2
 from dbaf_jax import model_families, sharding
-from dbaf_jax.models import composition, dbaf
+from dbaf_jax.models import composition
+from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.models.dbaf.cid import CID
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator

@@ -7,7 +7,7 @@ EqualLinear 2d -> 4d -> 2d -> d, then ``extra_layers`` (4) EqualLinear d -> d, a
 lr_mul 0.01 and the fused leaky ReLU, then a plain Linear d -> d (8 layers for d = 512:
 1024 -> 2048 -> 1024 -> 512 -> 512 x 4 -> 512; the paper says seven).
 
-How anonymization and recovery compose it with CID's codes: `dbaf_jax.models.dbaf`
+How anonymization and recovery compose it with CID's codes: `dbaf_jax.models.dbaf.dbaf`
 and docs/reference_code.md.
 """
 

@@ -4,7 +4,7 @@ Three e4e feature maps, c3 (B, 16, 16, 512), c2 (B, 32, 32, 256) and c1
 (B, 64, 64, 128) at 256 px, are each projected to ``channels`` (512) by a 1x1
 convolution with bias and re-weighted by attention. The three outputs replace the
 generator's noise inputs 3-4 (16x16), 5-6 (32x32) and 7-8 (64x64): see
-`dbaf_jax.models.dbaf.DBAF.noise_inputs`.
+`dbaf_jax.models.dbaf.dbaf.DBAF.noise_inputs`.
 
 ``variant='reference'`` is the authors' code: CBAM after the projection,
 - channel gate: spatial average- and max-pooling, each through one shared MLP

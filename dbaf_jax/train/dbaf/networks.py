@@ -1,6 +1,6 @@
 """DBAF's networks table and the modules of a DBAF run, built from its config.
 
-The model proper (e4e, CID, MAAR, decoder, KRIA; see `dbaf_jax.models.dbaf`) and the
+The model proper (e4e, CID, MAAR, decoder, KRIA; see `dbaf_jax.models.dbaf.dbaf`) and the
 auxiliary networks: the discriminator, the key generator (the base StyleGAN2 whose
 mapping network turns key z into w) and the frozen critics of the losses (ArcFace,
 LPIPS, the U-Net face parser). `DBAF_NETWORKS` names each with its pretrained
@@ -16,8 +16,8 @@ import ml_collections
 
 from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
-from dbaf_jax.models.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.dbaf.cid import CID, LatentMLP
+from dbaf_jax.models.dbaf.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.lpips import LPIPS

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.models.dbaf.dbaf import Variables
 from dbaf_jax.models.e4e import EncoderOutput
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf import losses

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from dbaf_jax.models.dbaf import Variables
+from dbaf_jax.models.dbaf.dbaf import Variables
 from dbaf_jax.train import optimizers
 from dbaf_jax.train.state import joined, split_trainable
 

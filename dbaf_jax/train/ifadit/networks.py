@@ -1,6 +1,6 @@
 """iFADIT's networks table and the modules of an iFADIT run (configs/ifadit/phases.py).
 
-The `IFADIT` composition (`dbaf_jax.models.ifadit`; its ArcFace and BiSeNet serve the
+The `IFADIT` composition (`dbaf_jax.models.ifadit.ifadit`; its ArcFace and BiSeNet serve the
 losses too) plus LPIPS and MTCNN's O-net, the landmark extractor (`IFADITNetworks`).
 `IFADIT_NETWORKS` names each with its pretrained sub-directory and initialiser
 (`dbaf_jax.train.networks` derives the rest).
@@ -16,8 +16,8 @@ import ml_collections
 from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.composition import KEY_GENERATOR, Variables, apply_network
-from dbaf_jax.models.ifadit import IFADIT
 from dbaf_jax.models.ifadit.icl import IdentityCompensation
+from dbaf_jax.models.ifadit.ifadit import IFADIT
 from dbaf_jax.models.ifadit.mapper import IdentityAttributeMapper
 from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.lpips import LPIPS

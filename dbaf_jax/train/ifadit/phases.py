@@ -26,7 +26,7 @@ import ml_collections
 import optax
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.models.ifadit import Variables
+from dbaf_jax.models.ifadit.ifadit import Variables
 from dbaf_jax.models.mtcnn import ONET_SIDE
 from dbaf_jax.models.parsers import bisenet_inputs
 from dbaf_jax.train import losses

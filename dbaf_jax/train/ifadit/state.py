@@ -11,7 +11,7 @@ import ml_collections
 import optax
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.models.ifadit import Variables
+from dbaf_jax.models.ifadit.ifadit import Variables
 from dbaf_jax.train.state import joined, split_trainable
 
 

@@ -20,7 +20,7 @@ from convert.dbaf_stages import infer_cid, infer_kria, infer_maar
 from convert.stylegan2 import infer_discriminator, infer_generator
 from dbaf_jax import keys, model_families, network_kinds
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
-from dbaf_jax.models import dbaf
+from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.models.dbaf.cid import CID
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.dbaf.maar import MAAR

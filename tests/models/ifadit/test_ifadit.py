@@ -14,7 +14,7 @@ import pytest
 
 from configs.ifadit import phases as ifadit_config
 from dbaf_jax import keys, model_directory, model_families, network_kinds
-from dbaf_jax.models import ifadit
+from dbaf_jax.models.ifadit import ifadit
 from dbaf_jax.models.ifadit.sif import SecureIdentityFlow, bounded_log_scale
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
@@ -214,7 +214,7 @@ def test_model_directory_round_trip(tiny, tmp_path):
         model.networks(), variables
     )
     # A DBAF loader refuses it, naming the family.
-    from dbaf_jax.models import dbaf
+    from dbaf_jax.models.dbaf import dbaf
 
     with pytest.raises(model_directory.ModelDirectoryError, match="'ifadit' model"):
         model_families.load_family(dbaf.FAMILY, tmp_path)
