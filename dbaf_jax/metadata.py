@@ -50,10 +50,14 @@ MAX_TEXT = 4096  # longest accepted version or model path string
 MAX_FACES = 1024  # more in one image's metadata is refused as malformed
 # Recorded faces are checked as anonymize could have written them, so that one image's
 # metadata buys no more work than an honest photo of its size: each face's quad at
-# least MIN_RECORDED_SIDE pixels and centred inside the photo, no two centred within
+# least MIN_RECORDED_SIDE pixels and centred inside the photo or at most
+# OUTSIDE_MARGIN of its side beyond its edge (a face cut by the edge: the top row of a
+# crowd, a clip's face leaving the frame, centred up to a tenth of its side above the
+# frame measured), no two centred within
 # half the smaller one's side (the same face twice), and at most one face per
 # FACE_AREA_PER_FACE square pixels of the photo (and MAX_FACES).
 MIN_RECORDED_SIDE = 8.0
+OUTSIDE_MARGIN = 0.25
 FACE_AREA_PER_FACE = 32 * 32
 MAX_TRANSFORM_VALUE = 1e9  # beyond any photo-to-crop scale or offset; keeps det() finite
 
@@ -220,39 +224,58 @@ def face_places(transforms: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     return sides, centres
 
 
+def misplaced(
+    sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) bool each: which faces (`face_places`) are smaller than anonymize records, and
+    which are centred outside a photo or frame of ``photo_shape`` (H, W, ...), farther
+    than `OUTSIDE_MARGIN` of their side beyond its edge."""
+    height, width = int(photo_shape[0]), int(photo_shape[1])
+    margin = OUTSIDE_MARGIN * sides
+    outside = (
+        (centres[:, 0] < -margin)
+        | (centres[:, 0] > width + margin)
+        | (centres[:, 1] < -margin)
+        | (centres[:, 1] > height + margin)
+    )
+    return sides < MIN_RECORDED_SIDE, outside
+
+
 def check_places(
     sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int], name: Callable[[int], str]
 ) -> None:
     """ValueError when a face (`face_places`, named by ``name(position)``) is smaller than
     anonymize records or centred outside a photo or frame of ``photo_shape`` (H, W, ...)."""
-    small = np.flatnonzero(sides < MIN_RECORDED_SIDE)
+    small, outside = (np.flatnonzero(mask) for mask in misplaced(sides, centres, photo_shape))
     if small.size:
         raise ValueError(
             f"{name(small[0])} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records"
         )
-    height, width = int(photo_shape[0]), int(photo_shape[1])
-    outside = np.flatnonzero(
-        (centres[:, 0] < 0)
-        | (centres[:, 0] > width)
-        | (centres[:, 1] < 0)
-        | (centres[:, 1] > height)
-    )
     if outside.size:
         raise ValueError(
-            f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'}"
+            f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'} "
+            f"by more than {OUTSIDE_MARGIN:g} of its side"
         )
+
+
+def at_one_place(sides: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """(G, N, N) bool: which faces of each group, sides (G, N) and centres (G, N, 2), are
+    centred within half the smaller one's side of each other (one face recorded twice);
+    a face is not at one place with itself."""
+    distance = np.hypot(*np.moveaxis(centres[:, :, None, :] - centres[:, None, :, :], -1, 0))
+    close = distance < 0.5 * np.minimum(sides[:, :, None], sides[:, None, :])
+    close[:, np.arange(sides.shape[1]), np.arange(sides.shape[1])] = False
+    return close
 
 
 def overlapping(
     sides: np.ndarray, centres: np.ndarray, together: int = 1
 ) -> tuple[int, int, int, int] | None:
     """The first (group, i, j, count) where face i of a group, sides (G, N) and centres
-    (G, N, 2), has ``count`` >= ``together`` other faces of its group centred within half
-    the smaller one's side (j the first of them; one face recorded twice), or None.
-    Photos: ``together`` 1, no two at one place."""
-    distance = np.hypot(*np.moveaxis(centres[:, :, None, :] - centres[:, None, :, :], -1, 0))
-    close = distance < 0.5 * np.minimum(sides[:, :, None], sides[:, None, :])
-    close[:, np.arange(sides.shape[1]), np.arange(sides.shape[1])] = False
+    (G, N, 2), has ``count`` >= ``together`` other faces of its group at one place
+    (`at_one_place`; j the first of them), or None. Photos: ``together`` 1, no two at one
+    place."""
+    close = at_one_place(sides, centres)
     counts = close.sum(axis=-1)
     found = np.argwhere(counts >= together)
     if not found.size:

@@ -11,7 +11,10 @@ its codec is ``--codec``/``--crf``/``--pix-fmt`` (H.264, CRF 18, yuv420p by defa
 ``OUT.mp4.dbaf.json`` beside it records the tracks and the key record (never the
 password) for ``python -m dbaf_jax.commands.recover_video``; with ``--key-file K`` the tracks'
 faces also go to K's face ledger (``K.faces.jsonl``), which lets recovery verify the
-faces it finds again in a copy that lost the sidecar. See docs/video.md.
+faces it finds again in a copy that lost the sidecar. A clip that recovery would refuse
+(its sidecar breaks the bounds recover_video holds sidecars to) is not written: the run
+fails naming why. A clip that is already an output of anonymize (a sidecar beside it or in
+its container) is refused unless ``--allow-anonymized-input``. See docs/video.md.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from dbaf_jax.video import runner
 
 def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
     parser = commands.video_parser("python -m dbaf_jax.commands.anonymize_video", __doc__)
+    commands.flags(
+        parser,
+        {
+            "--allow-anonymized-input": "anonymize a clip that is already an output of anonymize (its "
+            "sidecar beside it or in its container; the new copy's sidecar cannot recover the original)"
+        },
+    )
     args = parser.parse_args(argv)
     run = commands.RunStart.from_args(args)
     report = runner.anonymize_video(

@@ -6,7 +6,8 @@ it (``CLIP.dbaf.json``) and, with a key file, its tracks to the key file's face 
 recovery reads the clip's sidecar (or its container's copy; or, with a key file, the
 ledger). Encoding and tracking are the video commands' defaults. A clip that cannot be
 used (damaged, no sidecar, another model's) is skipped and named, as a photo would be;
-anonymize refuses a clip that is already an anonymized one unless asked.
+anonymize refuses a clip that is already an anonymized one unless asked
+(`runner.anonymized_clip`), naming it as skipped.
 """
 
 from __future__ import annotations
@@ -23,25 +24,8 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import Plan, check_outputs
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import RunSettings
-from dbaf_jax.video import clip, runner, sidecar
+from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
-
-
-def anonymized_clip(source: Path) -> str | None:
-    """Why anonymize refuses the clip ``source`` unless asked: a sidecar lies beside it or
-    its container holds one (an output of anonymize: anonymizing it again would leave a
-    clip whose sidecar recovers nothing). None otherwise, and for a clip that cannot be
-    opened (the run names it when it reads it)."""
-    try:
-        ours = sidecar.path_for(source).exists() or clip.read_tag(source, sidecar.TAG) is not None
-    except InputError:
-        return None
-    if not ours:
-        return None
-    return (
-        f"{source}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
-        "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)"
-    )
 
 
 @dataclasses.dataclass
@@ -118,10 +102,6 @@ class FolderClips:
             target = plan.video_targets[source]
             try:
                 if self.operation == "anonymize":
-                    refused = None if settings.allow_anonymized_input else anonymized_clip(source)
-                    if refused is not None:
-                        report.skipped.append(Skipped(source, refused))
-                        continue
                     again = dataclasses.replace(settings, overwrite=settings.overwrite or redo)
                     outcome = runner.anonymize_video(
                         *run, source, target, again, record, face_ledger
@@ -130,7 +110,10 @@ class FolderClips:
                     outcome = runner.recover_video(
                         *run, source, target, settings, record, face_ledger
                     )
-            except InputError as err:  # this clip only: damaged, no sidecar, another model's; nothing of it was written
+            except InputError as err:
+                # This clip only: damaged, no sidecar, another model's, already anonymized
+                # (`runner.anonymized_clip`), a sidecar recovery would refuse; nothing of it
+                # was written.
                 report.skipped.append(Skipped(source, str(err)))
                 continue
             report.written += outcome.written

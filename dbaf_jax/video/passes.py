@@ -86,7 +86,9 @@ class FacePass:
     (``track_keys``, by track number), ``step(crops, keys)`` (the model), the frames the
     first pass counted, the boxes the fallback hides (``hidden[frame]``), the regions each
     face may change (``regions[frame]`` in `tracks.by_frame` order; None: anywhere under
-    its mask) and the ledger's ``recorder``, which sees each frame as made."""
+    its mask), the ledger's ``recorder``, which sees each frame as made, and ``verify``,
+    called with the finished clip's temporary file before anything of it is kept
+    (an exception: nothing written)."""
 
     placed: Placed
     track_keys: dict[int, np.ndarray]
@@ -95,6 +97,7 @@ class FacePass:
     hidden: dict[int, list[np.ndarray]] | None = None
     regions: dict[int, list[track_ledger.Region]] | None = None
     recorder: track_ledger.Recorder | None = None
+    verify: Callable[[Path], None] | None = None
 
 
 def processed(
@@ -176,6 +179,8 @@ def rewrite(
                     f"{source}: decoded {written} frames, not the {frame_count} of the first pass"
                 )
             writer.finish()
+            if work.verify is not None:
+                work.verify(tmp)
             if (
                 recorder is not None
             ):  # before the clip is in place: no clip is published without its ledger entries

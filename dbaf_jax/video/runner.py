@@ -11,7 +11,13 @@ on a thread of its own, encoding behind on another, and a batch's frames are pas
 while the next batch computes (`dbaf_jax.pipeline`; both passes in `passes`). The output is
 written to a hidden temporary file renamed into place when whole
 (`atomic_files.write_file`) with a copy of the sidecar in its container metadata, then the
-sidecar file beside it. Recovery reads the sidecar (the file, else the container's
+sidecar file beside it. The tracks are recorded as a sidecar can hold them
+(`sidecar.recordable`), and the sidecar is held to what recovery accepts
+(`sidecar.accepted`, `sidecar.check_use`) before the second pass and, with the clip as
+written and its container's copy, before the clip is put in place: a clip that recovery
+would refuse is never written, and the run fails naming why. A clip that is already an
+output of anonymize (its sidecar beside it or in its container) is refused unless asked
+(``allow_anonymized_input``). Recovery reads the sidecar (the file, else the container's
 copy; or, with a key file and neither, re-detects and re-tracks the anonymized clip and
 recovers the tracks the key file's face ledger verifies, `track_ledger`) and changes
 only the pixels under the faces' masks.
@@ -22,13 +28,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from dbaf_jax import keys, metadata, output_folder
-from dbaf_jax.errors import InputError, ModelMismatchError
+from dbaf_jax.errors import InputError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
-from dbaf_jax.video import clip, sidecar, track_ledger
+from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 from dbaf_jax.video.passes import FacePass, Placed, find_tracks, rewrite, track_keys
 from dbaf_jax.video.report import VideoReport
 from dbaf_jax.video.settings import CLIP_DEFAULTS, ClipRunSettings
@@ -61,6 +68,68 @@ def _prepare_outputs(source: Path, targets: list[Path], overwrite: bool) -> list
     ]
 
 
+def anonymized_clip(source: Path) -> str | None:
+    """Why anonymize refuses the clip ``source`` unless asked: a sidecar lies beside it or
+    its container holds one (an output of anonymize: anonymizing it again would leave a
+    clip whose sidecar recovers nothing). None otherwise, and for a clip that cannot be
+    opened (the run names it when it reads it)."""
+    try:
+        ours = sidecar.path_for(source).exists() or clip.read_tag(source, sidecar.TAG) is not None
+    except InputError:
+        return None
+    if not ours:
+        return None
+    return (
+        f"{source}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
+        "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)"
+    )
+
+
+def _recoverable(
+    target: Path,
+    text: str,
+    tag: str | None,
+    shape: tuple[int, int],
+    limit: int,
+    anonymizer: FaceAnonymizer,
+    size: int,
+) -> None:
+    """InputError naming ``target`` when recover_video would refuse its sidecar ``text``
+    or the container's copy ``tag`` for a clip of upright ``shape`` whose sidecar can take
+    ``limit`` bytes: `sidecar.accepted` and `sidecar.check_use`, as recovery calls them."""
+    try:
+        made = [sidecar.accepted(text, f"{target}: its sidecar", limit)]
+        if tag is not None:
+            made.append(sidecar.from_tag(tag, target, limit))
+        for recorded in made:
+            sidecar.check_use(recorded, str(target), anonymizer.fingerprint, shape, size)
+    except InputError as err:
+        raise InputError(
+            f"{target}: not written: recover_video would refuse its sidecar ({err}), so the clip could not be recovered"
+        ) from None
+
+
+def _as_recorded(
+    found: list[tracks.Track], tracked: Placed, tracker: tracks.Tracker, shape, size: int
+) -> tuple[Placed, dict[int, list[np.ndarray]], int]:
+    """The tracks as the sidecar records them (`sidecar.recordable`), the boxes the
+    fallback hides by frame (the tracker's and those of faces no sidecar can record),
+    and how many recorded faces were interpolated."""
+    runs, unplaced = sidecar.recordable(tracked, [t.detected for t in found], shape, size)
+    placed = [
+        (run.number, tracked[run.track][1] + run.start, tracked[run.track][2][run.start : run.stop])
+        for run in runs
+    ]
+    hidden = tracker.hidden()
+    for index, offset in unplaced:
+        track = found[index]
+        hidden.setdefault(track.first + offset, []).append(track.boxes[offset])
+    interpolated = sum(
+        int((~found[run.track].detected[run.start : run.stop]).sum()) for run in runs
+    )
+    return placed, hidden, interpolated
+
+
 def _count(placed: Placed) -> int:
     return sum(len(stack) for _, _, stack in placed)
 
@@ -82,13 +151,19 @@ def anonymize_video(
     verifies faces against (`track_ledger`)."""
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
+    refused = None if settings.allow_anonymized_input else anonymized_clip(source)
+    if refused is not None:
+        raise InputError(refused)
     notes = _prepare_outputs(source, [target, side], settings.overwrite)
     if face_ledger is not None:
         # Before any frame is read, then again with its entries counted.
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
     notes += [faces.describe(), *faces.notes]  # which detectors ran
     info = clip.probe(source)
-    found, placed, count, tracker, short = find_tracks(faces, source, info, settings.sigma)
+    found, tracked, count, tracker, short = find_tracks(faces, source, info, settings.sigma)
+    placed, hidden, interpolated = _as_recorded(
+        found, tracked, tracker, info.upright_shape, faces.size
+    )
     record = record or keys.new_key_record()
     keyed = track_keys(anonymizer, keys.derive_seed(password, record), placed)
     recorded = sidecar.content(
@@ -98,14 +173,22 @@ def anonymize_video(
         faces.size,
         placed,
     )
-    try:  # the bounds recovery holds a sidecar to (a crowd denser than one face per 32x32 px breaks them)
-        sidecar.check(recorded)
-    except ValueError as err:
-        notes.append(
-            f"{target}: its sidecar breaks the bounds recover_video holds sidecars to ({err}), so recover_video will "
-            "refuse it: the clip is anonymized but cannot be recovered"
-        )
     tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
+    text = sidecar.text(recorded)
+    shape = info.upright_shape
+    # Held to what recovery accepts before the second pass, with the frames counted; then
+    # the clip as written (its size, its packets, its container's copy read back) before
+    # it is put in place.
+    _recoverable(target, text, tag, shape, sidecar.max_bytes(shape, count), anonymizer, faces.size)
+
+    def written(clip_file: Path) -> None:
+        made = clip.probe(clip_file).upright_shape
+        copy = clip.read_tag(clip_file, sidecar.TAG) if tag is not None else None
+        if copy != tag:
+            raise InputError(f"{target}: not written: its container did not keep the sidecar")
+        limit = sidecar.clip_limit(clip_file, made)
+        _recoverable(target, text, copy, made, limit, anonymizer, faces.size)
+
     recorder = (
         track_ledger.Recorder(placed, float(info.rate), faces.crops, face_ledger)
         if face_ledger is not None
@@ -116,19 +199,25 @@ def anonymize_video(
             note for note in [ledger.check_appendable(face_ledger, len(recorder.wanted))] if note
         ]
     work = FacePass(
-        placed, keyed, _anonymize_step(anonymizer), count, tracker.unusable, recorder=recorder
+        placed,
+        keyed,
+        _anonymize_step(anonymizer),
+        count,
+        hidden,
+        recorder=recorder,
+        verify=written,
     )
     rewrite(
         anonymizer, faces, source, target, info, work, settings, {sidecar.TAG: tag} if tag else None
     )
-    sidecar.write(side, recorded, settings.overwrite)
+    sidecar.write(side, text, settings.overwrite)
     report = VideoReport(
         [target, side],
         count,
         len(found),
         _count(placed),
-        sum(int((~t.detected).sum()) for t in found),
-        sum(map(len, tracker.unusable.values())),
+        interpolated,
+        sum(map(len, hidden.values())),
         tracker.left,
         notes,
         short=short is not None,
@@ -143,7 +232,7 @@ def anonymize_video(
         report.notes.append(
             f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip"
         )
-    if not found and not tracker.unusable and not tracker.left:
+    if not found and not hidden and not tracker.left:
         report.notes.append(
             f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged"
         )
@@ -172,28 +261,18 @@ def recover_video(
     info = clip.probe(source)
     side = Path(sidecar_path) if sidecar_path is not None else sidecar.path_for(source)
     regions, unverified = None, 0
-    in_file = sidecar_path is not None or side.exists()
-    tag = None if in_file else clip.read_tag(source, sidecar.TAG)
-    if in_file or tag is not None:
-        limit = sidecar.max_bytes(
-            info.upright_shape, clip.packet_count(source)
-        )  # refused by size before it is parsed
-        recorded, where = (
-            (sidecar.read(side, limit), side)
-            if tag is None
-            else (sidecar.from_tag(tag, source, limit), f"{source} (its container's sidecar)")
+    given = side if sidecar_path is not None or side.exists() else None
+    found_sidecar = sidecar.of_clip(source, info.upright_shape, given)
+    if found_sidecar is not None:
+        recorded, where = found_sidecar
+        sidecar.check_use(
+            recorded,
+            where,
+            anonymizer.fingerprint,
+            info.upright_shape,
+            faces.size,
+            settings.ignore_model_mismatch,
         )
-        if (
-            recorded.made.fingerprint != anonymizer.fingerprint
-            and not settings.ignore_model_mismatch
-        ):
-            raise ModelMismatchError(
-                f"{where}: made by the model {recorded.made.fingerprint}, not {anonymizer.fingerprint} (--ignore-model-mismatch to go on)"
-            )
-        if recorded.shape != info.upright_shape or recorded.size != faces.size:
-            raise InputError(
-                f"{where}: records a {recorded.shape} clip and {recorded.size}-pixel crops, not this clip's {info.upright_shape} and the model's {faces.size}"
-            )
         record, placed, count = record or recorded.made.record, recorded.tracks, recorded.frames
         tracked = len(placed)
     elif record is not None:

@@ -5,12 +5,26 @@ A track's number (0, 1, ... in order of first appearance) chooses its key
 (`keys.face_seed`), so a person keeps one anonymized face while in view and nobody's
 key changes when someone else enters or leaves. Frames a track misses between two
 detections (a blink of the detector, a brief occlusion) get linearly interpolated
-landmarks, so the face is still anonymized there. A detection ByteTrack leaves
-unmatched becomes a track of its own: a face is never left as it was. A detection
-whose landmarks cannot be aligned (as for photos, `faces.photos.usable_side`), or,
-when anonymizing, of the detectors' low-confidence band, is not tracked; its box is kept per frame (`Tracker.unusable`) for the irreversible
-fallback (`faces.paste.hide`), and faces the user asked to leave (``min_face_size``)
-are counted (`Tracker.left`).
+landmarks and boxes, so the face is still anonymized there. A detection ByteTrack
+leaves unmatched becomes a track of its own: a face is never left as it was.
+
+One face, one track: each frame's detections are first merged by the detectors' rule
+(`ensemble.merge`: one detection per face, whichever detector found it), and two
+tracks are joined into one when they are never detected on the same frame and, on a
+frame where one of them is detected, the two are one face by that rule
+(`ensemble.same_face` on their landmarks and boxes there): a face whose box moved too
+far for ByteTrack between frames, or that ByteTrack left unmatched for a frame,
+continues its track instead of lying under it as a second one with another key.
+
+Reversible where sure: detections of the detectors' low-confidence band are tracked
+with the others. When anonymizing, a track that is sure on any frame is a face, given
+its key on every frame of it; a track never sure (``hide_doubtful``) is not numbered
+and its box is hidden on each of its frames by the irreversible fallback
+(`faces.paste.hide`), as a photo's low-band detection is. A detection whose landmarks
+cannot be aligned (as for photos, `faces.photos.usable_side`) is not tracked: its box is
+hidden on its frame; faces the user asked to leave (``min_face_size``) are counted
+(`Tracker.left`), those of the low band among them hidden. `Tracker.hidden` gives every
+box the fallback hides, by frame.
 
 Smoothing: every track's landmarks (T, 5, 2) are filtered along time with a centred
 Gaussian of ``sigma`` frames (`scipy.ndimage.gaussian_filter1d`, edges repeated),
@@ -35,6 +49,7 @@ with warnings.catch_warnings():
     import supervision as sv
 
 from dbaf_jax.faces import align
+from dbaf_jax.faces.detectors import ensemble
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.photos import usable_side
 
@@ -45,35 +60,46 @@ LOST_SECONDS = 1.0  # a track missing this long ends; the person gets a new trac
 
 @dataclasses.dataclass
 class Track:
-    """Face ``number``'s landmarks (T, 5, 2) on frames ``first`` .. ``first + T - 1``
-    (detected or interpolated), and which of those frames were detected."""
+    """Face ``number``'s landmarks (T, 5, 2) and boxes (T, 4) on frames ``first`` ..
+    ``first + T - 1`` (detected or interpolated), which of those frames were detected,
+    and on which it was detected sure (T,) (by a detector's sure band)."""
 
     number: int
     first: int
     landmarks: np.ndarray
     detected: np.ndarray
+    boxes: np.ndarray
+    sure: np.ndarray
 
     @property
     def last(self) -> int:
         return self.first + len(self.landmarks) - 1
 
 
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """One detection of a track: landmarks (5, 2), box (4,), sure."""
+
+    landmarks: np.ndarray
+    box: np.ndarray
+    sure: bool
+
+
 class Tracker:
-    """Feeds one frame's detections at a time (`add`), then gives the tracks (`tracks`)."""
+    """Feeds one frame's detections at a time (`add`), then gives the faces' tracks
+    (`tracks`) and the boxes the fallback hides (`hidden`)."""
 
     def __init__(self, frame_rate: float, min_face_size: float = 0.0, hide_doubtful: bool = True):
         self.min_face_size = min_face_size
         self.hide_doubtful = (
-            hide_doubtful  # low-confidence detections: hidden (anonymizing), else tracked as faces
+            hide_doubtful  # never-sure tracks: hidden (anonymizing), else faces (recovering)
         )
         with warnings.catch_warnings():
             warnings.simplefilter(
                 "ignore", FutureWarning
             )  # deprecated for the trackers package (pyproject.toml pins supervision)
             self._tracker = self._bytetrack(frame_rate)
-        self._seen: dict[
-            object, dict[int, np.ndarray]
-        ] = {}  # tracker id -> frame -> landmarks (5, 2)
+        self._seen: dict[object, dict[int, _Seen]] = {}  # tracker id -> frame -> detection
         self._order: list[object] = []
         self._alias: dict[int, object] = {}  # ByteTrack id -> the track it continues
         self._unmatched: list[
@@ -82,7 +108,7 @@ class Tracker:
         self._frame = 0
         self.unusable: dict[
             int, list[np.ndarray]
-        ] = {}  # frame -> (4,) boxes of faces the model cannot take or low-confidence ones
+        ] = {}  # frame -> (4,) boxes of detections that are not tracked but hidden
         self.left = 0  # detections below min_face_size, left as they were by the user's choice
 
     @staticmethod
@@ -97,34 +123,44 @@ class Tracker:
 
     def add(self, found: Detections) -> None:
         """The next frame's detections."""
+        found = ensemble.merge([found])  # one detection per face, also from a lone detector
         keep = []
         for i, (points, sure) in enumerate(zip(found.landmarks, found.confident())):
             side = usable_side(points)
-            if side is None or (self.hide_doubtful and not sure):
+            if side is not None and side >= self.min_face_size:
+                keep.append(i)
+            elif side is not None and (sure or not self.hide_doubtful):
+                self.left += 1
+            else:
                 self.unusable.setdefault(self._frame, []).append(
                     np.asarray(found.boxes[i], np.float64)
                 )
-            elif side < self.min_face_size:
-                self.left += 1
-            else:
-                keep.append(i)
         boxes = np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4)
         detections = sv.Detections(
             xyxy=boxes,
-            confidence=np.asarray(found.probs, np.float32)[keep],
+            # Every kept detection is a face to track; the detectors' scores are not on one
+            # scale (dlib's are margins), and which are sure is this module's concern.
+            confidence=np.ones(len(keep), np.float32),
             data={"row": np.arange(len(keep))},
         )
         tracked = self._tracker.update_with_detections(detections)
         rows = tracked.data.get("row", ())  # an empty result carries no data
+        sure = found.confident()
         matched = set()
         for tracker_id, row in zip(tracked.tracker_id, rows):
-            self._note(self._identity(int(tracker_id), boxes[row]), found.landmarks[keep[row]])
+            index = keep[row]
+            self._note(
+                self._identity(int(tracker_id), boxes[row]),
+                _Seen(found.landmarks[index], found.boxes[index], bool(sure[index])),
+            )
             matched.add(int(row))
         unmatched = []
         for row, index in enumerate(keep):
             if row not in matched:  # never left unanonymized: a track of its own ...
                 identity = ("unmatched", self._frame, row)
-                self._note(identity, found.landmarks[index])
+                self._note(
+                    identity, _Seen(found.landmarks[index], found.boxes[index], bool(sure[index]))
+                )
                 unmatched.append((identity, boxes[row]))
         self._unmatched = unmatched  # ... which ByteTrack's next frame may continue
         self._frame += 1
@@ -141,25 +177,103 @@ class Tracker:
                         break
         return self._alias[tracker_id]
 
-    def _note(self, tracker_id: object, landmarks: np.ndarray) -> None:
+    def _note(self, tracker_id: object, seen: _Seen) -> None:
         if tracker_id not in self._seen:
             self._seen[tracker_id] = {}
             self._order.append(tracker_id)
-        self._seen[tracker_id][self._frame] = np.asarray(landmarks, np.float64)
+        self._seen[tracker_id][self._frame] = seen
+
+    def _all(self) -> list[Track]:
+        """Every track, joined (`joined`) and in order of first appearance, numbered in that order."""
+        faces = joined([self._seen[tid] for tid in self._order])
+        return [_filled(number, seen) for number, seen in enumerate(faces)]
+
+    def _is_face(self, track: Track) -> bool:
+        return bool(track.sure.any()) or not self.hide_doubtful
 
     def tracks(self) -> list[Track]:
-        """The tracks, numbered in order of first appearance, gaps interpolated."""
-        return [_filled(number, self._seen[tid]) for number, tid in enumerate(self._order)]
+        """The faces' tracks (sure on some frame; every track when not ``hide_doubtful``),
+        numbered 0, 1, ... in order of first appearance, gaps interpolated."""
+        faces = [track for track in self._all() if self._is_face(track)]
+        return [dataclasses.replace(track, number=number) for number, track in enumerate(faces)]
+
+    def hidden(self) -> dict[int, list[np.ndarray]]:
+        """Frame -> the (4,) boxes (x1, y1, x2, y2) the fallback hides there: detections
+        that are not tracked (`unusable`) and the boxes of tracks never sure, on every frame
+        of each (interpolated ones included)."""
+        boxes = {frame: list(found) for frame, found in self.unusable.items()}
+        for track in self._all():
+            if not self._is_face(track):
+                for offset, box in enumerate(track.boxes):
+                    boxes.setdefault(track.first + offset, []).append(box)
+        return boxes
 
 
-def _filled(number: int, seen: dict[int, np.ndarray]) -> Track:
+def _filled(number: int, seen: dict[int, _Seen]) -> Track:
     frames = np.asarray(sorted(seen))
-    points = np.stack([seen[f] for f in frames]).reshape(len(frames), -1)
     span = np.arange(frames[0], frames[-1] + 1)
-    filled = np.stack(
-        [np.interp(span, frames, points[:, j]) for j in range(points.shape[1])], axis=1
+
+    def interpolated(values: np.ndarray) -> np.ndarray:
+        flat = values.reshape(len(frames), -1)
+        return np.stack([np.interp(span, frames, flat[:, j]) for j in range(flat.shape[1])], 1)
+
+    points = np.stack([seen[f].landmarks for f in frames]).astype(np.float64)
+    boxes = np.stack([seen[f].box for f in frames]).astype(np.float64)
+    detected = np.isin(span, frames)
+    sure = np.zeros(len(span), bool)
+    sure[frames - frames[0]] = [seen[f].sure for f in frames]
+    return Track(
+        number,
+        int(frames[0]),
+        interpolated(points).reshape(len(span), 5, 2),
+        detected,
+        interpolated(boxes),
+        sure,
     )
-    return Track(number, int(frames[0]), filled.reshape(len(span), 5, 2), np.isin(span, frames))
+
+
+def joined(tracks: list[dict[int, _Seen]]) -> list[dict[int, _Seen]]:
+    """``tracks`` (each: frame -> detection) with the tracks of one face joined (module
+    doc), in order of first appearance. Two tracks (or joined groups) join when no frame
+    has a detection of both and on some frame, with at least one of them detected there,
+    their landmarks and boxes (interpolated where not detected) are one face."""
+    filled = [_filled(i, seen) for i, seen in enumerate(tracks)]
+    group = list(range(len(tracks)))
+    frames_of = [set(seen) for seen in tracks]  # each group's detected frames (at its root)
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    present: dict[int, list[int]] = {}
+    for i, track in enumerate(filled):
+        for frame in range(track.first, track.last + 1):
+            present.setdefault(frame, []).append(i)
+    for frame in sorted(present):
+        here = present[frame]
+        if len(here) < 2:
+            continue
+        at = [frame - filled[i].first for i in here]
+        same = ensemble.same_face(
+            np.stack([filled[i].boxes[k] for i, k in zip(here, at)]),
+            np.stack([filled[i].landmarks[k] for i, k in zip(here, at)]),
+        )
+        detected = [bool(filled[i].detected[k]) for i, k in zip(here, at)]
+        for a, b in zip(*np.nonzero(np.triu(same, 1))):
+            if not (detected[a] or detected[b]):
+                continue
+            first, second = root(here[a]), root(here[b])
+            if first == second or frames_of[first] & frames_of[second]:
+                continue
+            first, second = min(first, second), max(first, second)
+            group[second] = first
+            frames_of[first] |= frames_of[second]
+    merged: dict[int, dict[int, _Seen]] = {}
+    for i, seen in enumerate(tracks):
+        merged.setdefault(root(i), {}).update(seen)
+    return sorted(merged.values(), key=min)
 
 
 def smoothed(landmarks: np.ndarray, sigma: float) -> np.ndarray:

@@ -293,12 +293,12 @@ def test_video_tracks_hide_the_low_band():
         np.array([True, False]),
     )
     tracker.add(detections)
-    assert len(tracker.tracks()) == 1 and [b.tolist() for b in tracker.unusable[0]] == [
+    assert len(tracker.tracks()) == 1 and [b.tolist() for b in tracker.hidden()[0]] == [
         [130, 35, 170, 80]
     ]
     recovering = tracks.Tracker(25.0, hide_doubtful=False)
     recovering.add(detections)
-    assert len(recovering.tracks()) == 2 and not recovering.unusable
+    assert len(recovering.tracks()) == 2 and not recovering.hidden()
 
 
 def test_mtcnn_sure_threshold_splits_but_keeps_the_run(today, mtcnn_dir):

@@ -195,8 +195,8 @@ def _entry(index, x, frame=3, run="ab", side=0.1):
             "run ab, frame 3: 1000 faces, more than the 75 a 320x240 frame can hold",
         ),
         (
-            [_entry(0, 0.2), _entry(1, 0.21), _entry(2, 0.205)],
-            "key index 0 overlaps 2 other entries, key index 1 among them",
+            [_entry(0, 0.2), _entry(1, 0.21), _entry(2, 0.205), _entry(3, 0.195)],
+            "key index 0 overlaps 3 other entries, key index 1 among them",
         ),
         ([_entry(0, 0.2), _entry(0, 0.6)], "a track \\(key index\\) has two entries"),
         ([_entry(0, 0.2, side=0.01)], "below the 8 px"),

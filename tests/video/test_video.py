@@ -208,6 +208,35 @@ def test_a_model_trained_for_latent_recovery_recovers_clips_only_when_asked(
 
 
 @pytest.mark.slow  # needs the module's model
+def test_anonymize_video_refuses_its_own_output_unless_asked(ws, anonymized, tmp_path, capsys):
+    """The command on its own output: one line naming the clip and the flag, exit 1,
+    nothing written; with --allow-anonymized-input it anonymizes it again."""
+    capsys.readouterr()
+    args = [
+        "--model",
+        str(ws / "model"),
+        "--password-file",
+        str(ws / "password.txt"),
+        str(ws / "anon.mp4"),
+        str(tmp_path / "again.mp4"),
+    ]
+    assert commands.exit_status(anonymize_video.main, args) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {ws / 'anon.mp4'}: already an output of anonymize"), line
+    assert line.endswith("(pass --allow-anonymized-input to anonymize it again)"), line
+    assert not list(tmp_path.iterdir())
+    report = cli(
+        anonymize_video,
+        ws,
+        ws / "anon.mp4",
+        tmp_path / "again.mp4",
+        "password.txt",
+        "--allow-anonymized-input",
+    )
+    assert report.written == [tmp_path / "again.mp4", sidecar.path_for(tmp_path / "again.mp4")]
+
+
+@pytest.mark.slow  # needs the module's model
 def test_outputs_are_not_replaced(ws, anonymized):
     with pytest.raises(OutputExistsError):
         cli(anonymize_video, ws, ws / "pan.mp4", ws / "anon.mp4")
@@ -315,7 +344,7 @@ def test_the_fallback_hides_its_boxes_on_their_frames():
 def test_smoothing_steadies_a_still_face():
     rng = np.random.default_rng(0)
     jittered = FACE + rng.normal(0, 1.5, (40, 5, 2))
-    track = tracks.Track(0, 0, jittered, np.ones(40, bool))
+    track = tracks.Track(0, 0, jittered, np.ones(40, bool), np.zeros((40, 4)), np.ones(40, bool))
     raw = tracks.transforms(track, 64, sigma=0)
     smooth = tracks.transforms(track, 64, sigma=tracks.DEFAULT_SIGMA)
 
