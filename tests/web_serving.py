@@ -1,10 +1,13 @@
 """The web tests' server: the page's app served by uvicorn in a thread on a free port of
-127.0.0.1 (`serving`), stopped after the test module."""
+127.0.0.1 (`serving`), stopped after the test module; and the hostile trial's upload
+(`pixel_bomb`)."""
 
 import contextlib
 import socket
+import struct
 import threading
 import time
+import zlib
 from typing import Iterator
 
 import uvicorn
@@ -30,3 +33,21 @@ def serving(runs_with: runs.Serving | None, store: JobStore, stop_seconds: float
     instance.should_exit = True
     thread.join(stop_seconds)
     assert not store.root.exists(), "the server stopped and left its private folder"
+
+
+def pixel_bomb(side: int = 13000) -> bytes:
+    """A whole, valid greyscale PNG of ``side`` x ``side`` black pixels: the hostile
+    trial's upload (13000 x 13000: 169 megapixels in 164 KB, just under PIL's own bomb
+    limit), its rows compressed one at a time (never held whole)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    compressor, row = zlib.compressobj(9), bytes(side + 1)  # filter byte 0, then the row
+    data = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+    )

@@ -9,13 +9,18 @@ and learns nothing about jobs of other sessions (another browser tab is another
 session). File names from the browser are only shown and offered back as download
 names (`display_name`); on disk an upload is ``in/<index>/input<suffix>``.
 
-No HTTP here: the server (`dbaf_jax.web.server`) streams bodies into `Job.store_upload`.
+A photo is also refused by its header before any of it is stored: one declaring more
+than `Limits.pixels` (the server's ``--max-pixels``, default `MAX_PIXELS`) is answered
+with the command line's line (`images.size_refusal`) and nothing of it is kept.
+
+No HTTP here: the server (`dbaf_jax.web.server`) streams bodies into `Job.upload`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 import re
 import threading
@@ -24,13 +29,21 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dbaf_jax import file_kinds
+from dbaf_jax import file_kinds, images
 from dbaf_jax.faces import ledger
 
 OPERATIONS = ("anonymize", "recover")
 KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it
 KEY_FILE_BYTES = 64 << 10  # a key file is a few hundred bytes of JSON
 MAX_NAME = 120  # characters of a file name shown or offered back
+# The page's --max-pixels: a 108-megapixel phone photo (12000 x 9000) passes, a 13000 x
+# 13000 PNG (164 KB on the wire) is refused. A photo's run costs about 24 bytes a pixel
+# above the model (docs/performance.md), so one run of the largest photo stays near 3 GB.
+MAX_PIXELS = 120_000_000
+PIXEL_LIMIT = "the server's --max-pixels"  # what a refusal on the page names as its limit
+HEADER_BYTES = (
+    1 << 20
+)  # an upload's first bytes held to read its size; past them it is stored unjudged
 
 
 class LimitError(Exception):
@@ -49,7 +62,8 @@ class UnknownSession(NotFound):
 class Limits:
     """Bounds on what one server holds: bytes per file and per job, files per job, jobs at
     once (over all sessions), how long an idle job or session is kept, how long a job
-    may wait to be started, and sessions (pages) per client."""
+    may wait to be started, sessions (pages) per client, and the pixels a photo may
+    declare (refused on upload, by its header)."""
 
     file_bytes: int = 1 << 30
     job_bytes: int = 4 << 30
@@ -58,6 +72,7 @@ class Limits:
     keep_seconds: float = 3600.0
     open_seconds: float = 300.0
     sessions: int = 64
+    pixels: int = MAX_PIXELS
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -191,8 +206,10 @@ class Job:
 
     def upload(self, entry: Entry) -> "Upload":
         """Where the entry's bytes go, within the bounds: its private input file. Past a
-        bound the `Upload` raises LimitError and removes what it wrote; a file of no
-        known suffix is kept only when its header is a photo's (`sniffed`)."""
+        bound the `Upload` raises LimitError and removes what it wrote; a photo (or a
+        file of no known suffix) whose header declares more than `Limits.pixels` is
+        refused before anything is written (`Upload.refusal`); a file of no known suffix
+        is kept only when its header is a photo's (`sniffed`)."""
         suffix = (
             file_kinds.SIDECAR_SUFFIX
             if entry.kind == "sidecar"
@@ -219,7 +236,19 @@ class Job:
                         path.parent.rmdir()
             self.touched = time.monotonic()
 
-        return Upload(path, check, finished)
+        return Upload(path, check, finished, self._pixel_check(entry))
+
+    def _pixel_check(self, entry: Entry) -> Callable[[bytes], str | None] | None:
+        """The refusal of a photo's first bytes (`images.size_refusal` against
+        `Limits.pixels`), naming the file; None for a clip or a sidecar."""
+        if entry.kind not in (file_kinds.PHOTO, "unknown"):
+            return None
+
+        def refusal(first: bytes) -> str | None:
+            why = images.size_refusal(io.BytesIO(first), self.limits.pixels, PIXEL_LIMIT)
+            return f"{entry.name}: {why}" if why else None
+
+        return refusal
 
     def key_upload(self, part: str) -> "Upload":
         """Where the job's key file (``part`` ``key``) or its face ledger (``ledger``,
@@ -267,24 +296,73 @@ class Job:
 class Upload:
     """A file being received: ``write`` each chunk, then ``close(ok)``; ``check(size)``
     raises LimitError past a bound, and a failed or refused upload leaves nothing on
-    disk. ``finished(ok, error)`` records the outcome."""
+    disk. ``finished(ok, error)`` records the outcome.
+
+    With ``header`` (first bytes -> a refusal or None; ValueError while they do not
+    hold the header yet), nothing is written until it answers or `HEADER_BYTES` have
+    come: the bytes wait in memory. A refused file's ``refusal`` is set and the rest of
+    its body is read and dropped (a browser that is still sending gets the answer, not
+    a broken connection); ``close`` then records it as refused."""
 
     def __init__(
-        self, path: Path | None, check: Callable[[int], None], finished: Callable[[bool, str], None]
+        self,
+        path: Path | None,
+        check: Callable[[int], None],
+        finished: Callable[[bool, str], None],
+        header: Callable[[bytes], str | None] | None = None,
     ):
         self.path, self.size, self._check, self._finished = path, 0, check, finished
-        if path is not None:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.unlink(missing_ok=True)  # a key file given again replaces the first
-        self._out = open(path, "xb", opener=_private) if path is not None else None
+        self._header, self._head = header, bytearray()
+        self.refusal: str | None = None
+        self._out = None
+        if header is None:
+            self._open()
+
+    def _open(self) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)  # a key file given again replaces the first
+            self._out = open(self.path, "xb", opener=_private)
 
     def write(self, chunk: bytes) -> None:
         self._check(self.size + len(chunk))
         self.size += len(chunk)
+        if self.refusal is not None:
+            return
+        if self._header is not None:
+            self._head += chunk
+            if not self._judged():
+                return
+            if self.refusal is not None:
+                self._head = bytearray()
+                return
+            chunk = self._take_head()
         if self._out is not None:
             self._out.write(chunk)
 
+    def _judged(self) -> bool:
+        """Whether the header check has answered (or `HEADER_BYTES` came without one)."""
+        try:
+            self.refusal = self._header(bytes(self._head))
+        except ValueError:  # not all there yet, or no image PIL reads: stored unjudged
+            if len(self._head) < HEADER_BYTES:
+                return False
+        self._header = None
+        return True
+
+    def _take_head(self) -> bytes:
+        """The bytes held for the header, the file opened to take them."""
+        head, self._head, self._header = bytes(self._head), bytearray(), None
+        self._open()
+        return head
+
     def close(self, ok: bool, error: str = "") -> None:
+        if ok and self.refusal is not None:
+            ok, error = False, self.refusal
+        if ok and self._header is not None:  # all of it came before the header check answered
+            head = self._take_head()
+            if self._out is not None:
+                self._out.write(head)
         if self._out is not None:
             self._out.close()
             if not ok:

@@ -113,6 +113,13 @@ def _bound_arguments(bounds: argparse._ArgumentGroup) -> None:
         "--max-runs", type=commands.positive_int, default=Limits.jobs, help="most runs held at once"
     )
     bounds.add_argument(
+        "--max-pixels",
+        type=commands.positive_int,
+        default=Limits.pixels,
+        help=f"refuse photos of more than N pixels on upload, by their header, before storing them; default {Limits.pixels:,}"
+        " (a 108-megapixel phone photo passes; the command line's default is higher: docs/web.md)",
+    )
+    bounds.add_argument(
         "--keep-minutes",
         type=float,
         default=Limits.keep_seconds / 60,
@@ -154,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_files,
         args.max_runs,
         args.keep_minutes * 60,
+        pixels=args.max_pixels,
     )
     print("loading the model ...", file=sys.stderr)
     serving = runs.Serving(

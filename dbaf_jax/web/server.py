@@ -238,7 +238,9 @@ async def create_job(request: Request) -> Response:
 
 
 async def _receive(request: Request, upload) -> None:
-    """Streams the request's body into ``upload``, closed as taken or as refused (why)."""
+    """Streams the request's body into ``upload``, closed as taken or as refused (why):
+    LimitError past a bound, or once the whole body has been read when its header was
+    refused (`jobs.Upload.refusal`: nothing of it was stored)."""
     try:
         async for chunk in request.stream():
             upload.write(chunk)
@@ -249,6 +251,8 @@ async def _receive(request: Request, upload) -> None:
         upload.close(False, "the upload was interrupted")
         raise
     upload.close(True)
+    if upload.refusal is not None:
+        raise LimitError(upload.refusal)
 
 
 async def add_file(request: Request) -> Response:

@@ -15,6 +15,7 @@ from dbaf_jax import file_kinds
 from dbaf_jax.web import jobs
 from dbaf_jax.web.jobs import LimitError, Limits, NotFound, UnknownSession
 from dbaf_jax.web.store import ROOT_PREFIX, JobStore, remove_stale_roots
+from tests.web_serving import pixel_bomb
 
 CLIENT = "127.0.0.1"
 
@@ -61,6 +62,42 @@ def test_a_file_of_no_known_suffix_is_a_photo_by_its_header_or_skipped(tmp_path)
     assert (text.kind, text.state, text.stored) == ("other", "skipped", None)
     assert text.message == f"notes.txt: {file_kinds.UNKNOWN_TYPE}"
     assert not (job.folder / "in" / "1").exists()
+
+
+def test_a_photo_over_the_pixel_limit_is_refused_by_its_first_bytes_and_never_stored(tmp_path):
+    """The hostile trial's 164 KB PNG of 13000 x 13000 pixels, as the server streams it (64
+    KB chunks), under any name (a photo's suffix, or none): refused by the header in its
+    first chunk with the command line's line naming the page's limit; not a byte of it
+    on disk, while it arrives or after. A photo within the limit is stored whole."""
+    store = JobStore(Limits(), tmp_path)
+    job = store.create(store.new_session(CLIENT), "anonymize")
+    bomb = pixel_bomb()
+    chunks = [bomb[i : i + (64 << 10)] for i in range(0, len(bomb), 64 << 10)]
+    for name in ("bomb.png", "bomb"):
+        entry = job.new_entry(name, None)
+        upload = job.upload(entry)
+        for chunk in chunks:
+            upload.write(chunk)
+            assert not [p for p in job.folder.rglob("*") if p.is_file()]
+        upload.close(True)
+        line = (
+            f"{name}: 13000 x 13000 = 169,000,000 pixels, over the limit of 120,000,000 "
+            "(the server's --max-pixels): not decoded"
+        )
+        assert upload.refusal == entry.message == line
+        assert (entry.state, entry.stored, entry.size) == ("skipped", None, 0)
+    assert not (job.folder / "in").exists()
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((30, 40, 3), np.uint8)).save(buffer, format="PNG")
+    small = job.new_entry("small.png", None)
+    write(job.upload(small), buffer.getvalue()[:20], buffer.getvalue()[20:])  # header split
+    assert small.stored.read_bytes() == buffer.getvalue() and small.state == "uploaded"
+    tight = JobStore(Limits(pixels=1199), tmp_path)
+    tight_job = tight.create(tight.new_session(CLIENT), "anonymize")
+    upload = tight_job.upload(tight_job.new_entry("small.png", None))
+    upload.write(buffer.getvalue())
+    upload.close(True)
+    assert "40 x 30 = 1,200 pixels, over the limit of 1,199" in upload.refusal
 
 
 def test_sizes_over_a_limit_are_told_apart_from_it():

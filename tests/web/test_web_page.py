@@ -3,7 +3,8 @@ the real server (uvicorn on a free loopback port, in this process so that the ch
 share its model), the real default detector (CenterFace) and the tempered tiny DBAF
 model of the command-line tests: a real photo anonymized (faces changed, nothing else), recovered with the right
 password (each face is the model's recovery) and a wrong one (another face, no error),
-an oversize upload refused with its message, a clip anonymized and its zip double-clicked,
+an oversize upload refused with its message, a photo over the pixel limit refused on
+upload by its header, a clip anonymized and its zip double-clicked,
 TIFF and GIF photos taken as the command line takes them, our own outputs refused on the
 Anonymize tab, and a page of another site (another port) that cannot break an open
 page. Chromium and its driver come from Debian (.ci/install-browser); nothing is
@@ -57,7 +58,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from dbaf_jax.web import jobs, runs  # noqa: E402
 from dbaf_jax.web.jobs import Limits  # noqa: E402
 from dbaf_jax.web.store import JobStore  # noqa: E402
-from tests.web_serving import serving  # noqa: E402
+from tests.web_serving import pixel_bomb, serving  # noqa: E402
 
 pytestmark = (
     pytest.mark.slow
@@ -313,6 +314,33 @@ def test_an_oversize_upload_is_refused_with_its_message(browser, served, workspa
     WebDriverWait(browser, 120).until(lambda d: d.find_element(By.ID, "error").text)
     assert browser.find_element(By.ID, "error").text == "error: no file was taken"
     assert "over the limit of 2.0 MB per file" in row.text and "refused" in row.text
+
+
+def test_a_photo_over_the_pixel_limit_is_refused_on_upload(browser, served, workspace):
+    """The hostile trial's 164 KB PNG of 13000 x 13000 pixels dropped on the page: the
+    server refuses its upload by its header with the command line's line, which its row
+    shows; nothing of it is stored and no run starts."""
+    bomb = workspace / "in" / "bomb.png"
+    bomb.write_bytes(pixel_bomb())
+    open_page(browser, served, "anonymize", workspace / "downloads_bomb")
+    assert "photos up to 120,000,000 pixels" in browser.find_element(By.ID, "limits").text
+    browser.find_element(By.ID, "files").send_keys(str(bomb))
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "confirm").send_keys(PASSWORD)
+    before = {p for p in served[1].root.rglob("*") if p.is_file()}
+    browser.find_element(By.ID, "start").click()
+    WebDriverWait(browser, 120).until(lambda d: d.find_element(By.ID, "error").text)
+    assert browser.find_element(By.ID, "error").text == "error: no file was taken"
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.file-row[data-name="bomb.png"]')
+    assert (
+        "refused" in row.text
+        and (
+            "bomb.png: 13000 x 13000 = 169,000,000 pixels, over the limit of 120,000,000 "
+            "(the server's --max-pixels): not decoded"
+        )
+        in row.text
+    )
+    assert {p for p in served[1].root.rglob("*") if p.is_file()} <= before
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,10 @@ import pytest
 from dbaf_jax.web.jobs import Limits, Output
 from dbaf_jax.web.store import JobStore
 from tests.paths import REPO
-from tests.web_serving import serving
+from tests.web_serving import pixel_bomb, serving
 
 LIMITS = Limits(file_bytes=1000, job_bytes=1500, files=4, jobs=10, sessions=12)
+BOMB_LIMITS = Limits(file_bytes=1 << 20)  # the page's default --max-pixels
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +147,38 @@ def test_uploads_past_the_bounds_are_refused_and_named(served):
         ("b.png", "skipped"),
     ]
     assert "over the limit" in files[0]["message"]
+
+
+def test_a_photo_over_the_pixel_limit_is_refused_on_upload_and_nothing_stays(tmp_path):
+    """The hostile trial's 164 KB PNG of 13000 x 13000 pixels (which drove the server to
+    23.5 GB once started): its upload is answered 413 with the command line's one line,
+    after its whole body was read (a browser still sending gets the answer); nothing of
+    it is on disk, and the run holds it only as skipped, so it cannot be started."""
+    store = JobStore(BOMB_LIMITS, tmp_path)
+    with serving(None, store, stop_seconds=30) as port:
+        served = (port, store)
+        session, job = new_job(served)
+        status, reply, _ = put_file(served, session, job, "bomb.png", pixel_bomb())
+        line = (
+            "bomb.png: 13000 x 13000 = 169,000,000 pixels, over the limit of 120,000,000 "
+            "(the server's --max-pixels): not decoded"
+        )
+        assert (status, reply) == (413, {"error": line})
+        assert not [p for p in store.root.rglob("*") if p.is_file()]
+        files = call(served, "GET", f"/api/jobs/{job}", headers=session)[1]["files"]
+        assert [(f["name"], f["state"], f["message"]) for f in files] == [
+            ("bomb.png", "skipped", line)
+        ]
+        status, reply, _ = call(
+            served, "POST", f"/api/jobs/{job}/start", {"password": "p", "confirm": "p"}, session
+        )
+        assert status == 202  # started with nothing to run: the summary names the bomb
+        for _ in range(100):
+            state = call(served, "GET", f"/api/jobs/{job}", headers=session)[1]
+            if state["state"] == "done":
+                break
+            time.sleep(0.1)
+        assert line in state["summary"] and state["status"] == 3
 
 
 def test_a_run_is_refused_before_it_starts_without_what_it_needs(served):

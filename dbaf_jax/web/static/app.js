@@ -283,7 +283,7 @@ async function init() {
   try {
     const reply = await newSession();
     $("limits").textContent = `Up to ${reply.limits.files} files, ${megabytes(reply.limits.file_bytes)} each and ` +
-      `${megabytes(reply.limits.job_bytes)} in all.`;
+      `${megabytes(reply.limits.job_bytes)} in all; photos up to ${reply.limits.pixels.toLocaleString("en-US")} pixels.`;
   } catch (err) {
     showError("cannot reach the server: " + err.message);
   }
