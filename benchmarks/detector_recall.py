@@ -37,20 +37,11 @@ from PIL import Image
 from dbaf_jax import images
 from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detections, Detector, overlap_of_smaller
+from fixtures.labelled import LABELS, labelled
 
-# The labelled photos live beside the tests that hold the default to them; read as files only.
-LABELS = Path(__file__).resolve().parent.parent / "tests" / "data" / "faces_labelled.json"
 MATCH_OVERLAP = 0.4
 SIZES = (("under 16 px", 0, 16), ("16-32 px", 16, 32), ("over 32 px", 32, np.inf))
 TODAY = ("mtcnn", "dlib-hog")  # the default before CenterFace
-
-
-def labelled(path: Path = LABELS) -> dict[str, np.ndarray]:
-    """Photo name -> its labelled boxes (N, 4), as the label file gives them."""
-    return {
-        name: np.array([face["box"] for face in faces], np.float32).reshape(-1, 4)
-        for name, faces in json.loads(path.read_text())["photos"].items()
-    }
 
 
 def kinds(path: Path = LABELS) -> dict[str, list[str]]:

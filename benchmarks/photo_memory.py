@@ -3,7 +3,7 @@
     python -m benchmarks.photo_memory [--model DIR] [--megapixels 1 12 24 50 100]
         [--detectors NAMES] [--out FILE.json]
 
-Each photo is a synthetic JPEG (`labelled_canvas`): rows of the hand-labelled test
+Each photo is a synthetic JPEG (`fixtures.labelled.labelled_canvas`): rows of the hand-labelled test
 photos (tests/data/faces_labelled.json) at several heights, so that detection has real
 faces to find at several scales (from 6 to about 700 pixels), wherever the tiles' seams
 fall. Each size runs in a fresh process (`measure_one`): the model and the detectors
@@ -34,51 +34,14 @@ import numpy as np
 from PIL import Image
 
 from benchmarks import models
-from benchmarks.detector_recall import labelled
 from dbaf_jax import compilation_cache
 from dbaf_jax.faces import align
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
+from fixtures.labelled import DATA, labelled_canvas
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-ROW_HEIGHTS = (375, 720, 1500, 250, 900, 400, 1200)  # pixels: faces of 6 to about 700 px
 MEGAPIXELS = (1, 12, 24, 50, 100)
 WARM_UP = "office3.jpg"
-
-
-def labelled_canvas(
-    megapixels: float, names: Sequence[str] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """A 4:3 photo of about ``megapixels`` (H, W, 3) uint8: rows of the labelled test
-    photos (``names``, default all: about 16 faces a megapixel), each row at one of
-    `ROW_HEIGHTS`, left to right until the row is full; and the labelled faces that lie
-    wholly inside it (N, 4) float32 (x1, y1, x2, y2)."""
-    width = round((megapixels * 1e6 * 4 / 3) ** 0.5)
-    height = round(megapixels * 1e6 / width)
-    canvas = Image.new("RGB", (width, height), (96, 110, 120))
-    labels = labelled()
-    names = sorted(names or labels)
-    sources = {name: Image.open(DATA / name).convert("RGB") for name in names}
-    boxes, top, row = [], 0, 0
-    while top < height:
-        row_height = ROW_HEIGHTS[row % len(ROW_HEIGHTS)]
-        left, turn = 0, row
-        while left < width:
-            name = names[turn % len(names)]
-            turn += 1
-            source = sources[name]
-            scale = row_height / source.height
-            canvas.paste(
-                source.resize((max(1, round(source.width * scale)), row_height), Image.BICUBIC),
-                (left, top),
-            )
-            boxes.append(labels[name] * scale + np.array([left, top, left, top], np.float32))
-            left += round(source.width * scale)
-        top += row_height
-        row += 1
-    boxes = np.concatenate(boxes)
-    inside = (boxes[:, 2] <= width) & (boxes[:, 3] <= height)
-    return np.asarray(canvas), boxes[inside].astype(np.float32)
 
 
 def peak_rss() -> tuple[int, int]:

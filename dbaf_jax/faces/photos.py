@@ -95,8 +95,9 @@ class FoundFaces:
 class PhotoFaces:
     """Detection, alignment, masks and paste-back for the faces of whole photos.
     ``notes`` are what a run's summary must say about detection (which detector did
-    not run and why, `detectors.registry.build`); ``tile``: the largest side the
-    detector is given at once (`detectors.tiling.Tiled`)."""
+    not run and why, `detectors.registry.build`); ``tile``: the largest side any
+    detector is given at once, less for one that looks at less in its own pixels
+    (`detectors.tiling.Tiled`, `detectors.tiling.tile_limits`)."""
 
     def __init__(
         self,

@@ -3,18 +3,22 @@ their overlap, each level is the block mean of the one before, a detector that s
 what a tile shows gives every face once, at its place, whether it lies across a seam, is
 larger than a tile or touches the image's edge; on real photos the tiled detector finds
 the labelled faces the whole-image detector finds; a photo that fits in one tile is
-detected exactly as before."""
+detected exactly as before; CenterFace's tiles are no larger than it looks at in its own
+pixels, and find what 2048-pixel tiles found."""
 
 import numpy as np
 import pytest
 from scipy import ndimage
 
 from benchmarks.detector_recall import score
-from benchmarks.photo_memory import labelled_canvas
+from convert.centerface import main as convert_centerface
+from convert.common import run
 from dbaf_jax import images
 from dbaf_jax.faces import photos
-from dbaf_jax.faces.detectors import tiling
-from dbaf_jax.faces.detectors.base import Detections, largest_first
+from dbaf_jax.faces.detectors import centerface, registry, tiling
+from dbaf_jax.faces.detectors.base import Detections, empty, largest_first
+from dbaf_jax.faces.detectors.ensemble import Ensemble
+from fixtures.labelled import labelled_canvas
 from tests.paths import DATA
 
 
@@ -90,11 +94,23 @@ def squares_photo():
     return photo, squares
 
 
-def test_every_square_is_found_once_at_its_place():
+class NarrowSquares(BrightSquares):
+    """`BrightSquares` that looks at no image of more than 512 pixels a side or 512 x 320
+    pixels in its own pixels (`base.largest_input`), as CenterFace at its own scale."""
+
+    largest_input = (512, 512 * 320)
+
+
+@pytest.mark.parametrize("detector, tile", [(BrightSquares(), 512), (NarrowSquares(), 2048)])
+def test_every_square_is_found_once_at_its_place(detector, tile):
+    """Square tiles of a side (the memory's bound), and tiles of the detector's largest
+    input (320 x 512, their long side along the photo's)."""
     photo, squares = squares_photo()
-    detector = BrightSquares()
-    found = tiling.Tiled(detector, tile=512, overlap=128).detect(photo)
+    found = tiling.Tiled(detector, tile=tile, overlap=128).detect(photo)
     assert max(max(shape[:2]) for shape in detector.shapes) <= 512  # never more than a tile
+    assert max(shape[0] * shape[1] for shape in detector.shapes) <= 512 * (
+        512 if tile == 512 else 320
+    )
     assert len(found.boxes) == len(squares)
     expected = np.array([[x, y, x + side, y + side] for x, y, side in squares], np.float32)
     for box, points in zip(found.boxes, found.landmarks):
@@ -129,6 +145,35 @@ def test_a_photo_that_fits_in_a_tile_goes_to_the_detector_whole(real_detector):
     assert len(calls) == 2 and calls[1] is photo and len(faces.faces) >= 3
 
 
+class Shapes:
+    """A detector finding nothing that records the shapes it is given."""
+
+    def __init__(self, name: str, largest: tuple[int, int] | None = None):
+        self.name, self.shapes = name, []
+        if largest is not None:
+            self.largest_input = largest
+
+    def detect(self, image):
+        self.shapes.append(image.shape[:2])
+        return empty()
+
+
+@pytest.mark.parametrize("height, width", [(3000, 4000), (4000, 3000), (9000, 12000), (1500, 2000)])
+def test_centerfaces_tiles_are_looked_at_in_their_own_pixels(height, width):
+    """CenterFace shrinks an image above 1920 px a side or 1920 x 1088 pixels (2048 x 2048
+    tiles ran at 0.71x, where faces near its smallest vanish): its tiles, alone or in an
+    ensemble with a detector of any size, are at most that, so it looks at each at 1x or
+    more (`centerface.resize_factor`); a detector of any size keeps tiles of 2048."""
+    found = Shapes("centerface", centerface.CenterFaceDetector.largest_input)
+    assert tiling.tile_limits(found) == (1920, 1920 * 1088)
+    assert tiling.tile_limits(Ensemble([Shapes("mtcnn"), found])) == (1920, 1920 * 1088)
+    assert tiling.tile_limits(Shapes("mtcnn")) == (tiling.TILE, tiling.TILE**2)
+    tiling.Tiled(Ensemble([Shapes("mtcnn"), found])).detect(np.zeros((height, width, 3), np.uint8))
+    assert found.shapes and all(centerface.resize_factor(*shape) >= 1 for shape in found.shapes)
+    first = found.shapes[0]  # level 0's first tile: the long side along the photo's
+    assert max(first) > 1088 and (first[1] >= first[0]) == (width >= height)
+
+
 @pytest.mark.slow  # MTCNN on a 5-megapixel photo, whole and in tiles
 def test_tiles_find_the_labelled_faces_the_whole_photo_finds(real_detector):
     """A 5-megapixel photo of the hand-labelled test photos in rows of several heights
@@ -146,3 +191,29 @@ def test_tiles_find_the_labelled_faces_the_whole_photo_finds(real_detector):
     assert found_tiled.sum() >= found_whole.sum()
     missed = found_whole & ~found_tiled
     assert not missed.any(), labels[missed]
+
+
+@pytest.fixture(scope="module")
+def centerface_detector(tmp_path_factory):
+    """The default detector as the registry builds it, its weights converted here."""
+    out = tmp_path_factory.mktemp("centerface")
+    run(convert_centerface, ["--out", str(out)])
+    return registry.build(out, ["centerface"])[0]
+
+
+@pytest.mark.slow  # CenterFace on a 6-megapixel photo, twice
+def test_centerface_in_its_own_tiles_finds_what_2048_pixel_tiles_found(centerface_detector):
+    """A 6-megapixel photo of the hand-labelled test photos: CenterFace in tiles of its
+    largest input (each looked at in its own pixels) finds every labelled face it found
+    in tiles of 2048 pixels (each shrunk to 0.71x), and as many at least."""
+    photo, labels = labelled_canvas(6)
+
+    class Shrunk:  # CenterFace without its largest input: 2048-pixel tiles, as before
+        name = centerface_detector.name
+        detect = staticmethod(centerface_detector.detect)
+
+    before = score(labels, tiling.Tiled(Shrunk()).detect(photo))["found"]
+    now = score(labels, tiling.Tiled(centerface_detector).detect(photo))["found"]
+    assert before.sum() > 40
+    assert now.sum() >= before.sum()
+    assert not (before & ~now).any(), labels[before & ~now]

@@ -18,7 +18,6 @@ import pytest
 from PIL import Image
 
 from benchmarks.jpeg_recovery import psnr
-from benchmarks.photo_memory import labelled_canvas
 from dbaf_jax import commands, images, keys, metadata
 from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.errors import ModelDirectoryError
@@ -30,6 +29,7 @@ from dbaf_jax.inference.planning import crop_path
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
 from dbaf_jax.inference.settings import FolderRunSettings
+from fixtures.labelled import labelled_canvas
 from tests.cli_helpers import (
     PASSWORD,
     WRONG_PASSWORD,

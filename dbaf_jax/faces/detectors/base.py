@@ -6,6 +6,12 @@ scores and the five landmarks FFHQ alignment needs (eye centres, nose, mouth cor
 in that order: `faces.align` reads them so), and ``name`` says which detector ran.
 A detection is either *sure* (anonymized) or in the detector's low-confidence band
 (`Detections.confident` False: hidden irreversibly by the photo path, never left).
+
+A detector that shrinks images above some size before looking at them says so in an
+optional attribute ``largest_input``: (largest side, most pixels) of an image it looks
+at in its own pixels (CenterFace's 1920 and 1920 x 1088); the tiles of a larger photo
+(`detectors.tiling`) are cut no larger, so that no face is looked for on a shrunk copy.
+Without it (MTCNN, dlib) a detector takes any size at full resolution (`largest_input`).
 """
 
 from __future__ import annotations
@@ -83,3 +89,20 @@ class Detector(Protocol):
 
     def detect_many(self, images: Sequence[np.ndarray]) -> list[Detections]:
         """Faces of each of several images of one size (a clip's frames)."""
+
+
+def largest_input(detector: Detector) -> tuple[int, int] | None:
+    """(largest side, most pixels) of an image ``detector`` looks at in its own pixels
+    (its optional ``largest_input``), or None: any. An ensemble (a detector holding
+    ``detectors``) runs each of them at full resolution: the smallest of theirs."""
+    inputs = [
+        each
+        for each in [
+            getattr(detector, "largest_input", None),
+            *map(largest_input, getattr(detector, "detectors", ())),
+        ]
+        if each is not None
+    ]
+    if not inputs:
+        return None
+    return min(side for side, _ in inputs), min(area for _, area in inputs)

@@ -172,6 +172,7 @@ class CenterFaceDetector:
     then ``CenterFaceDetector.load(DIR / 'centerface')``)."""
 
     name = "centerface"
+    largest_input = (LARGEST_SIDE, LARGEST_AREA)  # larger photos are shrunk: tiled at this size
 
     def __init__(
         self,

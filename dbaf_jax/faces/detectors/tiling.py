@@ -4,7 +4,10 @@ pyramid built level by level.
 A detector's working memory grows with the pixels it is given (MTCNN's pyramid and
 summed-area table, dlib's HOG on an image upsampled 4x per side: about 200 bytes a
 pixel together), so a 100-megapixel photo given whole passes 12 GB. `Tiled` gives the
-detector at most `TILE` x `TILE` pixels at once:
+detector at most `TILE` x `TILE` pixels at once, and no more than it looks at in its own
+pixels (its `base.largest_input`: CenterFace shrinks anything above 1920 px a side or
+1920 x 1088 pixels, so its tiles are at most 1088 x 1920, their long side along the
+image's):
 
 - An image that fits in one tile goes to the detector as it is (the same detections,
   bit for bit, as without tiling).
@@ -40,10 +43,12 @@ from typing import Sequence
 
 import numpy as np
 
-from dbaf_jax.faces.detectors.base import Detections, Detector
+from dbaf_jax.faces.detectors.base import Detections, Detector, largest_input
 from dbaf_jax.faces.detectors.ensemble import merge
 
-TILE = 2048  # the largest side a detector is given: about 0.9 GB for MTCNN and dlib's HOG together
+TILE = (
+    2048  # the largest side any detector is given: about 0.9 GB for MTCNN and dlib's HOG together
+)
 OVERLAP = 256  # pixels neighbouring tiles share at least
 EDGE_MARGIN = 0.25  # of a detection's side: how far inside its tile a kept face lies
 FACTOR = 3  # each level is the previous one shrunk this many times per side
@@ -139,23 +144,43 @@ def in_image(found: Detections, top: int, left: int, scale: int) -> Detections:
     )
 
 
+def tile_limits(detector: Detector, tile: int = TILE) -> tuple[int, int]:
+    """(largest side, most pixels) of a tile for ``detector``: at most ``tile`` x ``tile``
+    (memory), and no more than the detector looks at in its own pixels
+    (`base.largest_input`)."""
+    own = largest_input(detector)
+    if own is None:
+        return tile, tile * tile
+    return min(tile, own[0]), min(tile * tile, own[1])
+
+
 class Tiled:
     """``detector`` on images of any size in bounded memory (module docstring): an image
-    of at most ``tile`` x ``tile`` pixels goes to it whole."""
+    within `tile_limits` (``tile``: the side any tile is kept to) goes to it whole;
+    larger ones in tiles of at most those limits."""
 
     def __init__(
         self, detector: Detector, tile: int = TILE, overlap: int = OVERLAP, factor: int = FACTOR
     ):
-        if not 0 < overlap < tile:
-            raise ValueError(f"the tiles' overlap must lie in (0, {tile}), not {overlap}")
-        self.detector, self.tile, self.overlap, self.factor = detector, tile, overlap, factor
+        self.side, self.area = tile_limits(detector, tile)
+        if not 0 < overlap < self.area // self.side:
+            raise ValueError(
+                f"the tiles' overlap must lie in (0, {self.area // self.side}), not {overlap}"
+            )
+        self.detector, self.overlap, self.factor = detector, overlap, factor
         self.name = detector.name
         # A face of this side lies EDGE_MARGIN of it inside one of two tiles sharing `overlap`.
         self.max_side = overlap / (1 + 2 * EDGE_MARGIN)
 
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Whether an image of ``shape`` goes to the detector whole."""
-        return shape[0] <= self.tile and shape[1] <= self.tile
+        return max(shape[:2]) <= self.side and shape[0] * shape[1] <= self.area
+
+    def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """(height, width) of the largest tile of an image of ``shape``: `tile_limits`,
+        its long side along the image's (1088 x 1920 for CenterFace on a landscape photo)."""
+        short = min(self.side, self.area // self.side)
+        return (short, self.side) if shape[1] >= shape[0] else (self.side, short)
 
     def detect(self, image: np.ndarray) -> Detections:
         """Faces of one (H, W, 3) uint8 RGB image of any size."""
@@ -169,8 +194,9 @@ class Tiled:
                 0.0 if scale == 1 else self.max_side / (self.factor * COARSE_SLACK),
                 np.inf if coarsest else self.max_side,
             )
-            for top, bottom in spans(height, self.tile, self.overlap):
-                for left, right in spans(width, self.tile, self.overlap):
+            tall, wide = self.tile_shape(level.shape)
+            for top, bottom in spans(height, tall, self.overlap):
+                for left, right in spans(width, wide, self.overlap):
                     tile = np.ascontiguousarray(level[top:bottom, left:right])
                     inner = (top > 0, left > 0, bottom < height, right < width)
                     detections = whole_faces(
