@@ -13,9 +13,9 @@ part of every Ray run, and its own column. Photos: the tests' group photos (offi
 ``--copies`` times each. Model: as `benchmarks.anonymize_folder` (``--model``, else a
 random model of ``--width`` with MTCNN's and CenterFace's real weights).
 
-Where the time goes: for one machine, each stage timed alone on every photo in turn
-(`benchmarks.wild.stage_seconds`, then the PNG written): decoding, detection,
-alignment, the model, paste-back, writing. For Ray, the run's own record
+Where the time goes: for one machine, each stage of the command timed alone over every
+photo in turn: decoding, detection, alignment, the model (on the command's padded
+batches across photos), paste-back, writing. For Ray, the run's own record
 (`RayRuns.timings`): the photos' part of the run (after the driver's planning and
 model load), until the first photo came back, the longest actor start (a new process
 loading the model, the finder and their programs from the cache), the seconds the
@@ -37,15 +37,16 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import ray
 
 from benchmarks import models
 from benchmarks.anonymize_folder import megapixels
-from benchmarks.wild import stage_seconds
 from dbaf_jax import compilation_cache, images, keys
 from dbaf_jax.commands import anonymize
 from dbaf_jax.distributed import runs
-from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.inference.programs import pad_batch
 
 GROUP_PHOTOS = [f"office{n}.jpg" for n in range(1, 6)]
 TEST_PHOTOS = Path(__file__).resolve().parents[1] / "tests" / "data"
@@ -79,24 +80,61 @@ def kept_runs() -> Iterator[list]:
         runs.join = join
 
 
-def one_machine_stages(model: Path, photos: list[Path], work: Path) -> dict[str, float]:
-    """Seconds per stage over every photo, each stage timed alone (after a warm-up photo)."""
+def one_machine_stages(
+    model: Path, photos: list[Path], batch_size: int | None, work: Path
+) -> dict[str, float]:
+    """Seconds of each stage of the one-machine run over every photo, each stage timed
+    alone and in turn, the model on the command's padded batches across photos (after
+    one batch that compiles)."""
     anonymizer = FaceAnonymizer(model)
     faces = load_photo_faces(anonymizer)
     seed = keys.derive_seed("benchmark password", keys.new_key_record())
-    stage_seconds(anonymizer, faces, images.read_photo(photos[0]), seed)  # compiles
-    totals: dict[str, float] = {}
-    for number, path in enumerate(photos):
+    size = anonymizer.padded_size(batch_size or default_batch_size())
+    times: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(name: str) -> Iterator[None]:
         start = time.perf_counter()
-        photo = images.read_photo(path)
-        totals["decoding"] = totals.get("decoding", 0.0) + time.perf_counter() - start
-        times, _ = stage_seconds(anonymizer, faces, photo, seed)
-        for stage, seconds in times.items():
-            totals[stage] = totals.get(stage, 0.0) + seconds
-        start = time.perf_counter()
-        images.write_png(work / f"stage{number}.png", photo, {})
-        totals["writing"] = totals.get("writing", 0.0) + time.perf_counter() - start
-    return totals
+        yield
+        times[name] = time.perf_counter() - start
+
+    with stage("decoding"):
+        decoded = [images.read_photo(path) for path in photos]
+    faces.find(decoded[0])  # compiles the detector's first shapes
+    with stage("detection"):
+        found = [faces.find(photo) for photo in decoded]
+    with stage("alignment"):
+        crops = [faces.crops(photo, f.faces) for photo, f in zip(decoded, found)]
+    latents = np.concatenate(
+        [anonymizer.face_latents(seed, [face.index for face in f.faces]) for f in found if f.faces]
+    )
+    every = np.concatenate([c for c in crops if len(c)])
+    np.asarray(
+        anonymizer.anonymize_faces(pad_batch(every[:size], size), pad_batch(latents[:size], size))
+    )
+    with stage("model"):
+        results = np.concatenate(
+            [
+                np.asarray(
+                    anonymizer.anonymize_faces(
+                        pad_batch(every[i : i + size], size), pad_batch(latents[i : i + size], size)
+                    )
+                )[: len(every[i : i + size])]
+                for i in range(0, len(every), size)
+            ]
+        )
+    with stage("paste-back"):
+        start, pasted = 0, []
+        for photo, f, crop in zip(decoded, found, crops):
+            done = results[start : start + len(f.faces)]
+            start += len(f.faces)
+            pasted.append(
+                faces.paste(photo, f.faces, done, faces.masks(crop, done)) if f.faces else photo
+            )
+    with stage("writing"):
+        for number, photo in enumerate(pasted):
+            images.write_png(work / f"stage{number}.png", photo, {})
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
                     file=sys.stderr,
                 )
             rows.append((name, seen))
-        stages = one_machine_stages(model, photos, work)
+        stages = one_machine_stages(model, photos, args.batch_size, work)
         size = megapixels(photos)
 
     print(

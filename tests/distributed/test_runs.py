@@ -46,10 +46,14 @@ OPTIONS = ["--detectors", "mtcnn,dlib-hog", "--batch-size", "1"]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """The one local Ray cluster of the test run, 2 CPUs. Its processes take this
-    process's environment when it starts: with a compilation cache of their own, which
-    every worker of every driver shares (this process keeps compiling afresh)."""
+    process's environment when it starts: a compilation cache of their own, which every
+    worker of every driver shares (this process keeps compiling afresh), and Ray's
+    memory monitor off."""
     with pytest.MonkeyPatch.context() as environment:
         environment.setenv("DBAF_JAX_CACHE_DIR", str(tmp_path_factory.mktemp("xla_cache")))
+        # No memory monitor: on a CI machine the tests beside these fill its memory too, and
+        # Ray would kill these workers and retry them without end (docs/distributed.md).
+        environment.setenv("RAY_memory_monitor_refresh_ms", "0")
         ray.init(
             num_cpus=2,
             include_dashboard=False,
