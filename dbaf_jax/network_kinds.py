@@ -25,6 +25,7 @@ from flax import traverse_util
 
 from dbaf_jax.errors import ModelDirectoryError
 from dbaf_jax.models.arcface import ArcFace
+from dbaf_jax.models.centerface import CenterFace
 from dbaf_jax.models.dbaf.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.dbaf.maar import MAAR
@@ -54,6 +55,7 @@ class Kind(NamedTuple):
 # ``module:Class`` strings older directories carry, kept so that those still load.
 KINDS: dict[str, Kind] = {
     "arcface:ArcFace": Kind(ArcFace, 1),
+    "centerface:CenterFace": Kind(CenterFace, 1),
     "cid:CID": Kind(CID, 1),
     "cid:LatentMLP": Kind(LatentMLP, 1),
     "e4e:Encoder4Editing": Kind(Encoder4Editing, 1),

@@ -94,9 +94,7 @@ def _dlib(
 
 
 DETECTORS: dict[str, Entry] = {
-    "centerface": Entry(
-        _centerface, lambda: None, centerface.DIRECTORY, "convert.centerface"
-    ),
+    "centerface": Entry(_centerface, lambda: None, centerface.DIRECTORY, "convert.centerface"),
     "mtcnn": Entry(_mtcnn, lambda: None, model_directory.MTCNN_DIR, "convert.mtcnn"),
     "dlib-hog": Entry(
         _dlib("hog", HOG_UPSAMPLE, HOG_SURE, HOG_LOW), dlib_detectors.DlibDetector.unavailable
