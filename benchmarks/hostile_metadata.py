@@ -35,7 +35,7 @@ from dbaf_jax.inference.settings import FolderRunSettings
 
 PASSWORD = "hostile metadata benchmark"
 TEST_PHOTO = Path(__file__).resolve().parents[1] / "tests" / "data" / "office5.jpg"
-GRID = 32  # px: one crafted face per GRID x GRID cell, metadata.FACE_AREA_PER_FACE
+GRID = 32  # px: one crafted face per GRID x GRID cell, places.FACE_AREA_PER_FACE
 
 
 def crafted_faces(photo_shape: tuple[int, ...], size: int) -> list[AlignedFace]:

@@ -11,12 +11,17 @@ checked ones only, so nothing unchecked is carried forward.
 Layout (JSON object): ``dbaf_jax`` (the writing version, a string), ``operation``
 (``"anonymize"``), ``key`` (`keys.KeyRecord.to_dict`), ``model`` (``{"fingerprint":
 16 hex digits}``), and for whole photos ``photo`` and ``faces``
-(`photo_fields`, checked by `recorded_faces`). A recovery's output carries the checked
+(`photo_fields`, checked by `recorded_faces` against the bounds of `faces.places`:
+each face's size and centre, how many at one place, how many for the photo's area). A
+recovery's output carries the checked
 fields with ``operation`` ``"recover"`` and its ``mode`` (`recovery`); a recovery
 without metadata records the key file's record and ``detected`` (`detected_recovery`);
 a saved face crop records ``operation`` ``"crop"``, its photo and face (`crop`).
 
-This module is the one writer and reader of these fields.
+This module is the one writer and reader of these fields. What recover accepts is
+decided once (`recorded_faces`, through `read_anonymization`); anonymize finds only faces
+a record can hold (`faces.photos`: the others are hidden by the fallback) and holds each
+photo's output to `photo_refusal` before writing it.
 
 Outputs are shared, so they carry no path, user or machine name: the model is named
 by its fingerprint alone. Files of earlier versions also recorded ``model.path``; it is
@@ -27,16 +32,25 @@ recovery's output does not carry it forward).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from dbaf_jax import __version__, images, keys
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces.photos import AlignedFace
+from dbaf_jax.faces.places import (
+    MAX_FACES,
+    STACK,
+    check_places,
+    face_places,
+    max_recorded_faces,
+    overlapping,
+)
 
 ANONYMIZE = "anonymize"
 RECOVER = "recover"
@@ -47,24 +61,7 @@ MODEL_FIELDS = {"fingerprint"}
 LEGACY_MODEL_FIELDS = {"path", "fingerprint"}
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 MAX_TEXT = 4096  # longest accepted version or model path string
-MAX_FACES = 1024  # more in one image's metadata is refused as malformed
-# Recorded faces are checked as anonymize could have written them, so that one image's
-# metadata buys no more work than an honest photo of its size: each face's quad at
-# least MIN_RECORDED_SIDE pixels and centred inside the photo or at most
-# OUTSIDE_MARGIN of its side beyond its edge (a face cut by the edge: the top row of a
-# crowd, a clip's face leaving the frame, centred up to a tenth of its side above the
-# frame measured), no two centred within
-# half the smaller one's side (the same face twice), and at most one face per
-# FACE_AREA_PER_FACE square pixels of the photo (and MAX_FACES).
-MIN_RECORDED_SIDE = 8.0
-OUTSIDE_MARGIN = 0.25
-FACE_AREA_PER_FACE = 32 * 32
 MAX_TRANSFORM_VALUE = 1e9  # beyond any photo-to-crop scale or offset; keeps det() finite
-
-
-def max_recorded_faces(photo_shape: Sequence[int]) -> int:
-    """The most faces the metadata of a photo of this (H, W, ...) shape may record."""
-    return max(1, min(MAX_FACES, int(photo_shape[0]) * int(photo_shape[1]) // FACE_AREA_PER_FACE))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,87 +212,36 @@ def recorded_faces(
     return faces
 
 
-def face_places(transforms: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(sides (N,), centres (N, 2) as x, y) in pixels of the faces whose photo-to-crop
-    ``transforms`` (N, 2, 3) make crops of ``size``."""
-    linear = transforms[:, :, :2]
-    sides = size / np.sqrt(np.abs(np.linalg.det(linear)))
-    centres = np.linalg.solve(linear, (size / 2 - transforms[:, :, 2])[..., None])[..., 0]
-    return sides, centres
-
-
-def misplaced(
-    sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) bool each: which faces (`face_places`) are smaller than anonymize records, and
-    which are centred outside a photo or frame of ``photo_shape`` (H, W, ...), farther
-    than `OUTSIDE_MARGIN` of their side beyond its edge."""
-    height, width = int(photo_shape[0]), int(photo_shape[1])
-    margin = OUTSIDE_MARGIN * sides
-    outside = (
-        (centres[:, 0] < -margin)
-        | (centres[:, 0] > width + margin)
-        | (centres[:, 1] < -margin)
-        | (centres[:, 1] > height + margin)
-    )
-    return sides < MIN_RECORDED_SIDE, outside
-
-
-def check_places(
-    sides: np.ndarray, centres: np.ndarray, photo_shape: Sequence[int], name: Callable[[int], str]
-) -> None:
-    """ValueError when a face (`face_places`, named by ``name(position)``) is smaller than
-    anonymize records or centred outside a photo or frame of ``photo_shape`` (H, W, ...)."""
-    small, outside = (np.flatnonzero(mask) for mask in misplaced(sides, centres, photo_shape))
-    if small.size:
-        raise ValueError(
-            f"{name(small[0])} is {sides[small[0]]:.1f} px, below the {MIN_RECORDED_SIDE:g} px anonymize records"
-        )
-    if outside.size:
-        raise ValueError(
-            f"{name(outside[0])} is centred outside the {'photo' if len(photo_shape) != 2 else 'frame'} "
-            f"by more than {OUTSIDE_MARGIN:g} of its side"
-        )
-
-
-def at_one_place(sides: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """(G, N, N) bool: which faces of each group, sides (G, N) and centres (G, N, 2), are
-    centred within half the smaller one's side of each other (one face recorded twice);
-    a face is not at one place with itself."""
-    distance = np.hypot(*np.moveaxis(centres[:, :, None, :] - centres[:, None, :, :], -1, 0))
-    close = distance < 0.5 * np.minimum(sides[:, :, None], sides[:, None, :])
-    close[:, np.arange(sides.shape[1]), np.arange(sides.shape[1])] = False
-    return close
-
-
-def overlapping(
-    sides: np.ndarray, centres: np.ndarray, together: int = 1
-) -> tuple[int, int, int, int] | None:
-    """The first (group, i, j, count) where face i of a group, sides (G, N) and centres
-    (G, N, 2), has ``count`` >= ``together`` other faces of its group at one place
-    (`at_one_place`; j the first of them), or None. Photos: ``together`` 1, no two at one
-    place."""
-    close = at_one_place(sides, centres)
-    counts = close.sum(axis=-1)
-    found = np.argwhere(counts >= together)
-    if not found.size:
-        return None
-    group, i = (int(v) for v in found[0])
-    return group, i, int(np.flatnonzero(close[group, i])[0]), int(counts[group, i])
-
-
 def _check_placement(faces: Sequence[AlignedFace], photo_shape: Sequence[int]) -> None:
     """ValueError when a recorded face is smaller than anonymize records, centred
-    outside the photo, or on another (repeated or overlapping transforms)."""
+    outside the photo, or at one place with `STACK` others (`faces.places`)."""
     if not faces:
         return
     sides, centres = face_places(np.stack([face.transform for face in faces]), faces[0].size)
     check_places(sides, centres, photo_shape, lambda k: f"face {faces[k].index}")
-    found = overlapping(sides[None], centres[None])
+    found = overlapping(sides[None], centres[None], STACK)
     if found is not None:
         raise ValueError(
-            f"faces {faces[found[1]].index} and {faces[found[2]].index} overlap (one face recorded twice?)"
+            f"face {faces[found[1]].index} overlaps {found[3]} other faces, face {faces[found[2]].index} among them "
+            f"(at most {STACK} faces at one place: one face recorded over and over?)"
         )
+
+
+def photo_refusal(meta: dict[str, Any], photo_shape: Sequence[int], size: int) -> str | None:
+    """Why recover would refuse a photo output of ``photo_shape`` (H, W, ...) carrying
+    ``meta`` (its metadata as written, `photo_fields` included) with a model of crop
+    ``size``, read as recover reads it: the JSON `images.write_png` writes, parsed back,
+    through `check_anonymization` and `recorded_faces`. None when recover takes it, and
+    for metadata other than an anonymization's (a recovery's output is not recovered).
+    What anonymize holds each photo's output to before writing it."""
+    if meta.get("operation") != ANONYMIZE:
+        return None
+    try:
+        read = json.loads(json.dumps(meta, sort_keys=True))
+        recorded_faces(check_anonymization(read).fields, photo_shape, size)
+    except (ValueError, InputError) as err:
+        return str(err)
+    return None
 
 
 def photo_fields(photo_shape: Sequence[int], faces: Sequence[AlignedFace]) -> dict[str, Any]:

@@ -12,13 +12,18 @@ numbered left to right by the x of their eye centre among the faces kept, so tha
 re-detection on the anonymized photo (recovery without metadata) numbers them alike;
 the number selects the face's key (`dbaf_jax.keys.face_seed`).
 
-A detected face whose landmarks cannot be aligned (not finite, or a quad under
-`MIN_USABLE_SIDE` pixels) is not given to the model; `find` returns its box in
-`FoundFaces.unusable`, for the irreversible fallback (`paste.hide`). So does a
-detection of the detectors' low-confidence band (`FoundFaces.doubtful`) when
-anonymizing: it may be a face, so it is hidden rather than left; recovery
-(``hide_doubtful=False``) takes it as a face, since an anonymized face may score lower
-than the original did.
+A photo's detections are merged into one per face (`detectors.ensemble.merge`) even
+when one detector runs, as a clip's frames are (`video.tracks`). A detected face whose
+landmarks cannot be aligned (not finite, or a quad under `MIN_USABLE_SIDE` pixels) is
+not given to the model; `find` returns its box in `FoundFaces.unusable`, for the
+irreversible fallback (`paste.hide`). So does, when anonymizing, a face no record of
+its place can hold (`places.unrecordable`: a crop under 8 px, or centred beyond the
+photo's edge), so that what anonymize records, recover takes (`metadata`). A detection
+of the detectors' low-confidence band (`FoundFaces.doubtful`) is hidden when
+anonymizing: it may be a face, so it is hidden rather than left, unless it lies on a
+face anonymized there (`ensemble.on_faces`: that face or part of it, whose recovery
+needs its pixels); recovery (``hide_doubtful=False``) takes it as a face, since an
+anonymized face may score lower than the original did.
 
 `AlignedFace` is what the output's metadata records per face (index, transform, crop
 size; written and checked by `dbaf_jax.metadata`).
@@ -32,8 +37,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dbaf_jax.errors import ConfigError
-from dbaf_jax.faces import align, paste
-from dbaf_jax.faces.detectors import tiling
+from dbaf_jax.faces import align, paste, places
+from dbaf_jax.faces.detectors import ensemble, tiling
 from dbaf_jax.faces.detectors.base import Detector
 
 MIN_FACE_SIZE = 0.0  # default FFHQ quad side (pixels) below which faces are left alone: none is
@@ -70,8 +75,8 @@ def usable_side(points: np.ndarray) -> float | None:
 class FoundFaces:
     """The faces of one photo to process, the quad sides (pixels) of those left alone
     as too small (the user's choice), the (4,) boxes (x1, y1, x2, y2) of detected
-    faces the model cannot take and of low-confidence detections (both hidden by the
-    fallback), and optionally for each face
+    faces the model cannot take or no record can hold and of low-confidence detections
+    (both hidden by the fallback), and optionally for each face
     the photo disc ((x, y), radius in pixels) outside which its paste changes nothing
     (recovery without metadata: `faces.ledger_match.region`)."""
 
@@ -130,26 +135,39 @@ class PhotoFaces:
 
     def find(self, photo: np.ndarray) -> FoundFaces:
         """Detects the faces of ``photo`` (H, W, 3) uint8 of any size (in tiles when it is
-        larger than one) and aligns the large enough ones."""
-        detections = tiling.Tiled(self.detector, self.tile).detect(photo)
-        kept, too_small, unusable, doubtful = [], [], [], []
+        larger than one), one detection per face (`ensemble.merge`, as a clip's frames are),
+        and aligns the large enough ones. Anonymizing (``hide_doubtful``), a face no record
+        can hold (`places.unrecordable`: smaller than recorded, centred beyond the edge) is
+        hidden instead, and a low-confidence detection lying on an anonymized face
+        (`ensemble.on_faces`) is not hidden over it."""
+        detections = ensemble.merge([tiling.Tiled(self.detector, self.tile).detect(photo)])
+        kept, boxes, too_small, unusable, doubtful = [], [], [], [], []
         for box, points, sure in zip(
             detections.boxes, detections.landmarks, detections.confident()
         ):
             side = usable_side(points)
+            box = np.asarray(box, np.float64)
             if not sure and self.hide_doubtful:
-                doubtful.append(np.asarray(box, np.float64))
+                doubtful.append(box)
             elif side is None:
-                unusable.append(np.asarray(box, np.float64))
+                unusable.append(box)
             elif side < self.min_face_size:
                 too_small.append(side)
             else:
                 kept.append(points)
-        kept.sort(key=lambda points: float(points[:2, 0].mean()))
-        faces = [
-            AlignedFace(i, align.alignment_transform(points, self.size), self.size)
-            for i, points in enumerate(kept)
-        ]
+                boxes.append(box)
+        transforms = [align.alignment_transform(points, self.size) for points in kept]
+        if self.hide_doubtful:
+            cannot = places.unrecordable(np.reshape(transforms, (-1, 2, 3)), self.size, photo.shape)
+            unusable += [box for box, hidden in zip(boxes, cannot) if hidden]
+            kept, boxes, transforms = (
+                [each for each, hidden in zip(values, cannot) if not hidden]
+                for values in (kept, boxes, transforms)
+            )
+            on_face = ensemble.on_faces(np.reshape(doubtful, (-1, 4)), np.reshape(boxes, (-1, 4)))
+            doubtful = [box for box, on in zip(doubtful, on_face) if not on]
+        order = sorted(range(len(kept)), key=lambda i: float(kept[i][:2, 0].mean()))
+        faces = [AlignedFace(n, transforms[i], self.size) for n, i in enumerate(order)]
         return FoundFaces(faces, too_small, unusable, doubtful=doubtful)
 
     def crops(self, photo: np.ndarray, faces: Sequence[AlignedFace]) -> np.ndarray:

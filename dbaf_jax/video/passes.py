@@ -1,7 +1,8 @@
-"""A clip's two passes: the first (`find_tracks`) detects the faces of its frames and
-links them into tracks, keeping only landmarks; the second (`rewrite`) crops those faces,
-runs the model on batches gathered across frames and tracks, pastes them back and encodes
-the frames as they complete. Each stage holds a bounded number of frames (`FRAME_BYTES`).
+"""A clip's two passes: the first (`find_tracks`) detects the faces of its frames (in
+tiles when a frame is larger than the detector looks at whole, `detectors.tiling`, as a
+photo is) and links them into tracks, keeping only landmarks; the second (`rewrite`)
+crops those faces, runs the model on batches gathered across frames and tracks, pastes
+them back and encodes the frames as they complete. Each stage holds a bounded number of frames (`FRAME_BYTES`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from dbaf_jax import atomic_files, pipeline
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import photos
+from dbaf_jax.faces.detectors import tiling
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.video import clip, track_ledger, tracks
@@ -52,13 +54,16 @@ def find_tracks(
     tracker (its unusable detections and the faces left), and a note when fewer frames
     decoded than the container declares (`clip.shortfall`)."""
     tracker = tracks.Tracker(float(info.rate), faces.min_face_size, faces.hide_doubtful)
+    # Frames larger than the detector looks at in its own pixels go to it in tiles, as
+    # photos do: a 4K frame shrunk to CenterFace's 1920 x 1088 loses its small faces.
+    detector = tiling.Tiled(faces.detector, faces.tile)
     count, times = 0, []
     together = 1 if jax.default_backend() == "cpu" else DETECT_FRAMES
     for chunk in pipeline.chunks(
         pipeline.in_background(clip.frames(source, info), frames_within(2 * DETECT_FRAMES, info)),
         together,
     ):
-        for found in faces.detector.detect_many([frame.pixels for frame in chunk]):
+        for found in detector.detect_many([frame.pixels for frame in chunk]):
             tracker.add(found)
         count += len(chunk)
         times = [times[0] if times else chunk[0].pts, chunk[-1].pts]

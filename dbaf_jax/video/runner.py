@@ -113,14 +113,20 @@ def _as_recorded(
     found: list[tracks.Track], tracked: Placed, tracker: tracks.Tracker, shape, size: int
 ) -> tuple[Placed, dict[int, list[np.ndarray]], int]:
     """The tracks as the sidecar records them (`sidecar.recordable`), the boxes the
-    fallback hides by frame (the tracker's and those of faces no sidecar can record),
-    and how many recorded faces were interpolated."""
+    fallback hides by frame (the tracker's, but for low-band boxes lying on a face
+    recorded there, and those of faces no sidecar can record), and how many recorded
+    faces were interpolated."""
     runs, unplaced = sidecar.recordable(tracked, [t.detected for t in found], shape, size)
     placed = [
         (run.number, tracked[run.track][1] + run.start, tracked[run.track][2][run.start : run.stop])
         for run in runs
     ]
-    hidden = tracker.hidden()
+    recorded: dict[int, list[np.ndarray]] = {}  # frame -> the boxes of the faces anonymized there
+    for run in runs:
+        track = found[run.track]
+        for offset in range(run.start, run.stop):
+            recorded.setdefault(track.first + offset, []).append(track.boxes[offset])
+    hidden = tracker.hidden({frame: np.stack(boxes) for frame, boxes in recorded.items()})
     for index, offset in unplaced:
         track = found[index]
         hidden.setdefault(track.first + offset, []).append(track.boxes[offset])

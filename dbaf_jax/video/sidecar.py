@@ -12,18 +12,14 @@ MOV, Matroska, WebM; not AVI): a clip shared without its sidecar file can still 
 recovered with the password alone. `from_tag` checks it like the file.
 
 What one sidecar can make recovery do is bounded by the clip's pixels, as for photos
-(`metadata`'s rules, one home): on each frame at most `metadata.max_recorded_faces`
-faces for the frame's area, none smaller than anonymize records or centred outside the
-frame, no more than `STACK` faces at one place, and one transform per track per frame
-(a track is one run of frames). Several at one place happen in honest clips (a track's
-interpolated frames crossing another face; a crowd's faces partly behind each other,
-whose centres lie within 0.7 of a face's width: with a pair allowed, 4 of 60 generated
-crowds of tests/video/test_recoverable.py were refused, with three none), so `STACK` is
-three; the count per frame bounds the work whatever the overlaps.
+(`faces.places`, one home): on each frame at most `places.max_recorded_faces` faces for
+the frame's area, none smaller than anonymize records or centred outside the frame, no
+more than `places.STACK` faces at one place, and one transform per track per frame (a
+track is one run of frames); the count per frame bounds the work whatever the overlaps.
 
 Before it is parsed, a sidecar file or tag is refused by its size against what the
 clip's pixels can hold (`max_bytes`: its frames times their area, one face per
-`metadata.FACE_AREA_PER_FACE` square pixels, each face one transform as `content` writes
+`places.FACE_AREA_PER_FACE` square pixels, each face one transform as `content` writes
 it, each track's own fields): a file by its size, a tag by its base64 length, then by
 the length it inflates to, counted chunk by chunk without holding it
 (`INFLATE_CHUNK`), before it is inflated for the parser. The frames are the clip's video
@@ -51,6 +47,7 @@ import numpy as np
 
 from dbaf_jax import atomic_files, metadata
 from dbaf_jax.errors import InputError, ModelMismatchError
+from dbaf_jax.faces import places
 from dbaf_jax.video import clip
 
 SUFFIX = ".dbaf.json"
@@ -73,7 +70,6 @@ FIXED_BYTES = 16 << 10
 INFLATE_CHUNK = 1 << 20  # a tag is inflated this much at a time while its length is counted
 ZLIB_SLACK = 1 << 10  # zlib's largest growth of incompressible data at these sizes
 OVERLAP_BATCH = 1 << 22  # face pairs compared at once (their distances: 32 MiB)
-STACK = 3  # faces one place of a frame may hold (module doc)
 
 
 def path_for(video: str | Path) -> Path:
@@ -110,12 +106,10 @@ def content(
 def max_bytes(shape: Sequence[int], frames: int) -> int:
     """The longest sidecar (JSON bytes) a clip of ``frames`` frames of upright ``shape``
     (H, W) can have: as many faces as its pixels hold (one per
-    `metadata.FACE_AREA_PER_FACE` square pixels, and no more on a frame than `check`
+    `places.FACE_AREA_PER_FACE` square pixels, and no more on a frame than `check`
     takes), each on one frame of a track of its own as far as `MAX_TRACKS` allows."""
     pixels = int(frames) * int(shape[0]) * int(shape[1])
-    faces = min(
-        pixels // metadata.FACE_AREA_PER_FACE, int(frames) * metadata.max_recorded_faces(shape)
-    )
+    faces = min(pixels // places.FACE_AREA_PER_FACE, int(frames) * places.max_recorded_faces(shape))
     return min(
         MAX_BYTES,
         FIXED_BYTES + faces * BYTES_PER_FACE + min(faces, MAX_TRACKS) * BYTES_PER_TRACK,
@@ -233,19 +227,17 @@ def _check_frames(
     tracks: list[tuple[int, int, np.ndarray]], shape: tuple[int, int], size: int
 ) -> None:
     """ValueError when a frame holds more faces than its area allows, or a face the
-    photos' rules refuse (`metadata.check_places`, `metadata.overlapping`)."""
+    photos' rules refuse (`places.check_places`, `places.overlapping`)."""
     if not tracks:
         return
     numbers = np.concatenate([np.full(len(stack), number) for number, _, stack in tracks])
     frames = np.concatenate([np.arange(first, first + len(stack)) for _, first, stack in tracks])
-    sides, centres = metadata.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
-    metadata.check_places(
-        sides, centres, shape, lambda k: f"track {numbers[k]} on frame {frames[k]}"
-    )
+    sides, centres = places.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
+    places.check_places(sides, centres, shape, lambda k: f"track {numbers[k]} on frame {frames[k]}")
     order = np.argsort(frames, kind="stable")
     frames, numbers, sides, centres = frames[order], numbers[order], sides[order], centres[order]
     on_frame, starts, counts = np.unique(frames, return_index=True, return_counts=True)
-    most = metadata.max_recorded_faces(shape)
+    most = places.max_recorded_faces(shape)
     if counts.max() > most:
         crowded = int(np.argmax(counts))
         raise ValueError(
@@ -255,12 +247,12 @@ def _check_frames(
         chosen, step = starts[counts == count], max(1, OVERLAP_BATCH // int(count) ** 2)
         for at in range(0, len(chosen), step):
             rows = chosen[at : at + step, None] + np.arange(count)  # (G, count) positions
-            found = metadata.overlapping(sides[rows], centres[rows], STACK)
+            found = places.overlapping(sides[rows], centres[rows], places.STACK)
             if found is not None:
                 a, b = rows[found[0], found[1]], rows[found[0], found[2]]
                 raise ValueError(
                     f"track {numbers[a]} overlaps {found[3]} other tracks on frame {frames[a]}, track {numbers[b]} among them "
-                    f"(at most {STACK} faces at one place: one face recorded over and over?)"
+                    f"(at most {places.STACK} faces at one place: one face recorded over and over?)"
                 )
 
 
@@ -288,7 +280,7 @@ def recordable(
 
     On each frame a face `check` cannot record (smaller than anonymize records, centred
     outside the frame: a face leaving by an edge) is left out, to be hidden. Then, while
-    the frame holds more faces than its area allows or a place holds more than `STACK`,
+    the frame holds more faces than its area allows or a place holds more than `places.STACK`,
     an interpolated face (its track not detected on that frame) at the most crowded
     place is left out, not hidden: its track's face was only guessed to be there, where
     other faces are anonymized. A track with frames left out between others is recorded
@@ -302,19 +294,19 @@ def recordable(
     offset = np.concatenate([np.arange(length) for length in lengths])
     frame = np.concatenate([np.arange(first, first + len(stack)) for _, first, stack in tracks])
     seen = np.concatenate([np.asarray(d, bool) for d in detected])
-    sides, centres = metadata.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
-    small, outside = metadata.misplaced(sides, centres, shape)
+    sides, centres = places.face_places(np.concatenate([stack for _, _, stack in tracks]), size)
+    small, outside = places.misplaced(sides, centres, shape)
     keep = ~(small | outside)
     unplaced = [(int(owner[k]), int(offset[k])) for k in np.flatnonzero(~keep)]
-    most = metadata.max_recorded_faces(shape)
+    most = places.max_recorded_faces(shape)
     order = np.argsort(frame, kind="stable")
     _, starts = np.unique(frame[order], return_index=True)
     for here in np.split(order, starts[1:]):
         here = here[keep[here]]
         while len(here) > 1:
-            close = metadata.at_one_place(sides[here][None], centres[here][None])[0]
+            close = places.at_one_place(sides[here][None], centres[here][None])[0]
             counts = close.sum(1)
-            crowded = counts >= STACK
+            crowded = counts >= places.STACK
             if not crowded.any() and len(here) <= most:
                 break
             at_crowd = (

@@ -23,8 +23,8 @@ and is left as it is.
 
 The ledger is untrusted input, and its entries buy crops and signatures: before they
 are matched, each run's entries on one frame are held to the sidecar's and photos'
-rules against the clip's size (`metadata.max_recorded_faces`, `metadata.check_places`,
-`metadata.overlapping`, at most `sidecar.STACK` at one place) and to one entry per track
+rules against the clip's size (`places.max_recorded_faces`, `places.check_places`,
+`places.overlapping`, at most `places.STACK` at one place) and to one entry per track
 (key index) per frame.
 """
 
@@ -37,11 +37,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from dbaf_jax import metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import ledger, ledger_match
+from dbaf_jax.faces import ledger, ledger_match, places
 from dbaf_jax.faces.photos import AlignedFace
-from dbaf_jax.video import sidecar, tracks
+from dbaf_jax.video import tracks
 from dbaf_jax.video.clip import Frame
 
 SAMPLE_SECONDS = 0.5
@@ -180,7 +179,7 @@ def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) ->
     groups: dict[tuple[str, int], list[ledger.Entry]] = {}
     for entry in clip_entries:
         groups.setdefault((entry.clip, entry.frame), []).append(entry)
-    most = metadata.max_recorded_faces(shape)
+    most = places.max_recorded_faces(shape)
     for (run, frame), group in groups.items():
         name = f"the key file's face ledger: run {run}, frame {frame}"
         if len(group) > most:
@@ -192,20 +191,20 @@ def check_entries(clip_entries: Sequence[ledger.Entry], shape: Sequence[int]) ->
         sides = np.array([entry.side for entry in group]) * width
         centres = np.array([entry.centre for entry in group]) * width
         try:
-            metadata.check_places(
+            places.check_places(
                 sides, centres, shape, lambda k, group=group: f"key index {group[k].index}"
             )
         except ValueError as err:
             raise InputError(f"{name}: {err}") from None
         found = (
-            metadata.overlapping(sides[None], centres[None], sidecar.STACK)
-            if len(group) > sidecar.STACK
+            places.overlapping(sides[None], centres[None], places.STACK)
+            if len(group) > places.STACK
             else None
         )
         if found is not None:
             raise InputError(
                 f"{name}: key index {group[found[1]].index} overlaps {found[3]} other entries, key index "
-                f"{group[found[2]].index} among them (at most {sidecar.STACK} faces at one place)"
+                f"{group[found[2]].index} among them (at most {places.STACK} faces at one place)"
             )
 
 

@@ -20,11 +20,12 @@ Reversible where sure: detections of the detectors' low-confidence band are trac
 with the others. When anonymizing, a track that is sure on any frame is a face, given
 its key on every frame of it; a track never sure (``hide_doubtful``) is not numbered
 and its box is hidden on each of its frames by the irreversible fallback
-(`faces.paste.hide`), as a photo's low-band detection is. A detection whose landmarks
-cannot be aligned (as for photos, `faces.photos.usable_side`) is not tracked: its box is
-hidden on its frame; faces the user asked to leave (``min_face_size``) are counted
-(`Tracker.left`), those of the low band among them hidden. `Tracker.hidden` gives every
-box the fallback hides, by frame.
+(`faces.paste.hide`), as a photo's low-band detection is, except on frames where it lies
+on a face anonymized there (`ensemble.on_faces`: that face or part of it, whose recovery
+needs its pixels). A detection whose landmarks cannot be aligned (as for photos,
+`faces.photos.usable_side`) is not tracked: its box is hidden on its frame; faces the
+user asked to leave (``min_face_size``) are counted (`Tracker.left`), those of the low
+band among them hidden. `Tracker.hidden` gives every box the fallback hides, by frame.
 
 Smoothing: every track's landmarks (T, 5, 2) are filtered along time with a centred
 Gaussian of ``sigma`` frames (`scipy.ndimage.gaussian_filter1d`, edges repeated),
@@ -106,9 +107,10 @@ class Tracker:
             tuple[object, np.ndarray]
         ] = []  # the last frame's unmatched faces and their boxes
         self._frame = 0
-        self.unusable: dict[
-            int, list[np.ndarray]
-        ] = {}  # frame -> (4,) boxes of detections that are not tracked but hidden
+        # frame -> (4,) boxes of detections that are not tracked but hidden: sure ones
+        # (landmarks that cannot be aligned) and those of the low band (too small as well)
+        self.unusable: dict[int, list[np.ndarray]] = {}
+        self.doubtful: dict[int, list[np.ndarray]] = {}
         self.left = 0  # detections below min_face_size, left as they were by the user's choice
 
     @staticmethod
@@ -132,9 +134,8 @@ class Tracker:
             elif side is not None and (sure or not self.hide_doubtful):
                 self.left += 1
             else:
-                self.unusable.setdefault(self._frame, []).append(
-                    np.asarray(found.boxes[i], np.float64)
-                )
+                untracked = self.unusable if sure or not self.hide_doubtful else self.doubtful
+                untracked.setdefault(self._frame, []).append(np.asarray(found.boxes[i], np.float64))
         boxes = np.asarray(found.boxes, np.float32)[keep].reshape(-1, 4)
         detections = sv.Detections(
             xyxy=boxes,
@@ -197,16 +198,25 @@ class Tracker:
         faces = [track for track in self._all() if self._is_face(track)]
         return [dataclasses.replace(track, number=number) for number, track in enumerate(faces)]
 
-    def hidden(self) -> dict[int, list[np.ndarray]]:
+    def hidden(self, faces: dict[int, np.ndarray] | None = None) -> dict[int, list[np.ndarray]]:
         """Frame -> the (4,) boxes (x1, y1, x2, y2) the fallback hides there: detections
-        that are not tracked (`unusable`) and the boxes of tracks never sure, on every frame
-        of each (interpolated ones included)."""
-        boxes = {frame: list(found) for frame, found in self.unusable.items()}
+        that are not tracked (`unusable`, `doubtful`) and the boxes of tracks never sure, on
+        every frame of each (interpolated ones included), but for a low-band box lying on
+        a face anonymized on its frame (`ensemble.on_faces`; ``faces``: frame -> (M, 4)
+        boxes of the faces anonymized there, None: none), which is that face or part of it."""
+        faces = faces or {}
+        low = {frame: list(found) for frame, found in self.doubtful.items()}
         for track in self._all():
             if not self._is_face(track):
                 for offset, box in enumerate(track.boxes):
-                    boxes.setdefault(track.first + offset, []).append(box)
-        return boxes
+                    low.setdefault(track.first + offset, []).append(box)
+        boxes = {frame: list(found) for frame, found in self.unusable.items()}
+        for frame, found in low.items():
+            on_face = ensemble.on_faces(
+                np.reshape(found, (-1, 4)), faces.get(frame, np.zeros((0, 4)))
+            )
+            boxes.setdefault(frame, []).extend(box for box, on in zip(found, on_face) if not on)
+        return {frame: found for frame, found in boxes.items() if found}
 
 
 def _filled(number: int, seen: dict[int, _Seen]) -> Track:

@@ -9,7 +9,7 @@ from PIL import Image
 
 from dbaf_jax import images, metadata
 from dbaf_jax.errors import InputError
-from dbaf_jax.faces import align, paste, photos
+from dbaf_jax.faces import align, paste, photos, places
 from tests.face_helpers import CANONICAL, similarity
 
 
@@ -296,8 +296,11 @@ def test_face_metadata_round_trip_and_refusals():
             "outside",
         ),
         (
-            {"photo": {"height": 100, "width": 120}, "faces": [face_entry(), face_entry(index=1)]},
-            "overlap",
+            {
+                "photo": {"height": 100, "width": 120},
+                "faces": [face_entry(index=i) for i in range(places.STACK + 1)],
+            },
+            "overlaps 3 other faces",
         ),
         (
             {

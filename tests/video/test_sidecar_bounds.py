@@ -17,6 +17,7 @@ import pytest
 
 from dbaf_jax import keys, metadata
 from dbaf_jax.errors import InputError
+from dbaf_jax.faces import places
 from dbaf_jax.video import clip, sidecar
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, reencode, write_clip
 
@@ -43,10 +44,10 @@ def data(tracks, frames=FRAMES):
 
 
 def grid():
-    """The most faces `metadata.max_recorded_faces` lets one frame hold (one per 32x32 px):
+    """The most faces `places.max_recorded_faces` lets one frame hold (one per 32x32 px):
     32 px faces 30 px apart, the first of them in rows."""
     cells = [(x + 16, y + 16) for y in range(0, HEIGHT - 16, 30) for x in range(0, WIDTH - 16, 30)]
-    return cells[: metadata.max_recorded_faces((HEIGHT, WIDTH))]
+    return cells[: places.max_recorded_faces((HEIGHT, WIDTH))]
 
 
 def test_the_densest_sidecar_the_area_allows_is_accepted_and_one_more_face_is_not():
@@ -101,7 +102,7 @@ def test_a_sidecar_file_longer_than_the_clip_can_hold_is_refused_before_it_is_re
     tmp_path, monkeypatch
 ):
     limit = sidecar.max_bytes((HEIGHT, WIDTH), FRAMES)
-    faces = FRAMES * HEIGHT * WIDTH // metadata.FACE_AREA_PER_FACE
+    faces = FRAMES * HEIGHT * WIDTH // places.FACE_AREA_PER_FACE
     assert faces == FRAMES * 75
     assert limit == sidecar.FIXED_BYTES + faces * (sidecar.BYTES_PER_FACE + sidecar.BYTES_PER_TRACK)
     honest = data([(0, 0, [at(100, 100)] * FRAMES)])
@@ -181,7 +182,7 @@ def test_the_densest_sidecar_of_one_face_tracks_fits_its_bound():
     """The longest sidecar `check` takes for a clip: every face the area allows on every
     frame, each a track of its own, every number at its longest: its JSON fits
     `max_bytes` (the bound refuses nothing honest)."""
-    most = metadata.max_recorded_faces((HEIGHT, WIDTH))
+    most = places.max_recorded_faces((HEIGHT, WIDTH))
     cells = grid()
     worst = -123456789.123456  # 17 characters, near the transforms' bound
     tracks = [

@@ -108,3 +108,32 @@ def test_two_detections_of_one_face_on_a_frame_are_one():
     )
     (face,) = tracked([doubled] * 3).tracks()
     assert face.sure.all() and (face.first, face.last) == (0, 2)
+
+
+def test_a_low_band_track_on_an_anonymized_face_is_not_hidden_there():
+    """A never-sure track lying on a sure face (a box on its lower part, landmarks of a
+    smaller face: not merged) is that face or part of it: on the frames where that face
+    is anonymized its box is not hidden; where the face is not (the runner left it out),
+    or for a low-band box that only touches it, the fallback hides it."""
+    frames = []
+    for t in range(6):
+        face, on, touching = (100, 100 + t, 40.0), (100, 112 + t, 18.0), (128, 100 + t, 24.0)
+        frames.append(
+            Detections(
+                np.stack([box(*face), box(*on), box(*touching)]),  # on: wholly inside the face's
+                np.ones(3, np.float32),
+                np.stack([points(*face), points(*on), points(*touching)]),
+                np.array([True, False, False]),
+            )
+        )
+    tracker = tracked(frames)
+    (face,) = tracker.tracks()
+    everywhere = tracker.hidden()
+    assert all(len(everywhere[t]) == 2 for t in range(6))
+    faces = {t: face.boxes[t][None] for t in range(6) if t != 3}
+    hidden = tracker.hidden(faces)
+    assert sorted(hidden) == list(range(6))
+    for t in range(6):
+        kept = [np.round(b).tolist() for b in hidden[t]]
+        assert np.round(box(128, 100 + t, 24.0)).tolist() in kept
+        assert (np.round(box(100, 112 + t, 18.0)).tolist() in kept) == (t == 3), t

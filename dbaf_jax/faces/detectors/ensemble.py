@@ -19,7 +19,7 @@ Landmarks can also disagree on one face: MTCNN extrapolates them beyond the edge
 face the frame cuts. So two detections of different detectors are also one face when
 their boxes say so (the intersection covers at least `BOX_OVERLAP` of the smaller box,
 their sides within a factor `BOX_SIDE_RATIO`) and their quads are at one place as a
-clip's sidecar counts places (`metadata.at_one_place`: centres within half the smaller
+record counts places (`faces.places.at_one_place`: centres within half the smaller
 side), or when either has no landmarks to compare (not finite, or collapsed to a point).
 Two faces that close would be recorded as one face twice.
 
@@ -27,7 +27,15 @@ Of one face's detections the first detector's is kept (its box and landmarks: th
 default order puts the detector first whose points FFHQ alignment is made for), and the
 face is sure when any of its detections is. A detector's own detections of one face
 (two boxes its suppression kept) are merged by the same rule. The video tracker joins
-tracks by this rule too (`video.tracks`), so one face is one track.
+tracks by this rule too (`video.tracks`), so one face is one track; photos and clip
+frames are merged by it even when one detector runs (`faces.photos`, `video.tracks`).
+
+What the merge leaves of a low-confidence detection on a sure face (a box on part of
+the face, or landmarks that disagree) is that face or part of it when its box lies
+mostly inside the sure face's box (`on_faces`: at least `ON_FACE` of its area): a
+different person's face that far behind another shows less than a fifth of itself. The
+fallback does not pixelate such a detection over the face anonymized there, whose
+recovery needs its pixels; a low-confidence box that only touches a face is hidden.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dbaf_jax.faces import align
+from dbaf_jax.faces import align, places
 from dbaf_jax.faces.detectors.base import (
     LANDMARKS,
     Detections,
@@ -52,6 +60,7 @@ LANDMARK_TOLERANCE = 0.25
 BOX_OVERLAP = 0.5
 BOX_SIDE_RATIO = 2.0
 SAME_POINTS = [align.LEFT_EYE, align.RIGHT_EYE, align.NOSE]  # the points detectors agree on
+ON_FACE = 0.8  # of a low-confidence box's area inside a sure face's box: that face (`on_faces`)
 
 
 def quads(landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,7 +124,7 @@ def _compared(
             & (_ratio(sides[:, None], sides[None, :]) <= MERGE_SIDE_RATIO)
             & (apart <= LANDMARK_TOLERANCE * smaller)
         )
-        one_place = np.linalg.norm(centres[:, None] - centres[None, :], axis=-1) < 0.5 * smaller
+        one_place = places.at_one_place(sides[None], centres[None])[0]
     box_sides = _box_sides(boxes)
     by_boxes = (
         (overlap >= BOX_OVERLAP)
@@ -172,3 +181,25 @@ class Ensemble:
     def detect_many(self, images: Sequence[np.ndarray]) -> list[Detections]:
         per_detector = [d.detect_many(images) for d in self.detectors]
         return [merge(found) for found in zip(*per_detector)]
+
+
+def inside(boxes: np.ndarray, regions: np.ndarray) -> np.ndarray:
+    """(N, M): the share of each of ``boxes`` (N, 4)'s area that lies inside each of
+    ``regions`` (M, 4), boxes as (x1, y1, x2, y2); 0 for a box of no area or not finite."""
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 1, 4)
+    regions = np.asarray(regions, np.float64).reshape(1, -1, 4)
+    width = np.minimum(boxes[..., 2], regions[..., 2]) - np.maximum(boxes[..., 0], regions[..., 0])
+    height = np.minimum(boxes[..., 3], regions[..., 3]) - np.maximum(boxes[..., 1], regions[..., 1])
+    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.clip(width, 0, None) * np.clip(height, 0, None) / area
+    return np.where(np.isfinite(share) & (area > 0), share, 0.0)
+
+
+def on_faces(boxes: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """(N,) bool: which low-confidence detections ``boxes`` (N, 4) lie on one of the sure
+    faces ``faces`` (M, 4) (their boxes): at least `ON_FACE` of a box's area inside one
+    face's box (module doc). A box not finite, or of no area, lies on none (hidden)."""
+    if not len(boxes) or not len(faces):
+        return np.zeros(len(boxes), bool)
+    return np.asarray((inside(boxes, faces) >= ON_FACE).any(axis=1), bool)
