@@ -3,11 +3,13 @@ threads ahead of the model, their faces batched across photos (`face_batches`), 
 result said (`photo_notes`) and written behind the model with its crops, counted into the
 run's `Report`.
 
-Memory follows the pixels, not the count of photos: a photo over ``max_pixels`` is
-skipped from its header, before it is decoded; the photos decoded ahead and those
-waiting to be written hold at most `AHEAD_BYTES` and `BEHIND_BYTES` of pixels (one at a
-time when a photo is larger), and each photo is pasted into in place (`face_batches`),
-so that a large photo is held about once (docs/performance.md measures it).
+Memory follows the pixels, not the count of photos or faces: a photo over
+``max_pixels`` is skipped from its header, before it is decoded; the photos decoded
+ahead and those waiting to be written hold at most `AHEAD_BYTES` and `BEHIND_BYTES` of
+pixels (one at a time when a photo is larger); each photo is pasted into in place, its
+faces cut, computed and pasted a batch at a time, their results let go once pasted
+unless ``save_crops`` writes them (`face_batches`), so that a large photo is held about
+once, whatever its crowd (docs/performance.md measures it).
 """
 
 from __future__ import annotations
@@ -65,12 +67,9 @@ def photo_notes(source: Path, result: PhotoResult, meta: dict) -> list[str]:
 def write_photo(
     target: Path, result: PhotoResult, meta: dict, save_crops: bool, overwrite: bool
 ) -> None:
-    images.write_png(
-        target,
-        result.photo,
-        {**meta, **metadata.photo_fields(result.photo.shape, result.faces)},
-        overwrite,
-    )
+    """Writes the photo with its whole metadata ``meta`` (`output_metadata`) and, with
+    ``save_crops``, its faces' crops."""
+    images.write_png(target, result.photo, meta, overwrite)
     if save_crops:
         for face, face_crop in zip(result.faces, result.crops):
             images.write_png(
@@ -79,6 +78,14 @@ def write_photo(
                 metadata.crop(target.name, face.index),
                 overwrite,
             )
+
+
+def output_metadata(meta: dict, result: PhotoResult, size: int) -> tuple[dict, str | None]:
+    """(the metadata of ``result``'s output: ``meta`` and its faces, why recover with a
+    model of crop ``size`` would refuse it or None). A refused one is not written: what
+    anonymize writes, recover reads back (`metadata.photo_refusal`)."""
+    full = {**meta, **metadata.photo_fields(result.photo.shape, result.faces)}
+    return full, metadata.photo_refusal(full, result.photo.shape, size)
 
 
 @dataclasses.dataclass
@@ -132,19 +139,28 @@ def run_photos(
             if isinstance(item, images.Skipped):
                 report.skipped.append(item)
                 continue
-            yield dataclasses.replace(item, in_place=True)  # the photo is ours alone
+            # The photo is ours alone; its faces' results are let go once pasted unless written.
+            yield dataclasses.replace(item, in_place=True, keep_results=save_crops)
 
     with pipeline.Writer(max_pending=4, budget=BEHIND_BYTES) as writer:
         for done in face_batches.processed(items(), faces, step, batch_size):
             photo: Photo = done.item.tag
             result = photo_result(done, photo.too_small)
             result.unverified, result.unverified_why = photo.unverified, photo.unverified_why
+            meta, refusal = output_metadata(photo.meta, result, faces.size)
+            if refusal is not None:  # not expected: faces.photos hides what no record holds
+                report.skipped.append(
+                    images.Skipped(
+                        photo.source, f"not written: recover would refuse its metadata ({refusal})"
+                    )
+                )
+                continue
             made(done, result)
             report.notes += photo_notes(photo.source, result, photo.meta)
             target = plan.targets[photo.source]
             replace = overwrite(target) if callable(overwrite) else overwrite
             writer.submit(
-                functools.partial(write_photo, target, result, photo.meta, save_crops, replace),
+                functools.partial(write_photo, target, result, meta, save_crops, replace),
                 result.photo.nbytes,
             )
             report.written.append(target)

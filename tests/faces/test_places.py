@@ -243,3 +243,26 @@ def test_every_real_photo_is_recorded_as_recover_reads_it(tmp_path):
         fields = metadata.photo_fields(photo.shape, found_faces.faces)
         assert metadata.photo_refusal({**meta, **fields}, photo.shape, 256) is None, path.name
     assert counted >= 50
+
+
+def test_a_photo_whose_record_recover_would_refuse_is_not_written(tmp_path, monkeypatch):
+    """The last guard behind `photos.find`: were four faces found at one place (here the
+    merge into one detection per face is turned off), the photo is named as skipped, with
+    why, and nothing of it is written; the folder's exit status says so."""
+    monkeypatch.setattr(photos.ensemble, "merge", lambda found: found[0])
+    near = [(200, 150), (230, 150), (215, 176), (214, 160)]
+    (tmp_path / "in").mkdir()
+    Image.fromarray(scene()).save(tmp_path / "in" / "scene.png")
+    made = anonymize_photo_folder(
+        InvertibleDouble(SIZE),
+        photos.PhotoFaces(Fixed(found(*[(x, y, 60, True) for x, y in near])), SIZE),
+        PASSWORD,
+        tmp_path / "in",
+        tmp_path / "out",
+        SETTINGS,
+        record=RECORD,
+    )
+    assert [s.path.name for s in made.skipped] == ["scene.png"]
+    assert "recover would refuse its metadata" in made.skipped[0].reason
+    assert "overlaps 3 other faces" in made.skipped[0].reason
+    assert not (tmp_path / "out" / "scene.png").exists() and made.status == 3
