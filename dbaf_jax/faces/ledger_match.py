@@ -101,16 +101,23 @@ def entries(
     transforms: Sequence[np.ndarray],
     crops: np.ndarray,
     originals: np.ndarray | None = None,
+    original_signatures: Sequence[np.ndarray] | None = None,
 ) -> list[Entry]:
     """The ledger entries of a photo's anonymized faces: their key ``indices``, alignment
     ``transforms`` and ``crops`` (N, S, S, 3) of the *output* photo at those transforms,
-    with ``originals`` (N, S, S, 3) the input photo's crops (None for re-detected candidates)."""
+    with ``originals`` (N, S, S, 3) the input photo's crops, or their `signature`s
+    ``original_signatures`` (a photo's run lets its crops go batch by batch); neither for
+    re-detected candidates."""
+    if originals is not None:
+        original_signatures = [signature(original) for original in originals]
     size = crops.shape[1] if len(crops) else 0
     made = []
     for i, (index, transform, crop) in enumerate(zip(indices, transforms, crops)):
         aspect, centre, side = place(photo_shape, transform, size)
         published = signature(crop)
-        separation = distance(signature(originals[i]), published) if originals is not None else 0.0
+        separation = (
+            distance(original_signatures[i], published) if original_signatures is not None else 0.0
+        )
         made.append(Entry(int(index), aspect, centre, side, published, separation))
     return made
 

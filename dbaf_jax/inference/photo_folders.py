@@ -12,6 +12,7 @@ outputs unless ``allow_anonymized_input``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -34,6 +35,10 @@ from dbaf_jax.inference.planning import (
 )
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+
+LEDGER_CHUNK = (
+    64  # faces whose published crops are cut at once for the face ledger (50 MB at 256 px)
+)
 
 
 class ClipRunner(Protocol):
@@ -184,14 +189,33 @@ def ledger_entries(
     faces: photos.PhotoFaces, done: face_batches.Done, result: PhotoResult
 ) -> list[ledger.Entry]:
     """The face ledger's entries of a photo anonymize made (`ledger_match.entries`: each
-    face as published, against its original crop)."""
-    return ledger_match.entries(
-        result.photo.shape,
-        [face.index for face in result.faces],
-        [face.transform for face in result.faces],
-        faces.crops(result.photo, result.faces),
-        done.item.crops,
-    )
+    face as published, against its original crop's signature, `face_batches.Done.signatures`)."""
+    return published_entries(faces, result.photo, result.faces, done.signatures)
+
+
+def published_entries(
+    faces: photos.PhotoFaces,
+    photo: np.ndarray,
+    aligned: list[photos.AlignedFace],
+    original_signatures: list[np.ndarray] | None = None,
+) -> list[ledger.Entry]:
+    """`ledger_match.entries` of the faces ``aligned`` as ``photo`` shows them, their
+    crops cut `LEDGER_CHUNK` at a time (a crowd's crops are never held at once)."""
+    made = []
+    for start in range(0, len(aligned), LEDGER_CHUNK):
+        chunk = aligned[start : start + LEDGER_CHUNK]
+        made += ledger_match.entries(
+            photo.shape,
+            [face.index for face in chunk],
+            [face.transform for face in chunk],
+            faces.crops(photo, chunk),
+            original_signatures=(
+                original_signatures[start : start + LEDGER_CHUNK]
+                if original_signatures is not None
+                else None
+            ),
+        )
+    return made
 
 
 def resumable_outputs(
@@ -308,9 +332,8 @@ def verified_candidates(
     found = faces.find(photo)
     if not found.faces or not face_ledger:
         return [], [], len(found.faces)
-    transforms = [face.transform for face in found.faces]
-    candidates = ledger_match.entries(
-        photo.shape, [0] * len(found.faces), transforms, faces.crops(photo, found.faces)
+    candidates = published_entries(
+        faces, photo, [dataclasses.replace(face, index=0) for face in found.faces]
     )
     verified, regions, taken = [], [], set()
     for face, candidate in zip(found.faces, candidates):

@@ -18,6 +18,8 @@ import zipfile
 
 import pytest
 
+from dbaf_jax import images
+from dbaf_jax.web import jobs, serve
 from dbaf_jax.web.jobs import Limits, Output
 from dbaf_jax.web.store import JobStore
 from tests.paths import REPO
@@ -383,3 +385,24 @@ def test_the_command_listens_on_this_machine_only_unless_asked(tmp_path):
     assert done.returncode == 1 and [
         line for line in done.stderr.splitlines() if line.startswith("error: ")
     ], done.stderr
+
+
+def test_the_servers_pixel_limit_bounds_its_uploads_and_its_runs(monkeypatch, tmp_path):
+    """--max-pixels (default `jobs.MAX_PIXELS`, below the command line's) is both the
+    uploads' bound (`Limits.pixels`) and the runs' (`FolderRunSettings.max_pixels`)."""
+    built = {}
+
+    def stop(limits, temp_dir):  # the store the server would serve from, made after listening
+        built["limits"] = limits
+        raise SystemExit("stopped")
+
+    monkeypatch.setattr(serve.Model, "load", lambda *args: "model")
+    monkeypatch.setattr(serve, "listen", lambda host, port: None)
+    monkeypatch.setattr(serve, "JobStore", stop)
+    monkeypatch.setattr(serve.runs, "Serving", lambda *args: built.setdefault("serving", args))
+    for given, expected in (([], jobs.MAX_PIXELS), (["--max-pixels", "5000"], 5000)):
+        built.clear()
+        with pytest.raises(SystemExit, match="stopped"):
+            serve.main(["--model", str(tmp_path), *given])
+        assert built["limits"].pixels == built["serving"][1].max_pixels == expected
+    assert jobs.MAX_PIXELS == 120_000_000 < images.MAX_PIXELS
