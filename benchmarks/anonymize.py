@@ -12,8 +12,8 @@ local accelerator): its jitted `dbaf_jax.inference.programs.anonymize_program` (
 image alone, MAAR, KRIA with one key, the generator) compiled for the batch and called
 on aligned images and a key already on the devices. The model is the ``reference``
 stage-2 config (the full 256 px model with the public checkpoints' widths unless the
-flags reduce them) with random weights, written to a temporary model directory
-(`benchmarks.models.random_model`). Not
+flags reduce them) with random weights, written once and kept for later runs
+(`benchmarks.models.kept_random_model`). Not
 timed: copying images to and from the host (``anonymize`` does both, so each of its
 calls waits for the device), keys from passwords (scrypt), reading and writing files.
 
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     compilation_cache.enable()
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = models.random_model(
-            Path(tmp) / "model", args.size, args.width_scale, args.encoder_width_scale
+        model = models.kept_random_model(
+            args.size, args.width_scale, args.encoder_width_scale, Path(tmp)
         )
         anonymizer = FaceAnonymizer(model, dtype=args.dtype)
     device_kind = jax.local_devices()[0].device_kind

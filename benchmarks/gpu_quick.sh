@@ -20,7 +20,8 @@
 # measured beside the other lane's host work: upper bounds. Every part has its own
 # limit (the lane's time left of --budget, default 460 s), so a slow part cannot take
 # the others' time; a part cut off says so in its row. Compilation caches live under
-# ${TMPDIR:-/tmp} (local disk): one empty per call for train2-cold/-warm, one for the rest.
+# ${TMPDIR:-/tmp} (local disk): one empty per call for train2-cold/-warm, one for the rest;
+# the random model anonymize writes is kept there for folder (DBAF_BENCH_MODELS).
 #
 # --reduced runs the same parts at tiny sizes (64 px, reduced widths, batch 2, the tiny
 # random model, one copy of the photos) on whatever device there is, the CPU included:
@@ -51,6 +52,9 @@ out=$(cd "$out" && pwd)
 caches="${TMPDIR:-/tmp}/dbaf-gpu-quick-$$"
 mkdir -p "$caches/parts"
 export DBAF_BENCH_DEVICE_LOCK="$out/device.lock"
+# The random model is built and written once (by whichever part needs it first) and kept
+# there for the others (benchmarks/models.py: kept_random_model).
+export DBAF_BENCH_MODELS="$caches/models"
 # Two processes share the device: neither may take three quarters of its memory at start.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 deadline=$(( $(date +%s) + budget ))

@@ -14,22 +14,30 @@ or the training export), or a config the class does not take.
 
 Damage is refused too: ``network.json`` records ``variables_sha256``, the sha256 of
 every file of the Orbax checkpoint (checked before Orbax reads them, so a truncated or
-altered file is one clean error), and ``content_sha256``, the `content_hash` of the
-network's kind, fields and variables, which `load_network` recomputes after reading.
-It also refuses NaN or infinite weights (naming the leaf) and a ``NAME.partial``
-directory, which only an interrupted save leaves behind. Networks saved before these
-were recorded have neither and load unverified.
+altered file is one clean error), ``content_sha256``, the `content_hash` of the
+network's kind, fields and variables, and ``info_sha256``, the sha256 of its own other
+fields. The weights are hashed once per load: the files' hashes prove the variables
+are those written, and ``info_sha256`` that kind, fields and ``content_sha256`` are
+the ones written beside them, so the content hash is not recomputed. A network saved
+before ``info_sha256`` was recorded has its content hash recomputed after reading (in
+the same pass as the model's fingerprint, when one is needed). `load_network` also
+refuses NaN or infinite weights (naming the leaf) and a ``NAME.partial`` directory,
+which only an interrupted save leaves behind. Networks saved before these were
+recorded have none of them and load unverified.
 
 A whole model (several networks that run together, e.g. DBAF's) is written with
-`save_model`, which first writes ``DIR/model.json``: its family and the content hash
-of every network it holds. `load_model` loads exactly the networks listed there,
+`save_model`, which first writes ``DIR/model.json``: its family, the content hash
+of every network it holds and the model's fingerprint (`network_kinds.model_fingerprint`
+of those networks, which outputs carry). `load_model` reads it once and loads exactly
+the networks listed there,
 refusing a listed network that is missing or is not the one listed (another model's,
 or the remains of an interrupted write), so an optional network (DBAF's MAAR) is
 absent only when the model was written without it. A directory without
 ``model.json`` (written before it existed, or the file deleted) is refused, since
 neither MAAR's presence nor the networks' identity can then be checked; with
 ``without_manifest`` (the commands' --allow-unchecked-model) the networks present
-are loaded as before.
+are loaded as before. A model whose ``model.json`` records no fingerprint (written
+before it did) has it computed from the weights as they are loaded.
 """
 
 from __future__ import annotations
@@ -49,7 +57,16 @@ import orbax.checkpoint as ocp
 from flax import traverse_util
 
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
-from dbaf_jax.network_kinds import KINDS, build_module, content_hash, module_config, module_kind
+from dbaf_jax.network_kinds import (
+    FINGERPRINT_DIGITS,
+    KINDS,
+    build_module,
+    content_hash,
+    fingerprint_of,
+    hash_network_into,
+    module_config,
+    module_kind,
+)
 
 FORMAT_VERSION = 1
 # The sub-directories the converters (`convert/`) write into a model directory, named
@@ -88,6 +105,8 @@ MODEL_FILE = "model.json"
 RECOVERY = ("image", "latent", "none")
 HASH_FIELD = "content_sha256"
 FILES_FIELD = "variables_sha256"  # sha256 of every file Orbax wrote, by path in VARIABLES_DIR
+INFO_FIELD = "info_sha256"  # sha256 of network.json's other fields (`info_hash`)
+FINGERPRINT_FIELD = "fingerprint"  # model.json: `network_kinds.model_fingerprint` of its networks
 # What a save writes before renaming into place; finding one means a save was interrupted.
 PARTIAL_SUFFIX = ".partial"
 
@@ -112,15 +131,33 @@ def save_network(
     path = Path(path).absolute()
     if path.exists() and not overwrite:
         raise OutputExistsError(f"{path} exists; pass overwrite=True to replace it")
+    host_tree = host_variables(variables)
+    return _write_network(path, module, host_tree, content_hash(module, host_tree), source)
+
+
+def host_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """``variables`` as NumPy arrays (what is hashed and written)."""
+    return {k: jax.tree.map(np.asarray, v) for k, v in variables.items()}
+
+
+def info_hash(info: Mapping[str, Any]) -> str:
+    """sha256 of a ``network.json``'s fields but `INFO_FIELD`, as sorted compact JSON."""
+    fields = {k: v for k, v in info.items() if k != INFO_FIELD}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _write_network(
+    path: Path, module: nn.Module, host_tree: Mapping[str, Any], content: str, source: str | None
+) -> Path:
+    """`save_network` with the variables on the host and their `content_hash` ``content``."""
     kind = module_kind(module)
-    host_tree = {k: jax.tree.map(np.asarray, v) for k, v in variables.items()}
     info = {
         "format_version": FORMAT_VERSION,
         "kind": kind,
         "kind_version": KINDS[kind].version,
         "config": module_config(module),
         "source": source,
-        HASH_FIELD: content_hash(module, host_tree),
+        HASH_FIELD: content,
     }
     tmp = path.with_name(path.name + PARTIAL_SUFFIX)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -132,6 +169,9 @@ def save_network(
         for f in sorted((tmp / VARIABLES_DIR).rglob("*"))
         if f.is_file()
     }
+    # Through JSON and back first, so that the hash is of what a reader parses (tuples as lists).
+    info = json.loads(json.dumps(info))
+    info[INFO_FIELD] = info_hash(info)
     (tmp / NETWORK_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
     if path.exists():
         shutil.rmtree(path)
@@ -161,9 +201,13 @@ def read_info(path: Path) -> dict[str, Any]:
     return info
 
 
-def load_network(path: str | Path) -> Network:
+def load_network(path: str | Path, fingerprint: tuple[Any, str] | None = None) -> Network:
     """Loads a network written by `save_network` (or a converter); see the module docstring
-    for what it refuses (always with a ModelDirectoryError naming the file)."""
+    for what it refuses (always with a ModelDirectoryError naming the file).
+
+    ``fingerprint`` (a sha256 digest and this network's name in the model) feeds the
+    network into a model's fingerprint as `network_kinds.model_fingerprint` does, in the
+    one pass over the weights that checks their content hash when one is needed."""
     path = Path(path).absolute()
     if path.name.endswith(PARTIAL_SUFFIX):
         raise ModelDirectoryError(
@@ -171,6 +215,7 @@ def load_network(path: str | Path) -> Network:
         )
     info = read_info(path)
     module = build_module(info, path / NETWORK_FILE)
+    verify_info(path, info)
     verify_files(path, info)
     try:
         with ocp.StandardCheckpointer() as checkpointer:
@@ -180,8 +225,19 @@ def load_network(path: str | Path) -> Network:
         raise ModelDirectoryError(
             f"{path / VARIABLES_DIR}: cannot read the variables ({reason})"
         ) from None
-    verify_content(path, info, module, variables)
+    verify_content(path, info, module, variables, fingerprint)
     return Network(module, variables, info)
+
+
+def verify_info(path: Path, info: Mapping[str, Any]) -> None:
+    """Refuses a ``network.json`` whose fields differ from those `save_network` wrote
+    (its `INFO_FIELD`; a network saved before that field has none)."""
+    recorded = info.get(INFO_FIELD)
+    if recorded is not None and recorded != info_hash(info):
+        raise ModelDirectoryError(
+            f"{path}: damaged, its {NETWORK_FILE} changed since it was written "
+            f"(its {INFO_FIELD} does not match); re-run the converter or the training export"
+        )
 
 
 def file_sha256(path: Path) -> str:
@@ -215,12 +271,31 @@ def verify_files(path: Path, info: Mapping[str, Any]) -> None:
             )
 
 
+def content_bound(info: Mapping[str, Any]) -> bool:
+    """Whether the recorded hashes alone prove the variables are those ``content_sha256``
+    describes: the files' hashes (checked by `verify_files`) and ``network.json``'s own
+    (`verify_info`), both written by `save_network` beside the content hash."""
+    return info.get(FILES_FIELD) is not None and info.get(INFO_FIELD) is not None
+
+
 def verify_content(
-    path: Path, info: Mapping[str, Any], module: nn.Module, variables: Mapping[str, Any]
+    path: Path,
+    info: Mapping[str, Any],
+    module: nn.Module,
+    variables: Mapping[str, Any],
+    fingerprint: tuple[Any, str] | None = None,
 ) -> None:
-    """Refuses variables that differ from what `save_network` hashed, or hold NaN or inf."""
+    """Refuses variables that differ from what `save_network` hashed (recomputed only where
+    `content_bound` does not prove it), or hold NaN or inf. ``fingerprint``: see
+    `load_network`."""
     stored = info.get(HASH_FIELD)
-    if stored is not None and stored != content_hash(module, variables):
+    digests = [] if fingerprint is None else [fingerprint]
+    check = stored is not None and not content_bound(info)
+    if check:
+        digests.append((hashlib.sha256(), ""))
+    if digests:
+        hash_network_into(digests, module, variables)
+    if check and digests[-1][0].hexdigest() != stored:
         raise ModelDirectoryError(
             f"{path}: damaged, its variables or {NETWORK_FILE} changed since it was written "
             f"(the {HASH_FIELD} does not match); re-run the converter or the training export"
@@ -256,10 +331,23 @@ def save_model(
     if existing and not overwrite:
         raise OutputExistsError(f"{', '.join(existing)} exist(s); pass overwrite=True to replace")
     directory.mkdir(parents=True, exist_ok=True)
-    hashes = {
-        name: content_hash(module, variables) for name, (module, variables) in networks.items()
+    host = {
+        name: (module, host_variables(variables)) for name, (module, variables) in networks.items()
     }
-    manifest = {"format_version": FORMAT_VERSION, "family": family, "networks": hashes}
+    # Every network's content hash and the model's fingerprint, in one pass over the weights.
+    fingerprint = hashlib.sha256()
+    hashes = {}
+    for name in sorted(host):
+        module, variables = host[name]
+        content = hashlib.sha256()
+        hash_network_into([(content, ""), (fingerprint, name)], module, variables)
+        hashes[name] = content.hexdigest()
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "family": family,
+        "networks": hashes,
+        FINGERPRINT_FIELD: fingerprint_of(fingerprint),
+    }
     if recovery is not None:
         if recovery not in RECOVERY:
             raise ValueError(f"recovery {recovery!r}: expected one of {RECOVERY}")
@@ -267,10 +355,8 @@ def save_model(
     tmp = directory / (MODEL_FILE + PARTIAL_SUFFIX)
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     os.replace(tmp, directory / MODEL_FILE)
-    for name, (module, variables) in networks.items():
-        save_network(
-            directory / name, module, variables, source=sources.get(name), overwrite=overwrite
-        )
+    for name, (module, variables) in host.items():
+        _write_network(directory / name, module, variables, hashes[name], sources.get(name))
     return directory
 
 
@@ -299,6 +385,15 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         raise ModelDirectoryError(
             f"{manifest_file}: damaged, recovery {str(manifest.get('recovery'))[:40]!r} is none of {RECOVERY}"
         )
+    fingerprint = manifest.get(FINGERPRINT_FIELD)
+    if fingerprint is not None and not (
+        isinstance(fingerprint, str)
+        and len(fingerprint) == FINGERPRINT_DIGITS
+        and all(c in "0123456789abcdef" for c in fingerprint)
+    ):
+        raise ModelDirectoryError(
+            f"{manifest_file}: damaged, {FINGERPRINT_FIELD} {str(fingerprint)[:40]!r} is not {FINGERPRINT_DIGITS} hex digits"
+        )
     return manifest
 
 
@@ -309,22 +404,41 @@ def trained_recovery(directory: str | Path) -> str | None:
     return None if manifest is None else manifest.get("recovery")
 
 
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """What `load_model` loaded: the networks, the model's fingerprint
+    (`network_kinds.model_fingerprint` of exactly these networks) and the recovery its
+    ``model.json`` records (`trained_recovery`)."""
+
+    networks: dict[str, Network]
+    fingerprint: str
+    recovery: str | None
+
+
+# `load_model`'s ``manifest`` when the caller has not read model.json.
+UNREAD: Any = object()
+
+
 def load_model(
     directory: str | Path,
     family: str,
     required: tuple[str, ...],
     optional: tuple[str, ...] = (),
     without_manifest: bool = False,
-) -> dict[str, Network]:
+    manifest: dict[str, Any] | None = UNREAD,
+) -> Model:
     """Loads the networks of a model directory of ``family``: ``required`` ones and those of
-    ``optional`` the model holds (see the module docstring). Raises ModelDirectoryError
-    (NetworkNotFoundError for a missing one) naming the directory or network at fault."""
+    ``optional`` the model holds (see the module docstring). ``manifest``: `read_manifest`
+    of ``directory`` when the caller has read it (model.json is read once per load).
+    Raises ModelDirectoryError (NetworkNotFoundError for a missing one) naming the
+    directory or network at fault."""
     directory = Path(directory).absolute()
     if directory.exists() and not directory.is_dir():
         raise ModelDirectoryError(f"{directory}: a file where a model directory is expected")
     if not directory.is_dir():
         raise NetworkNotFoundError(f"{directory}: no such model directory")
-    manifest = read_manifest(directory)
+    if manifest is UNREAD:
+        manifest = read_manifest(directory)
     if manifest is None:  # written before model.json: the networks present
         listed = {
             name: None for name in required + tuple(n for n in optional if (directory / n).exists())
@@ -357,14 +471,22 @@ def load_model(
             "cannot be checked; write the model again (python -m convert.dbaf, or a training export), or pass "
             "--allow-unchecked-model to run the networks present unchecked"
         )
+    names = sorted(name for name in (*required, *optional) if name in listed)
+    recorded = None if manifest is None else manifest.get(FINGERPRINT_FIELD)
+    # The recorded fingerprint is of every listed network; else it is computed while loading.
+    digest = None if recorded is not None and set(names) == set(listed) else hashlib.sha256()
     networks = {}
-    for name in (*required, *optional):
-        if name not in listed:
-            continue
-        networks[name] = load_network(directory / name)
+    for name in names:
+        networks[name] = load_network(
+            directory / name, fingerprint=None if digest is None else (digest, name)
+        )
         if listed[name] is not None and networks[name].info.get(HASH_FIELD) != listed[name]:
             raise ModelDirectoryError(
                 f"{directory / name}: not the network {MODEL_FILE} lists (another model's, or an interrupted write); "
                 "write the whole model again"
             )
-    return networks
+    return Model(
+        networks,
+        recorded if digest is None else fingerprint_of(digest),
+        None if manifest is None else manifest.get("recovery"),
+    )

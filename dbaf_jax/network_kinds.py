@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
 import numpy as np
@@ -42,6 +42,8 @@ from dbaf_jax.models.stylegan2 import Discriminator, Generator
 
 # kind_version of directories written before kinds had versions.
 UNVERSIONED_KIND = 1
+# Hex digits of a `model_fingerprint` (the output metadata's model.fingerprint).
+FINGERPRINT_DIGITS = 16
 
 
 class Kind(NamedTuple):
@@ -130,12 +132,24 @@ def hash_network(digest: Any, name: str, module: nn.Module, variables: Mapping[s
     constructor fields, then every variable's path, dtype, shape and values in sorted
     path order. Nothing about the files enters (Orbax names them at random and stamps
     them), so the same weights saved twice, or copied elsewhere, hash alike."""
-    header = [name, module_kind(module), module_config(module)]
-    digest.update(json.dumps(header, sort_keys=True).encode())
+    hash_network_into([(digest, name)], module, variables)
+
+
+def hash_network_into(
+    named_digests: Sequence[tuple[Any, str]], module: nn.Module, variables: Mapping[str, Any]
+) -> None:
+    """`hash_network` into several digests at once, each under its own name (a network's
+    `content_hash` under '' and a model's fingerprint under the network's name), reading
+    each variable once."""
+    config = module_config(module)
+    for digest, name in named_digests:
+        digest.update(json.dumps([name, module_kind(module), config], sort_keys=True).encode())
     for leaf_path, leaf in sorted(traverse_util.flatten_dict(variables).items()):
         leaf = np.ascontiguousarray(leaf)
-        digest.update(json.dumps(["/".join(leaf_path), str(leaf.dtype), list(leaf.shape)]).encode())
-        digest.update(leaf)
+        described = json.dumps(["/".join(leaf_path), str(leaf.dtype), list(leaf.shape)]).encode()
+        for digest, _ in named_digests:
+            digest.update(described)
+            digest.update(leaf)
 
 
 def content_hash(module: nn.Module, variables: Mapping[str, Any]) -> str:
@@ -146,10 +160,15 @@ def content_hash(module: nn.Module, variables: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
+def fingerprint_of(digest: Any) -> str:
+    """The model fingerprint a sha256 digest fed as `model_fingerprint` feeds it gives."""
+    return digest.hexdigest()[:FINGERPRINT_DIGITS]
+
+
 def model_fingerprint(networks: Mapping[str, nn.Module], variables: Mapping[str, Any]) -> str:
     """16 hex digits of one sha256 over ``networks`` (name -> module, e.g.
     ``DBAF.networks()``) in name order, each fed by `hash_network` with its variables."""
     digest = hashlib.sha256()
     for name in sorted(networks):
         hash_network(digest, name, networks[name], variables[name])
-    return digest.hexdigest()[:16]
+    return fingerprint_of(digest)

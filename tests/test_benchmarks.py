@@ -197,6 +197,36 @@ def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
     assert ran == [1, 2]
 
 
+@pytest.mark.slow
+def test_a_random_model_is_written_once_and_kept(tmp_path, monkeypatch):
+    """The benchmarks' random model is built and written once, then every later run loads
+    the kept one; a run's own folder links to it (its detector added there, the kept
+    model unchanged). With the compilation cache off and no DBAF_BENCH_MODELS (the
+    tests), nothing is kept: the model goes into the run's folder as before."""
+    monkeypatch.setenv(models.MODELS_VARIABLE, str(tmp_path / "kept"))
+    size, scale, encoder_scale = models.WIDTHS["tiny"]
+    kept = models.kept_random_model(size, scale, encoder_scale, tmp_path / "run1")
+    assert kept.parent == tmp_path / "kept" and (kept / "model.json").is_file()
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [kept.name]
+    before = sorted((p, p.stat().st_mtime_ns) for p in kept.rglob("*"))
+    monkeypatch.setattr(models, "random_model", lambda *args: pytest.fail("built again"))
+    assert models.kept_random_model(size, scale, encoder_scale, tmp_path / "run2") == kept
+    (tmp_path / "run2").mkdir()
+    detector = tmp_path / "detector"
+    detector.mkdir()
+    (detector / "weights").write_text("the detector's files")
+    view = models.with_detector(
+        models.linked_model(kept, tmp_path / "run2" / "model"), detector, tmp_path / "run2"
+    )
+    assert (view / "mtcnn" / "weights").is_file() and not (kept / "mtcnn").exists()
+    assert sorted((p, p.stat().st_mtime_ns) for p in kept.rglob("*")) == before
+    assert FaceAnonymizer(view).fingerprint == FaceAnonymizer(kept).fingerprint
+    monkeypatch.delenv(models.MODELS_VARIABLE)
+    assert models.kept_models_directory() is None  # tests/conftest.py: the cache is off
+    monkeypatch.setenv(models.MODELS_VARIABLE, "off")
+    assert models.kept_models_directory() is None
+
+
 @pytest.mark.long  # compiles a whole stage-1 train step twice: about 5 min on 2 cores
 def test_train_step_figures_are_consistent(capsys):
     train_step.main(

@@ -15,9 +15,10 @@ from PIL import Image
 from configs.dbaf import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import commands, model_directory, model_families, network_kinds
+from dbaf_jax import commands, keys, model_directory, model_families, network_kinds
 from dbaf_jax.commands import anonymize
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
+from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.model_directory import NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.dbaf.kria import KRIA, ConditionalMLP
@@ -29,8 +30,10 @@ from dbaf_jax.network_kinds import KINDS
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.dbaf.networks import PRETRAINED
+from tests.paths import DATA
 
 STYLE_DIM = 8
+FACE = DATA / "face0.jpg"  # an aligned face
 
 
 @pytest.fixture
@@ -43,6 +46,7 @@ def saved(tmp_path):
 
 
 def edit_info(path, **changes):
+    """Changes (None: removes) fields of ``path``'s network.json, as a hand edit would."""
     info = json.loads((path / NETWORK_FILE).read_text())
     for key, value in changes.items():
         if value is None:
@@ -50,6 +54,11 @@ def edit_info(path, **changes):
         else:
             info[key] = value
     (path / NETWORK_FILE).write_text(json.dumps(info))
+
+
+def as_older(path, *fields):
+    """``path``'s network.json as a save before ``fields`` (and its own hash) were recorded wrote it."""
+    edit_info(path, **dict.fromkeys((*fields, model_directory.INFO_FIELD)))
 
 
 def test_round_trip(saved):
@@ -129,7 +138,7 @@ def test_kind_names_are_those_older_directories_carry():
 
 def test_directory_without_kind_version_loads_as_version_1(saved):
     path, module, _ = saved
-    edit_info(path, kind_version=None)
+    as_older(path, "kind_version")
     assert load_network(path).module == module
 
 
@@ -305,6 +314,85 @@ def test_pristine_model_loads_with_every_network(pristine, dbaf_variables):
     assert manifest["family"] == "dbaf" and set(manifest["networks"]) == set(dbaf.NETWORKS)
 
 
+def older_model(model):
+    """``model`` as written before model.json recorded the fingerprint and network.json its own hash."""
+    manifest = json.loads((model / model_directory.MODEL_FILE).read_text())
+    del manifest[model_directory.FINGERPRINT_FIELD]
+    (model / model_directory.MODEL_FILE).write_text(json.dumps(manifest))
+    for name in manifest["networks"]:
+        as_older(model / name)
+    return model
+
+
+def counted(patch, owner, name):
+    """Patches ``owner.name`` to count its calls; returns the list of their first arguments."""
+    calls = []
+    function = getattr(owner, name)
+
+    def count(*args, **kwargs):
+        calls.append(args[0] if args else None)
+        return function(*args, **kwargs)
+
+    patch.setattr(owner, name, count)
+    return calls
+
+
+def test_fingerprint_is_recorded_and_equals_the_computed_one(model, dbaf_modules, dbaf_variables):
+    """model.json's fingerprint is the one `model_fingerprint` computes from the weights, and
+    a directory written before it was recorded gets the same one from its weights."""
+    computed = network_kinds.model_fingerprint(dbaf_modules, dbaf_variables)
+    manifest = json.loads((model / model_directory.MODEL_FILE).read_text())
+    assert manifest[model_directory.FINGERPRINT_FIELD] == computed
+    loaded = model_families.load_directory(model)
+    assert loaded.fingerprint == computed and loaded.family == dbaf.FAMILY
+    assert network_kinds.model_fingerprint(loaded.model.networks(), loaded.variables) == computed
+    older = model_families.load_directory(older_model(model))
+    assert older.fingerprint == computed
+    jax.tree.map(np.testing.assert_array_equal, older.variables, loaded.variables)
+
+
+def test_a_load_reads_model_json_once_and_hashes_each_weight_once(model):
+    """Issue 44: model.json was parsed three times and the weights hashed three times (the
+    files, the content hash, the fingerprint). Now: one read, the files' hashes only; a
+    directory written before the recorded hashes gets one pass more over the arrays (the
+    content hashes and the fingerprint together), never two."""
+    files = sorted(p for p in model.rglob("*") if p.is_file() and "variables" in p.parts)
+    for directory, arrays_passes in (
+        (model, 0),
+        (older_model(shutil.copytree(model, model.parent / "older")), 1),
+    ):
+        with pytest.MonkeyPatch.context() as patch:
+            manifests = counted(patch, model_directory, "read_manifest")
+            hashed_files = counted(patch, model_directory, "file_sha256")
+            passes = counted(patch, model_directory, "hash_network_into")
+            loaded = model_families.load_directory(directory)
+        assert manifests == [directory] and loaded.recovery is None
+        assert sorted(hashed_files) == [directory / f.relative_to(model) for f in files]
+        assert len(passes) == arrays_passes * len(dbaf.NETWORKS)
+        assert all(len(digests) == 2 for digests in passes)  # content hash and fingerprint
+
+
+@pytest.mark.slow
+def test_outputs_are_the_same_from_recorded_or_computed_hashes(model, tmp_path):
+    """The recorded fingerprint and hashes change nothing users get: the same fingerprint
+    (which outputs carry), recovery and anonymized faces, bit for bit, from this model
+    and from the same model as written before they were recorded. (The anonymize
+    command's PNG and face ledger with a full-width model: the same bytes before and
+    after this change, docs/performance.md.)"""
+    older = older_model(shutil.copytree(model, tmp_path / "older"))
+    runs = [FaceAnonymizer(directory) for directory in (model, older)]
+    size = runs[0].input_size
+    face = np.asarray(Image.open(FACE).convert("RGB").resize((size, size)), np.float32)
+    faces = np.stack([face, face[:, ::-1]]) / 127.5 - 1
+    record = keys.new_key_record()
+    key = runs[0].key_for("a password", record)
+    outputs = [run.anonymize(faces, key)[0] for run in runs]
+    assert runs[0].fingerprint == runs[1].fingerprint
+    assert runs[0].trained_recovery == runs[1].trained_recovery
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(runs[1].key_for("a password", record), key)
+
+
 def test_flipped_bytes_in_the_variables(model):
     data = largest_data_file(model / "kria")
     raw = bytearray(data.read_bytes())
@@ -331,7 +419,7 @@ def test_weights_written_over_fail_the_content_hash_without_file_hashes(model, d
     changed = jax.tree.map(np.array, dbaf_variables["kria"])
     first_leaf(changed).flat[0] += 1e-3
     resave_variables(model / "kria", changed)
-    edit_info(model / "kria", **{model_directory.FILES_FIELD: None})
+    as_older(model / "kria", model_directory.FILES_FIELD)
     message = refusal(model)
     assert (
         message.startswith(f"{model / 'kria'}: damaged")
@@ -361,9 +449,7 @@ def test_deleted_variables(model):
     shutil.rmtree(model / "decoder" / "variables")
     assert refusal(model).startswith(f"{model / 'decoder' / 'variables'}/")
     assert "missing, the variables are incomplete" in refusal(model)
-    edit_info(
-        model / "decoder", **{model_directory.FILES_FIELD: None}
-    )  # a network saved before file hashes
+    as_older(model / "decoder", model_directory.FILES_FIELD)  # saved before file hashes
     assert refusal(model).startswith(
         f"{model / 'decoder' / 'variables'}: cannot read the variables"
     )
@@ -398,14 +484,26 @@ def test_missing_network_json(model):
         ({"format_version": 7}, "format_version 7"),
         (
             {"config": {"style_dim": 32, "groups": [3, 3, 4], "extra_layers": 1}},
-            "content_sha256 does not match",
+            "network.json changed since it was written (its info_sha256 does not match)",
         ),
+        ({"content_sha256": "0" * 64}, "its info_sha256 does not match"),
+        ({"source": "edited"}, "its info_sha256 does not match"),
     ],
 )
 def test_wrong_version_kind_or_config(model, changes, message):
     edit_info(model / "kria", **changes)
     found = refusal(model)
     assert found.startswith(str(model / "kria")) and message in found, found
+
+
+def test_config_edited_in_an_older_network_fails_the_content_hash(model):
+    """Without info_sha256 (saved before it), the recomputed content hash catches the edit."""
+    as_older(model / "kria")
+    edit_info(model / "kria", config={"style_dim": 32, "groups": [3, 3, 4], "extra_layers": 1})
+    found = refusal(model)
+    assert (
+        found.startswith(f"{model / 'kria'}: damaged") and "content_sha256 does not match" in found
+    )
 
 
 def test_swapped_architecture(model):
@@ -497,6 +595,10 @@ def test_directory_without_manifest_is_refused_unless_allowed(model):
             '{"format_version": 1, "family": "stylegan2", "networks": {}}',
             "a 'stylegan2' model, not a 'dbaf' one",
         ),
+        (
+            '{"format_version": 1, "family": "dbaf", "networks": {}, "fingerprint": "12ab"}',
+            "damaged, fingerprint '12ab' is not 16 hex digits",
+        ),
     ],
 )
 def test_damaged_manifest(model, content, message):
@@ -523,7 +625,7 @@ def test_interrupted_rewrite_is_refused(model, dbaf_modules, dbaf_variables):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
             model_directory,
-            "save_network",
+            "_write_network",
             lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt),
         )
         with pytest.raises(KeyboardInterrupt):

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import keys, model_directory, model_families, network_kinds, precision, sharding
+from dbaf_jax import keys, model_families, precision, sharding
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detectors import registry
@@ -62,13 +62,14 @@ def default_batch_size(devices: list | None = None) -> int:
 @dataclasses.dataclass
 class PhotoResult:
     """A processed photo (H, W, 3) uint8, its faces, the processed crops (N, s, s, 3) in
-    [-1, 1] (s the generator's size), the quad sides of faces left alone as too small,
+    [-1, 1] (s the generator's size; None when the run did not keep them:
+    `face_batches.Item.keep_results`), the quad sides of faces left alone as too small,
     the boxes of faces hidden by the fallback and the count of detections recovery left
     unverified."""
 
     photo: np.ndarray
     faces: list[photos.AlignedFace]
-    crops: np.ndarray
+    crops: np.ndarray | None
     too_small: list[float]
     hidden: list[np.ndarray] = dataclasses.field(default_factory=list)
     # Recovery without metadata: detections that match no face of the key file's ledger.
@@ -114,15 +115,13 @@ class FaceAnonymizer:
     ):
         precision.check_compute_dtype(dtype)
         self.model_dir = Path(model_dir)
-        model, variables = model_families.load(
-            self.model_dir, without_manifest
-        )  # without_manifest: `model_directory.load_model`
-        self.fingerprint = network_kinds.model_fingerprint(model.networks(), variables)
-        self.trained_recovery = model_directory.trained_recovery(
-            self.model_dir
-        )  # None: not recorded
+        # model.json read and the weights hashed once (without_manifest: `model_directory.load_model`).
+        loaded = model_families.load_directory(self.model_dir, without_manifest)
+        variables = loaded.variables
+        self.fingerprint = loaded.fingerprint
+        self.trained_recovery = loaded.recovery  # None: not recorded
         self.dtype = dtype
-        self.model = model.for_inference().with_compute_dtype(dtype)
+        self.model = loaded.model.for_inference().with_compute_dtype(dtype)
         if precision.is_reduced(dtype):
             # Cast once, not per batch, and in one program: eager, every distinct leaf
             # shape would be compiled on its own (a GPU's start) before the first batch.
@@ -202,11 +201,12 @@ class FaceAnonymizer:
         tag: Any = None,
     ) -> face_batches.Item:
         """What `face_batches.processed` needs of ``photo`` (H, W, 3) uint8: the faces
-        ``found``, their crops and key latents (each face's key from its index and ``seed``)."""
+        ``found`` and their key latents (each face's key from its index and ``seed``);
+        their crops are cut batch by batch as the faces are processed."""
         return face_batches.Item(
             photo,
             found.faces,
-            faces.crops(photo, found.faces),
+            None,
             self.face_latents(seed, [f.index for f in found.faces]),
             found.regions,
             found.to_hide,

@@ -30,7 +30,12 @@ def initial_variables(
     config: ml_collections.ConfigDict, nets: MethodNetworks, rng: jax.Array
 ) -> dict:
     """The converted base networks (``model_dir``), then every network of the run that
-    ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random."""
+    ``init_from`` holds (e.g. stage 1's export for stage 2); the rest random.
+
+    Each network is read from the last of those that holds it, and each stored network
+    once (stage 2's decoder and key generator start from the same ``generator``): no
+    weights are read only to be replaced. No random program runs when every network
+    is loaded."""
     built = networks_lib.modules(nets)
     sources = []  # (directory, {network: sub-directory}), later ones override earlier ones
     if config.model_dir:
@@ -44,10 +49,18 @@ def initial_variables(
                 f"{config.init_from}: init_from holds none of this run's networks {sorted(built)}"
             )
         sources.append((source, held))
-    variables = {}
-    for directory, names in sources:  # first, so that a missing file is reported at once
-        variables = networks_lib.load_pretrained(nets, variables, directory, names)
+    # network -> (directory, sub-directory) of the last source that holds it
+    chosen: dict[str, tuple[Path, str]] = {}
+    for directory, names in sources:
+        chosen.update({name: (directory, sub_dir) for name, sub_dir in names.items()})
+    variables: dict = {}
+    for directory in dict.fromkeys(d for d, _ in sources):  # first: a missing file fails at once
+        names = {name: sub_dir for name, (d, sub_dir) in chosen.items() if d == directory}
+        if names:
+            variables = networks_lib.load_pretrained(nets, variables, directory, names)
     random_names = [n for n in built if n not in variables]
+    if not random_names:
+        return variables
     return {**networks_lib.init_variables(nets, rng, config.model.size, random_names), **variables}
 
 

@@ -15,6 +15,7 @@ smoke runs do.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -22,6 +23,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from dbaf_jax import model_directory, network_kinds
 from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
@@ -187,7 +189,8 @@ def load_pretrained(
     networks, variables: Variables, model_dir: str | Path, sub_dirs: dict[str, str]
 ) -> Variables:
     """Replaces the variables of the networks in ``sub_dirs`` (name -> sub-directory of
-    ``model_dir``, e.g. a table's `pretrained_of`) by the ones stored there.
+    ``model_dir``, e.g. a table's `pretrained_of`) by the ones stored there, each
+    sub-directory read once (the decoder and the key generator share ``generator``).
 
     Raises ModelDirectoryError for a missing directory or network, and for a stored
     network whose architecture differs from the run's (naming the fields), since its
@@ -198,11 +201,18 @@ def load_pretrained(
         raise NetworkNotFoundError(f"{model_dir}: no such model directory")
     built = modules(networks)
     loaded = dict(variables)
+    read: dict[Path, model_directory.Network] = {}  # each sub-directory read once
     for name, sub_dir in sub_dirs.items():
         path = model_dir / sub_dir
         if not path.is_dir():
             raise NetworkNotFoundError(f"{model_dir}: no {sub_dir!r} network (needed for {name})")
-        network = model_directory.load_network(path)
+        if path in read:  # a copy of its arrays: each network owns its buffers, as when read twice
+            network = read[path]
+            network = dataclasses.replace(
+                network, variables=jax.tree.map(np.copy, network.variables)
+            )
+        else:
+            network = read[path] = model_directory.load_network(path)
         expected = network_kinds.module_config(built[name])
         found = network_kinds.module_config(network.module)
         differ = {

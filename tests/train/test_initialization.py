@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs.dbaf import stage2
+from dbaf_jax import model_directory
 from dbaf_jax.train import initialization, stages
 from dbaf_jax.train import networks as networks_lib
 
@@ -54,3 +55,43 @@ def test_the_state_owns_its_buffers():
     assert len(set(pointers)) == len(pointers)
     frozen = {x.unsafe_buffer_pointer() for x in jax.tree.leaves(run.frozen)}
     assert not frozen & set(pointers)
+
+
+@pytest.mark.slow
+def test_each_stored_network_is_read_once_and_nothing_random_is_drawn(variables, tmp_path):
+    """Stage 2 from converted networks (``model_dir``) and a stage-1 export (``init_from``):
+    each network comes from the last source that holds it, each stored network is read
+    once (the decoder and the key generator share ``generator``; the export's e4e
+    replaces the converted one, which is not read), no random program runs when every
+    network is loaded, and the variables are those of loading every source in order."""
+    config = tiny_config("float32")
+    nets = stages.build_networks(config)
+    built = networks_lib.modules(nets)
+    exported = jax.device_get(networks_lib.init_variables(nets, jax.random.PRNGKey(7), 64))
+    converted = tmp_path / "converted"
+    for name, sub_dir in nets.pretrained.items():
+        if not (converted / sub_dir).exists():
+            model_directory.save_network(converted / sub_dir, built[name], variables[name])
+    export = tmp_path / "stage1" / initialization.MODEL_EXPORT
+    for name in ("e4e", "cid", "maar", "kria"):
+        model_directory.save_network(export / name, built[name], exported[name])
+    config.model_dir, config.init_from = str(converted), str(export.parent)
+
+    with pytest.MonkeyPatch.context() as patch:
+        read, drawn = [], []
+        load_network = model_directory.load_network
+        patch.setattr(model_directory, "load_network", lambda p: read.append(p) or load_network(p))
+        patch.setattr(networks_lib, "init_variables", lambda *args: drawn.append(args))
+        loaded = initialization.initial_variables(config, nets, jax.random.PRNGKey(0))
+    assert not drawn and len(read) == len(set(read))
+    assert export / "e4e" in read and converted / "e4e" not in read
+    expected = networks_lib.load_pretrained(nets, {}, converted, nets.pretrained)
+    expected = networks_lib.load_pretrained(
+        nets, expected, export, {n: n for n in ("e4e", "cid", "maar", "kria")}
+    )
+    assert set(loaded) == set(built)
+    assert_trees_equal(loaded, expected)
+    run = initialization.setup(config, nets, loaded, jax.random.PRNGKey(1))
+    pointers = [x.unsafe_buffer_pointer() for x in jax.tree.leaves(run.state)]
+    assert len(set(pointers)) == len(pointers)
+    assert not {x.unsafe_buffer_pointer() for x in jax.tree.leaves(run.frozen)} & set(pointers)
