@@ -14,8 +14,9 @@ paper's recovery from the image alone) or --mode latent (the reference's; needs
 other faces. Images another model anonymized are refused (naming both models'
 fingerprints) unless --ignore-model-mismatch. Clips in the folder are recovered through the video path
 (`dbaf_jax.video.folders`: each with its sidecar, or with --key-file and its ledger); every
-file not processed is named in the summary with why, and counted (exit status 3). Existing outputs are never replaced without --overwrite. The Python API
-is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
+file not processed is named in the summary with why, and counted (exit status 3). Existing outputs are never replaced without --overwrite. --ray [ADDRESS] runs
+the folder on a Ray cluster, with the same outputs, summary and exit status (docs/distributed.md).
+The Python API is `dbaf_jax.inference` (`inference.anonymizer.FaceAnonymizer`).
 """
 
 from __future__ import annotations
@@ -23,40 +24,14 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.distributed import options as ray_options
+from dbaf_jax.distributed import runs as ray_runs
 from dbaf_jax.faces import ledger
-from dbaf_jax.inference.aligned_folders import RECOVERY_MODES, recover_folder
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.inference.aligned_folders import recover_folder
 from dbaf_jax.inference.photo_folders import recover_photo_folder
+from dbaf_jax.inference.recovery_modes import RECOVERY_MODES, recovery_mode
 from dbaf_jax.inference.report import Report
 from dbaf_jax.video.folders import FolderClips
-
-
-def recovery_mode(
-    anonymizer: FaceAnonymizer, asked: str | None, aligned: bool, untrained: bool
-) -> tuple[str, str, str | None]:
-    """(mode, a note saying which and why, a warning or None): the mode asked for, else
-    the one the model was trained for (``model.json``; photos: image). A mode the model
-    was not trained for runs only with ``untrained`` (and the warning), else ConfigError."""
-    trained = anonymizer.trained_recovery
-    mode = asked or (trained if aligned and trained in RECOVERY_MODES else "image")
-    warning = None
-    if trained is not None and mode != trained:
-        what = "no recovery" if trained == "none" else f"{trained} recovery"
-        message = f"{anonymizer.model_dir} was trained for {what}, not {mode} recovery"
-        if not untrained:
-            raise ConfigError(
-                f"{message}; its {mode} recoveries would not be the original faces (pass --untrained-mode to run it anyway)"
-            )
-        warning = f"{message}: --untrained-mode runs it anyway, and its results will not be the original faces"
-    source = (
-        "as asked"
-        if asked
-        else "the mode the model was trained for"
-        if mode == trained
-        else "photos recover from the image"
-    )
-    return mode, f"recovery mode: {mode} ({source})", warning
 
 
 def main(argv: Sequence[str] | None = None) -> Report:
@@ -73,10 +48,16 @@ def main(argv: Sequence[str] | None = None) -> Report:
             "--ignore-model-mismatch": "recover images another model anonymized (the result will not be the original faces)",
         },
     )
+    ray_options.add_arguments(parser)
     args = parser.parse_args(argv)
     commands.photo_options(parser, args)
     if args.mode == "latent" and not args.aligned:
         parser.error("--mode latent needs --aligned")
+    cluster = ray_runs.join(  # before the model loads: Ray starts before JAX does
+        ray_options.ray_options(parser, args),
+        commands.face_finding(args),
+        args.allow_unchecked_model,
+    )
     run = commands.RunStart.from_args(args)
     settings = commands.folder_run_settings(args)
     mode, mode_note, warning = recovery_mode(
@@ -99,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
             key_record=run.record,
             face_ledger=face_ledger,
         )
-        report = recover_photo_folder(
+        report = (cluster.recover_photo_folder if cluster else recover_photo_folder)(
             *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
             settings,
             run.record,
