@@ -59,6 +59,56 @@ def crafted_tracks(frames: int, size: int) -> list[dict]:
     ]
 
 
+def sidecars(honest: dict, frames: int) -> dict[str, dict]:
+    """The three sidecars of the clip whose honest one is ``honest``: "honest", "crafted"
+    (`crafted_tracks`) and "hostile" (the hostile trial's: 1000 tracks at one place on
+    each of the ``frames`` frames)."""
+    crafted = {**honest, "tracks": crafted_tracks(honest["clip"]["frames"], honest["size"])}
+    hostile = {
+        **honest,
+        "tracks": [
+            {
+                "number": n,
+                "first": 0,
+                "transforms": [at(100, 100, 40, honest["size"])] * frames,
+            }
+            for n in range(1000)
+        ],
+    }
+    return {"honest": honest, "crafted": crafted, "hostile": hostile}
+
+
+def print_table(
+    args, model, work, contents: dict[str, dict], faces: int, seconds: dict, refusal: str
+) -> None:
+    """The module doc's table and ratios; ``faces``: the honest sidecar's over all frames,
+    ``seconds``: the "honest" and "crafted" recoveries', ``refusal``: the hostile one's outcome."""
+    honest_faces, honest_s, crafted_s = faces, seconds["honest"], seconds["crafted"]
+    crafted = contents["crafted"]
+    crafted_faces = sum(len(t["transforms"]) for t in crafted["tracks"])
+    sizes = {name: (work / f"{name}.json").stat().st_size for name in contents}
+    print(
+        f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames over {args.photo}"
+    )
+    print("| sidecar | faces (over all frames) | bytes | recover s (warm) | s per face |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| honest | {honest_faces} | {sizes['honest']} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |"
+    )
+    print(
+        f"| crafted, the most the checks accept | {crafted_faces} | {sizes['crafted']} | {crafted_s:.2f} | "
+        f"{crafted_s / crafted_faces:.3f} |"
+    )
+    print(
+        f"| the hostile trial's (1000 tracks at one place) | {1000 * args.frames} | {sizes['hostile']} | {refusal} | |"
+    )
+    print(
+        f"crafted / honest: {crafted_s / honest_s:.1f}x the time for {crafted_faces / max(honest_faces, 1):.1f}x the faces; "
+        f"bound on the sidecar's bytes for this clip: {sidecar.max_bytes((HEIGHT, WIDTH), args.frames)}; "
+        f"faces per frame: honest {np.round(honest_faces / args.frames, 1)}, crafted {len(crafted['tracks'])}"
+    )
+
+
 def main() -> None:
     parser = model_parser(__doc__)
     parser.add_argument("--frames", type=int, default=12)
@@ -76,19 +126,8 @@ def main() -> None:
             anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", record=record
         )
         honest = json.loads(sidecar.path_for(work / "anon.mkv").read_text())
-        crafted = {**honest, "tracks": crafted_tracks(honest["clip"]["frames"], honest["size"])}
-        hostile = {
-            **honest,
-            "tracks": [
-                {
-                    "number": n,
-                    "first": 0,
-                    "transforms": [at(100, 100, 40, honest["size"])] * args.frames,
-                }
-                for n in range(1000)
-            ],
-        }
-        for name, content in (("honest", honest), ("crafted", crafted), ("hostile", hostile)):
+        contents = sidecars(honest, args.frames)
+        for name, content in contents.items():
             (work / f"{name}.json").write_text(json.dumps(content, separators=(",", ":")))
 
         def recover(name: str) -> float:
@@ -106,7 +145,7 @@ def main() -> None:
             )
 
         recover("honest")  # compiles
-        honest_s, crafted_s = recover("honest"), recover("crafted")
+        seconds = {"honest": recover("honest"), "crafted": recover("crafted")}
         start = time.perf_counter()
         try:
             recover("hostile")
@@ -115,32 +154,7 @@ def main() -> None:
             refusal = (
                 f"refused in {time.perf_counter() - start:.2f} s: {str(err).split(': ', 1)[1][:90]}"
             )
-        honest_faces = anonymized.faces
-        crafted_faces = sum(len(t["transforms"]) for t in crafted["tracks"])
-        sizes = {
-            name: (work / f"{name}.json").stat().st_size
-            for name in ("honest", "crafted", "hostile")
-        }
-        print(
-            f"model {model} ({'given' if args.model else 'tiny, random weights'}), clip {WIDTH}x{HEIGHT}, {args.frames} frames over {args.photo}"
-        )
-        print("| sidecar | faces (over all frames) | bytes | recover s (warm) | s per face |")
-        print("|---|---|---|---|---|")
-        print(
-            f"| honest | {honest_faces} | {sizes['honest']} | {honest_s:.2f} | {honest_s / max(honest_faces, 1):.3f} |"
-        )
-        print(
-            f"| crafted, the most the checks accept | {crafted_faces} | {sizes['crafted']} | {crafted_s:.2f} | "
-            f"{crafted_s / crafted_faces:.3f} |"
-        )
-        print(
-            f"| the hostile trial's (1000 tracks at one place) | {1000 * args.frames} | {sizes['hostile']} | {refusal} | |"
-        )
-        print(
-            f"crafted / honest: {crafted_s / honest_s:.1f}x the time for {crafted_faces / max(honest_faces, 1):.1f}x the faces; "
-            f"bound on the sidecar's bytes for this clip: {sidecar.max_bytes((HEIGHT, WIDTH), args.frames)}; "
-            f"faces per frame: honest {np.round(honest_faces / args.frames, 1)}, crafted {len(crafted['tracks'])}"
-        )
+        print_table(args, model, work, contents, anonymized.faces, seconds, refusal)
 
 
 if __name__ == "__main__":

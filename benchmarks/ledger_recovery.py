@@ -116,10 +116,12 @@ def _anonymized_faces(path: Path, size: int) -> tuple[np.ndarray, list[tuple[flo
     ]
 
 
-def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
-    """The rows of the module doc for ``sources`` (photos), using the MTCNN in ``detector_dir``."""
-    double = InvertibleDouble()
-    faces = photos.PhotoFaces(mtcnn.MTCNN.load(detector_dir), double.input_size)
+def _anonymized(
+    sources: list[Path], double: InvertibleDouble, faces: photos.PhotoFaces, work: Path
+) -> tuple[Path, keys.KeyRecord, list[ledger.Entry]]:
+    """``sources`` copied into work/originals and anonymized into work/anonymized with a
+    key file, whose face ledger this writes: (the originals' folder, the key record,
+    the ledger's entries)."""
     originals = _folder(work / "originals")
     for source in sources:
         shutil.copy(source, originals / source.name)
@@ -135,18 +137,20 @@ def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
         record=record,
         face_ledger=ledger.ledger_path(key_file),
     )
-    entries = ledger.read(ledger.ledger_path(key_file))
-    cases = {**TRANSFORMS, "control: the original": _stripped}
-    shared: dict[
-        tuple[str, str], tuple[Path, Path | None]
-    ] = {}  # (photo, case) -> (shared copy, original at its size)
+    return originals, record, ledger.read(ledger.ledger_path(key_file))
+
+
+def _shared_copies(
+    originals: Path, work: Path, cases: dict[str, Callable[[np.ndarray, Path], Path]]
+) -> dict[tuple[str, str], tuple[Path, Path | None]]:
+    """(photo, case) -> (the shared copy, the original at its size; None for the control),
+    each copy alone in its folder, so that a run's counts are the photo's."""
+    shared = {}
     for source in sorted(originals.iterdir()):
         original = images.read_photo(source)
         anonymized = images.read_photo(work / "anonymized" / f"{source.stem}.png")
         for number, (case, save) in enumerate(cases.items()):
-            folder = _folder(
-                work / f"shared{number}_{source.stem}"
-            )  # one photo per run: its counts are the photo's
+            folder = _folder(work / f"shared{number}_{source.stem}")
             if case.startswith("control"):
                 shared[source.name, case] = (save(original, folder / source.stem), None)
             else:
@@ -154,13 +158,54 @@ def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
                     save(anonymized, folder / source.stem),
                     save(original, _folder(work / f"reference{number}") / source.stem),
                 )
+    return shared
+
+
+def _recovered_folder(given: Path) -> Path:
+    return given.parent.with_name("recovered_" + given.parent.name)
+
+
+def _measured(
+    given: Path, reference: Path | None, stem: str, changed: np.ndarray, discs: list[tuple]
+) -> tuple[int, int]:
+    """(faces restored, pixels changed outside the faces anonymization changed) of the
+    recovery of the shared copy ``given``; ``changed`` and ``discs``: `_anonymized_faces`."""
+    before = images.read_photo(given)
+    after = images.read_photo(_recovered_folder(given) / f"{stem}.png")
+    allowed = (
+        _same_geometry(changed, before.shape)
+        if reference is not None
+        else np.zeros(before.shape[:2], bool)
+    )
+    outside = int(((after != before).any(axis=-1) & ~allowed).sum())
+    restored = 0
+    if reference is not None and discs:
+        target = images.read_photo(reference)
+        width = before.shape[1]
+        in_pixels = [((x * width, y * width), r * width) for x, y, r in discs]
+        restored = int(
+            (
+                _face_errors(after, target, in_pixels)
+                <= RESTORED * _face_errors(before, target, in_pixels)
+            ).sum()
+        )
+    return restored, outside
+
+
+def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
+    """The rows of the module doc for ``sources`` (photos), using the MTCNN in ``detector_dir``."""
+    double = InvertibleDouble()
+    faces = photos.PhotoFaces(mtcnn.MTCNN.load(detector_dir), double.input_size)
+    originals, record, entries = _anonymized(sources, double, faces, work)
+    cases = {**TRANSFORMS, "control: the original": _stripped}
+    shared = _shared_copies(originals, work, cases)
     reports = {
         key: recover_photo_folder(
             double,
             faces,
             PASSWORD,
             given.parent,
-            given.parent.with_name("recovered_" + given.parent.name),
+            _recovered_folder(given),
             record=record,
             face_ledger=entries,
         )
@@ -173,33 +218,14 @@ def measure(sources: list[Path], detector_dir: Path, work: Path) -> list[Row]:
         )
         for case in cases:
             given, reference = shared[source.name, case]
-            before = images.read_photo(given)
-            after = images.read_photo(
-                given.parent.with_name("recovered_" + given.parent.name) / f"{source.stem}.png"
-            )
-            allowed = (
-                _same_geometry(changed, before.shape)
-                if reference is not None
-                else np.zeros(before.shape[:2], bool)
-            )
-            outside = int(((after != before).any(axis=-1) & ~allowed).sum())
-            restored = 0
-            if reference is not None and discs:
-                target = images.read_photo(reference)
-                width = before.shape[1]
-                in_pixels = [((x * width, y * width), r * width) for x, y, r in discs]
-                restored = int(
-                    (
-                        _face_errors(after, target, in_pixels)
-                        <= RESTORED * _face_errors(before, target, in_pixels)
-                    ).sum()
-                )
+            restored, outside = _measured(given, reference, source.stem, changed, discs)
             report = reports[source.name, case]
+            anonymized = len(discs) if reference is not None else 0
             rows.append(
                 Row(
                     source.name,
                     case,
-                    len(discs) if reference is not None else 0,
+                    anonymized,
                     report.faces_found,
                     report.faces,
                     restored,

@@ -219,6 +219,99 @@ def compatibility_problems(
     return problems
 
 
+def cid_network(
+    path: Path, latent_groups: tuple[int, ...] | None, cid_heads: int
+) -> tuple[Any, dict]:
+    """CID of DBAF's stage-1 file, with the latent groups and heads its shapes cannot tell."""
+    source = str(path)
+    state_dict = to_numpy(load_torch_checkpoint(path), source)
+    module = infer_cid(state_dict, source, latent_groups, cid_heads)
+    return module, cid_variables(state_dict, module, source)
+
+
+def maar_network(path: Path) -> tuple[Any, dict, tuple[int, ...]]:
+    """MAAR of DBAF's stage-1 file, and the channels it reads (e4e's c3, c2, c1)."""
+    source = str(path)
+    state_dict = to_numpy(load_torch_checkpoint(path), source)
+    module, in_channels = infer_maar(state_dict, source)
+    return module, maar_variables(state_dict, module, source, in_channels), in_channels
+
+
+def kria_groups(
+    latent_groups: tuple[int, ...] | None, networks: Mapping[str, tuple[Any, dict]]
+) -> tuple[int, ...]:
+    """KRIA's latent groups: those given, else CID's, else the default for the
+    decoder's number of latents, else the reference's (4, 4, 6)."""
+    if latent_groups:
+        return tuple(latent_groups)
+    if "cid" in networks:
+        return networks["cid"][0].groups
+    return default_groups(networks["decoder"][0].n_latent) if "decoder" in networks else (4, 4, 6)
+
+
+def kria_network(path: Path, groups: tuple[int, ...]) -> tuple[Any, dict]:
+    """KRIA of DBAF's stage-2 file."""
+    source = str(path)
+    state_dict = to_numpy(load_torch_checkpoint(path), source)
+    module = infer_kria(state_dict, source, groups)
+    return module, kria_variables(state_dict, module, source)
+
+
+def refuse_outputs(out_dir: Path, files: Mapping[str, Path], overwrite: bool) -> None:
+    """ConversionError when ``out_dir`` holds what this conversion writes (unless
+    ``overwrite``), or an optional network it would not replace."""
+    existing = [str(out_dir / n) for n in (*files, MODEL_FILE) if (out_dir / n).exists()]
+    if existing and not overwrite:
+        raise ConversionError(
+            f"{', '.join(existing)} exist(s) already; pass --overwrite to replace"
+        )
+    stale = [
+        str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()
+    ]
+    if stale:
+        raise ConversionError(
+            f"{', '.join(stale)} come(s) from another conversion and this one would not replace it; "
+            "remove it or choose another --out"
+        )
+
+
+def convert_networks(
+    files: Mapping[str, Path], latent_groups: tuple[int, ...] | None, cid_heads: int
+) -> dict[str, tuple[Any, dict]]:
+    """Every file converted and the networks checked against each other; all complaints
+    together in one ConversionError."""
+    errors: list[str] = []
+    networks: dict[str, tuple[Any, dict]] = {}
+    maar_in_channels = None
+
+    def attempt(name, convert):
+        try:
+            networks[name] = convert()
+        except ConversionError as err:
+            errors.append(str(err))
+
+    def convert_maar():
+        nonlocal maar_in_channels
+        module, variables, maar_in_channels = maar_network(files["maar"])
+        return module, variables
+
+    attempt("e4e", lambda: encoder_network(files["e4e"]))
+    attempt(KEY_GENERATOR, lambda: base_generator_network(files[KEY_GENERATOR]))
+    attempt("decoder", lambda: decoder_network(files["decoder"]))
+    attempt("cid", lambda: cid_network(files["cid"], latent_groups, cid_heads))
+    attempt("maar", convert_maar)
+    if "kria" in files:
+        attempt("kria", lambda: kria_network(files["kria"], kria_groups(latent_groups, networks)))
+    if DISCRIMINATOR in files:
+        attempt(DISCRIMINATOR, lambda: discriminator_network(files[DISCRIMINATOR]))
+    problems = compatibility_problems({n: m for n, (m, _) in networks.items()}, maar_in_channels)
+    if problems:
+        errors.append("the networks do not fit together:\n  " + "\n  ".join(problems))
+    if errors:
+        raise ConversionError("\n".join(errors))
+    return networks
+
+
 def convert_dbaf(
     out_dir: str | Path,
     *,
@@ -249,74 +342,8 @@ def convert_dbaf(
         DISCRIMINATOR: discriminator,
     }
     files = {name: Path(f) for name, f in files.items() if f is not None}
-    existing = [str(out_dir / n) for n in (*files, MODEL_FILE) if (out_dir / n).exists()]
-    if existing and not overwrite:
-        raise ConversionError(
-            f"{', '.join(existing)} exist(s) already; pass --overwrite to replace"
-        )
-    stale = [
-        str(out_dir / n) for n in OPTIONAL_NETWORKS if n not in files and (out_dir / n).exists()
-    ]
-    if stale:
-        raise ConversionError(
-            f"{', '.join(stale)} come(s) from another conversion and this one would not replace it; "
-            "remove it or choose another --out"
-        )
-
-    errors: list[str] = []
-    networks: dict[str, tuple[Any, dict]] = {}
-    maar_in_channels = None
-
-    def attempt(name, convert):
-        try:
-            networks[name] = convert()
-        except ConversionError as err:
-            errors.append(str(err))
-
-    def convert_cid():
-        source = str(files["cid"])
-        state_dict = to_numpy(load_torch_checkpoint(files["cid"]), source)
-        module = infer_cid(state_dict, source, latent_groups, cid_heads)
-        return module, cid_variables(state_dict, module, source)
-
-    def convert_maar():
-        nonlocal maar_in_channels
-        source = str(files["maar"])
-        state_dict = to_numpy(load_torch_checkpoint(files["maar"]), source)
-        module, maar_in_channels = infer_maar(state_dict, source)
-        return module, maar_variables(state_dict, module, source, maar_in_channels)
-
-    def convert_kria():
-        source = str(files["kria"])
-        state_dict = to_numpy(load_torch_checkpoint(files["kria"]), source)
-        if latent_groups:
-            groups = tuple(latent_groups)
-        elif "cid" in networks:
-            groups = networks["cid"][0].groups
-        else:
-            groups = (
-                default_groups(networks["decoder"][0].n_latent)
-                if "decoder" in networks
-                else (4, 4, 6)
-            )
-        module = infer_kria(state_dict, source, groups)
-        return module, kria_variables(state_dict, module, source)
-
-    attempt("e4e", lambda: encoder_network(files["e4e"]))
-    attempt(KEY_GENERATOR, lambda: base_generator_network(files[KEY_GENERATOR]))
-    attempt("decoder", lambda: decoder_network(files["decoder"]))
-    attempt("cid", convert_cid)
-    attempt("maar", convert_maar)
-    if "kria" in files:
-        attempt("kria", convert_kria)
-    if DISCRIMINATOR in files:
-        attempt(DISCRIMINATOR, lambda: discriminator_network(files[DISCRIMINATOR]))
-    problems = compatibility_problems({n: m for n, (m, _) in networks.items()}, maar_in_channels)
-    if problems:
-        errors.append("the networks do not fit together:\n  " + "\n  ".join(problems))
-    if errors:
-        raise ConversionError("\n".join(errors))
-
+    refuse_outputs(out_dir, files, overwrite)
+    networks = convert_networks(files, latent_groups, cid_heads)
     sources = {name: files[name].name for name in networks}
     # The authors' stage 2 trains latent recovery (KRIA applied again to the kept codes).
     save_model(out_dir, FAMILY, networks, sources, overwrite=overwrite, recovery="latent")

@@ -100,6 +100,202 @@ def image_sets(latent_recovery: bool) -> tuple[tuple[str, ...], tuple[str, ...]]
     return keep(QUALITY_SETS), keep(IDENTITY_SETS)
 
 
+@dataclasses.dataclass(frozen=True)
+class EvaluationKeys:
+    """The keys of an evaluation, all under the fixed salt: the test password's, the wrong
+    password's, the attacker's guessed passwords' and the one-bit changes' (of the test
+    password, of the salt)."""
+
+    record: keys.KeyRecord
+    key: jax.Array
+    wrong_key: jax.Array
+    guess_keys: list[jax.Array]
+    flip_keys: dict[str, jax.Array]
+
+
+def evaluation_keys(anonymizer: FaceAnonymizer, options: EvaluationOptions) -> EvaluationKeys:
+    record = keys.KeyRecord(salt=TEST_SALT)
+    key, wrong_key = (
+        anonymizer.key_for(TEST_PASSWORD, record),
+        anonymizer.key_for(WRONG_PASSWORD, record),
+    )
+    # The attacker's wrong passwords: distinct from the test and wrong-key ones, fixed by the seed.
+    guess_keys = [
+        anonymizer.key_for(p, record)
+        for p in diversity.key_passwords(options.guesses, options.seed + 1)
+    ]
+    flip_keys = {
+        "flip_password": anonymizer.key_for(robustness.flip_bit(TEST_PASSWORD), record),
+        "flip_salt": anonymizer.key_for(
+            TEST_PASSWORD, keys.KeyRecord(salt=robustness.flip_salt_bit(TEST_SALT))
+        ),
+    }
+    return EvaluationKeys(record, key, wrong_key, guess_keys, flip_keys)
+
+
+@dataclasses.dataclass
+class Collected:
+    """What the pass over the images collects: the measures' per-image values
+    (``totals``), the detection utility per detector (dlib's skipped with the reason
+    ``dlib_missing``), the unreadable images and the first faces for the diversity study."""
+
+    totals: measures.Accumulator
+    utility: dict[str, DetectionUtility]
+    dlib_missing: str | None
+    skipped: list[images.Skipped] = dataclasses.field(default_factory=list)
+    diversity_faces: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+
+def image_set_outputs(
+    anonymizer: FaceAnonymizer,
+    batch: np.ndarray,
+    n: int,
+    credentials: EvaluationKeys,
+    batch_size: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The image sets of one batch (the anonymization and every recovery, at the output
+    size, as stored: (n, s, s, 3) each) and the anonymization as stored at the input size
+    (the padded batch), which the recoveries in image mode read."""
+    key, wrong_key = credentials.key, credentials.wrong_key
+    anonymized, latents = anonymizer.anonymize(
+        pad_batch(batch, batch_size), key, anonymizer.latent_recovery
+    )
+    stored = as_stored(anonymized, anonymizer.input_size)
+    outputs = {
+        "anonymization": anonymized,
+        "recovery_image": anonymizer.recover(stored, key),
+        "wrong_key_image": anonymizer.recover(stored, wrong_key),
+    }
+    if anonymizer.latent_recovery:
+        outputs["recovery_latent"] = anonymizer.recover_from_latents(latents, key)
+        outputs["wrong_key_latent"] = anonymizer.recover_from_latents(latents, wrong_key)
+    output_size = anonymizer.output_size
+    return {name: as_stored(x[:n], output_size) for name, x in outputs.items()}, stored
+
+
+def attack_outputs(
+    anonymizer: FaceAnonymizer,
+    batch: np.ndarray,
+    stored: np.ndarray,
+    n: int,
+    credentials: EvaluationKeys,
+    batch_size: int,
+) -> dict[str, np.ndarray]:
+    """The attacks' images of one batch (padded): the same faces' second views under the
+    same key (linkability), recoveries with the attacker's guessed passwords and of
+    transformed images (robustness), anonymizations under one-bit-changed keys."""
+    key = credentials.key
+    views = pad_batch(calibration.augmented_views(batch), batch_size)
+    outputs = {"linked_view": anonymizer.anonymize(views, key)[0]}
+    outputs.update(
+        {f"guess{g}": anonymizer.recover(stored, k) for g, k in enumerate(credentials.guess_keys)}
+    )
+    for name, transform in robustness.TRANSFORMS.items():
+        outputs[f"robust_{name}"] = anonymizer.recover(
+            pad_batch(transform(stored[:n]), batch_size), key
+        )
+    outputs.update(
+        {
+            name: anonymizer.anonymize(pad_batch(batch, batch_size), k)[0]
+            for name, k in credentials.flip_keys.items()
+        }
+    )
+    return outputs
+
+
+def accumulate_attacks(
+    totals: measures.Accumulator,
+    networks: MetricNetworks,
+    attacks: dict[str, np.ndarray],
+    originals: np.ndarray,
+    anonymization: np.ndarray,
+    batch_size: int,
+) -> None:
+    """Adds one batch's attack images (`attack_outputs`) to ``totals``: every recogniser's
+    embeddings, and the robustness recoveries' PSNR against the ``originals``
+    (n, s, s, 3) or the one-bit changes' difference from the right key's ``anonymization``."""
+    n, output_size = len(originals), originals.shape[1]
+    for name, x in attacks.items():
+        x = as_stored(x[:n], output_size)
+        embedded = {r: recogniser(x) for r, recogniser in networks.recognisers.items()}
+        for r, e in embedded.items():
+            totals.extra_embeddings[r].setdefault(name, []).append(e)
+        if name.startswith("robust_"):
+            _, psnr, _ = measures.pixel_metrics(
+                pad_batch(originals, batch_size), pad_batch(x, batch_size)
+            )
+            totals.extra_pixels.setdefault(name, []).append(np.asarray(psnr)[:n])
+        elif name.startswith("flip_"):
+            levels = np.abs(x - anonymization).mean(axis=(1, 2, 3)) * 127.5
+            totals.extra_pixels.setdefault(name, []).append(levels)
+            for r, recogniser in networks.recognisers.items():
+                distance = calibration.pair_distances(
+                    recogniser(anonymization), embedded[r], r not in recognition.RAW_L2
+                )
+                totals.flip_distances[r].setdefault(name, []).append(distance)
+
+
+def utility_measures(networks: MetricNetworks) -> tuple[dict[str, DetectionUtility], str | None]:
+    """Table III's detectors: MTCNN, and dlib's HOG with 68 landmarks when dlib is
+    installed (else why not, also said on stderr)."""
+    utility = {"mtcnn": DetectionUtility(networks.detector)}
+    dlib_missing = DlibDetector.unavailable()
+    if dlib_missing is None:
+        utility["dlib"] = DetectionUtility(DlibDetector("hog", upsample=1, all_68=True))
+    else:
+        print(f"Dlib utility skipped: {dlib_missing}", file=sys.stderr)
+    return utility, dlib_missing
+
+
+def collect(
+    anonymizer: FaceAnonymizer,
+    networks: MetricNetworks,
+    credentials: EvaluationKeys,
+    image_paths: list[Path],
+    out_dir: Path,
+    options: EvaluationOptions,
+) -> Collected:
+    """One pass over the images, batch by batch: anonymized, recovered and attacked, each
+    batch measured into a `Collected`; the first batch's sample grid written into ``out_dir``."""
+    totals = measures.Accumulator(
+        list(networks.recognisers), *image_sets(anonymizer.latent_recovery)
+    )
+    collected = Collected(totals, *utility_measures(networks))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    batch_size, output_size = options.batch_size, anonymizer.output_size
+    with tqdm(total=len(image_paths), unit="img", desc="evaluate") as bar:
+        for paths, batch, bad in images.iter_batches(
+            image_paths, anonymizer.input_size, batch_size
+        ):
+            collected.skipped += bad
+            if not paths:
+                bar.update(len(bad))
+                continue
+            n = len(paths)
+            originals = np.stack([images.read_image(p, output_size) for p in paths])
+            outputs, stored = image_set_outputs(anonymizer, batch, n, credentials, batch_size)
+            measures.accumulate(totals, networks, originals, outputs, batch_size)
+            if options.inversion_steps:
+                totals.pairs["original"].append(originals)
+                totals.pairs["anonymization"].append(outputs["anonymization"])
+            attacks = attack_outputs(anonymizer, batch, stored, n, credentials, batch_size)
+            accumulate_attacks(
+                totals, networks, attacks, originals, outputs["anonymization"], batch_size
+            )
+            for measure in collected.utility.values():
+                measure.update(originals, outputs["anonymization"])
+            if not collected.diversity_faces:
+                rows = np.stack([originals] + [outputs[s] for s in totals.identity_sets], axis=1)
+                grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
+                images.write_png(
+                    out_dir / SAMPLES_FILE, grid, {"columns": ["original", *totals.identity_sets]}
+                )
+            wanted = options.diversity_faces - len(collected.diversity_faces)
+            collected.diversity_faces += list(batch[:wanted])
+            bar.update(len(paths) + len(bad))
+    return collected
+
+
 def evaluate(
     model_dir: str | Path,
     image_paths: list[Path],
@@ -121,117 +317,29 @@ def evaluate(
         )
     networks = MetricNetworks.load(metrics_models, options.batch_size)
     anonymizer = FaceAnonymizer(model_dir)
-    output_size = anonymizer.output_size
-    record = keys.KeyRecord(salt=TEST_SALT)
-    key, wrong_key = (
-        anonymizer.key_for(TEST_PASSWORD, record),
-        anonymizer.key_for(WRONG_PASSWORD, record),
-    )
-    totals = measures.Accumulator(
-        list(networks.recognisers), *image_sets(anonymizer.latent_recovery)
-    )
-    # The attacker's wrong passwords: distinct from the test and wrong-key ones, fixed by the seed.
-    guess_keys = [
-        anonymizer.key_for(p, record)
-        for p in diversity.key_passwords(options.guesses, options.seed + 1)
-    ]
-    flip_keys = {
-        "flip_password": anonymizer.key_for(robustness.flip_bit(TEST_PASSWORD), record),
-        "flip_salt": anonymizer.key_for(
-            TEST_PASSWORD, keys.KeyRecord(salt=robustness.flip_salt_bit(TEST_SALT))
-        ),
-    }
-    utility = {"mtcnn": DetectionUtility(networks.detector)}
-    dlib_missing = DlibDetector.unavailable()
-    if dlib_missing is None:
-        utility["dlib"] = DetectionUtility(DlibDetector("hog", upsample=1, all_68=True))
-    else:
-        print(f"Dlib utility skipped: {dlib_missing}", file=sys.stderr)
-    skipped: list[images.Skipped] = []
-    diversity_faces: list[np.ndarray] = []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    batch_size = options.batch_size
-
-    with tqdm(total=len(image_paths), unit="img", desc="evaluate") as bar:
-        for paths, batch, bad in images.iter_batches(
-            image_paths, anonymizer.input_size, batch_size
-        ):
-            skipped += bad
-            if not paths:
-                bar.update(len(bad))
-                continue
-            n = len(paths)
-            originals = np.stack([images.read_image(p, output_size) for p in paths])
-            anonymized, latents = anonymizer.anonymize(
-                pad_batch(batch, batch_size), key, anonymizer.latent_recovery
-            )
-            stored = as_stored(anonymized, anonymizer.input_size)
-            outputs = {
-                "anonymization": anonymized,
-                "recovery_image": anonymizer.recover(stored, key),
-                "wrong_key_image": anonymizer.recover(stored, wrong_key),
-            }
-            if anonymizer.latent_recovery:
-                outputs["recovery_latent"] = anonymizer.recover_from_latents(latents, key)
-                outputs["wrong_key_latent"] = anonymizer.recover_from_latents(latents, wrong_key)
-            outputs = {name: as_stored(x[:n], output_size) for name, x in outputs.items()}
-            measures.accumulate(totals, networks, originals, outputs, batch_size)
-            if options.inversion_steps:
-                totals.pairs["original"].append(originals)
-                totals.pairs["anonymization"].append(outputs["anonymization"])
-            # Attacks: the same faces' second views under the same key (linkability), and
-            # recoveries with the attacker's guessed passwords.
-            views = pad_batch(calibration.augmented_views(batch), batch_size)
-            attack_outputs = {"linked_view": anonymizer.anonymize(views, key)[0]}
-            attack_outputs.update(
-                {f"guess{g}": anonymizer.recover(stored, k) for g, k in enumerate(guess_keys)}
-            )
-            for name, transform in robustness.TRANSFORMS.items():
-                attack_outputs[f"robust_{name}"] = anonymizer.recover(
-                    pad_batch(transform(stored[:n]), batch_size), key
-                )
-            attack_outputs.update(
-                {
-                    name: anonymizer.anonymize(pad_batch(batch, batch_size), k)[0]
-                    for name, k in flip_keys.items()
-                }
-            )
-            for name, x in attack_outputs.items():
-                x = as_stored(x[:n], output_size)
-                embedded = {r: recogniser(x) for r, recogniser in networks.recognisers.items()}
-                for r, e in embedded.items():
-                    totals.extra_embeddings[r].setdefault(name, []).append(e)
-                if name.startswith("robust_"):
-                    psnr = np.asarray(
-                        measures.pixel_metrics(
-                            pad_batch(originals, batch_size), pad_batch(x, batch_size)
-                        )[1]
-                    )[:n]
-                    totals.extra_pixels.setdefault(name, []).append(psnr)
-                elif name.startswith("flip_"):
-                    levels = np.abs(x - outputs["anonymization"]).mean(axis=(1, 2, 3)) * 127.5
-                    totals.extra_pixels.setdefault(name, []).append(levels)
-                    for r, recogniser in networks.recognisers.items():
-                        distance = calibration.pair_distances(
-                            recogniser(outputs["anonymization"]),
-                            embedded[r],
-                            r not in recognition.RAW_L2,
-                        )
-                        totals.flip_distances[r].setdefault(name, []).append(distance)
-            for measure in utility.values():
-                measure.update(originals, outputs["anonymization"])
-            if not diversity_faces:
-                rows = np.stack([originals] + [outputs[s] for s in totals.identity_sets], axis=1)
-                grid = images.make_grid(rows.reshape(-1, *originals.shape[1:]), rows=n)
-                images.write_png(
-                    out_dir / SAMPLES_FILE, grid, {"columns": ["original", *totals.identity_sets]}
-                )
-            diversity_faces += list(batch[: options.diversity_faces - len(diversity_faces)])
-            bar.update(len(paths) + len(bad))
-    if not diversity_faces:
+    credentials = evaluation_keys(anonymizer, options)
+    collected = collect(anonymizer, networks, credentials, image_paths, out_dir, options)
+    if not collected.diversity_faces:
         raise DatasetError(f"no readable image among the {len(image_paths)} given")
+    return results_of(
+        model_dir, out_dir, options, anonymizer, networks, credentials.record, collected
+    )
 
-    results = {
+
+def results_of(
+    model_dir: Path,
+    out_dir: Path,
+    options: EvaluationOptions,
+    anonymizer: FaceAnonymizer,
+    networks: MetricNetworks,
+    record: keys.KeyRecord,
+    collected: Collected,
+) -> dict[str, Any]:
+    """Every number of the evaluation from what the pass collected; runs what needs all
+    the images at once (the identity measures, the learned inversion, the diversity study)."""
+    totals, utility, dlib_missing = collected.totals, collected.utility, collected.dlib_missing
+    output_size = anonymizer.output_size
+    return {
         "options": dataclasses.asdict(options),
         "versions": {
             "dbaf_jax": __version__,
@@ -240,7 +348,7 @@ def evaluate(
             "numpy": np.__version__,
         },
         "images": utility["mtcnn"].images,
-        "skipped": [s.reason for s in skipped],
+        "skipped": [s.reason for s in collected.skipped],
         "model": {
             "path": str(model_dir),
             "fingerprint": anonymizer.fingerprint,
@@ -268,10 +376,9 @@ def evaluate(
             **({"dlib": {"skipped": dlib_missing}} if dlib_missing else {}),
         },
         "diversity": _diversity(
-            anonymizer, networks, np.stack(diversity_faces), output_size, out_dir, options
+            anonymizer, networks, np.stack(collected.diversity_faces), output_size, out_dir, options
         ),
     }
-    return results
 
 
 def _diversity(anonymizer, networks, faces, output_size, out_dir, options) -> dict[str, Any]:

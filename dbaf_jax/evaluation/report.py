@@ -4,9 +4,9 @@ report.json is strict JSON: a non-finite number (PSNR of identical images is +in
 is written as the string "inf" (or "-inf", "nan"). report.md lays out Tables I-IV as
 the paper does (`paper_tables`), each value of ours beside the paper's DBAF value; what
 this project does not measure (Dlib when it is not installed, the ablation
-configurations other than the model evaluated) is shown as "—". After them come what
+configurations other than the model evaluated) is shown as "—". Before them comes what
 the paper does not report: the calibrated thresholds, the attacks, the learned
-inversion and robustness.
+inversion and robustness; after them, the diversity study.
 """
 
 from __future__ import annotations
@@ -217,7 +217,8 @@ def robustness_lines(results: dict[str, Any]) -> list[str]:
     return lines + table(header, rows)
 
 
-def markdown(results: dict[str, Any]) -> str:
+def header_section(results: dict[str, Any]) -> list[str]:
+    """The title, the provenance, the model and what was not measured or read."""
     model = results["model"]
     options = results["options"]
     lines = [
@@ -237,7 +238,12 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     if results["skipped"]:
         lines += [f"Skipped {len(results['skipped'])} unreadable image(s).", ""]
-    lines += [
+    return lines
+
+
+def calibrated_section(results: dict[str, Any]) -> list[str]:
+    """The section on identity at each recogniser's calibrated thresholds."""
+    lines = [
         "## Identity at calibrated thresholds",
         "",
         "Thresholds from each recogniser's own distances on these originals: genuine pairs are each "
@@ -247,8 +253,12 @@ def markdown(results: dict[str, Any]) -> str:
         "pairs is not resolvable on this many faces. dlib is held out from the model's training.",
         "",
     ]
-    lines += calibrated_table(results)
-    lines += [
+    return lines + calibrated_table(results)
+
+
+def attacks_section(results: dict[str, Any]) -> list[str]:
+    """The attacks section: password guessing and linkability, then the learned inversion."""
+    lines = [
         "",
         "## Attacks",
         "",
@@ -267,8 +277,12 @@ def markdown(results: dict[str, Any]) -> str:
         "outputs each recogniser accepts as the original, beside the anonymized faces themselves.",
         "",
     ]
-    lines += inversion_table(results)
-    lines += [
+    return lines + inversion_table(results)
+
+
+def robustness_section(results: dict[str, Any]) -> list[str]:
+    """The robustness and key-sensitivity section (its tables: `robustness_lines`)."""
+    lines = [
         "",
         "## Robustness and key sensitivity",
         "",
@@ -276,8 +290,12 @@ def markdown(results: dict[str, Any]) -> str:
         "password or salt with one bit flipped, against the right key's anonymization.",
         "",
     ]
-    lines += robustness_lines(results)
-    lines += [
+    return lines + robustness_lines(results)
+
+
+def paper_tables_section(results: dict[str, Any]) -> list[str]:
+    """The paper's Tables I-IV, each with what it measures and the notes under it."""
+    lines = [
         "",
         "## Table I: recognition rate (the paper's protocol)",
         "",
@@ -322,8 +340,12 @@ def markdown(results: dict[str, Any]) -> str:
         "ablation's model to fill its column. Recognition: FaceNet VGGFace2, l2.",
         "",
     ]
-    lines += ablation_table(results)
-    lines += ["", "## Diversity", ""]
+    return lines + ablation_table(results)
+
+
+def diversity_section(results: dict[str, Any]) -> list[str]:
+    """The diversity section: pairwise identity diversity per recogniser, the plots, the samples."""
+    lines = ["", "## Diversity", ""]
     div = results["diversity"]
     lines += table(
         ["recogniser", "mean pairwise cosine ↓", "mean pairwise angle (°) ↑"],
@@ -334,13 +356,25 @@ def markdown(results: dict[str, Any]) -> str:
         ],
     )
     plots = ", ".join(f"`{name}`" for name in div["plots"])
-    lines += [
+    return lines + [
         "",
         f"{div['faces']} faces x {div['keys']} keys: {plots}. "
         f"Samples (original, then each set of Table I): `{SAMPLES_FILE}`.",
         "",
     ]
-    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """report.md: its sections, in the order the module docstring gives."""
+    sections = (
+        header_section,
+        calibrated_section,
+        attacks_section,
+        robustness_section,
+        paper_tables_section,
+        diversity_section,
+    )
+    return "\n".join(line for section in sections for line in section(results))
 
 
 def write_report(out_dir: str | Path, results: dict[str, Any]) -> tuple[Path, Path]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -21,6 +21,7 @@ from tqdm import tqdm
 from dbaf_jax import atomic_files, images, keys, metadata, pipeline, sidecars
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import (
+    Plan,
     anonymized_already,
     check_outputs,
     checked_anonymizations,
@@ -100,6 +101,99 @@ def anonymize_folder(
     return report
 
 
+def _recoverable(
+    anonymizer: FaceAnonymizer, plan: Plan, report: Report, ignore_model_mismatch: bool
+) -> list[tuple[Path, metadata.Anonymization]]:
+    """The planned files that are aligned outputs of anonymize, with their metadata;
+    the others (no metadata, whole photos) skipped in ``report`` with the reason."""
+    readable: list[tuple[Path, metadata.Anonymization]] = []
+    for source, made in checked_anonymizations(
+        anonymizer, plan, report, ignore_model_mismatch
+    ).items():
+        if made is None:
+            report.skipped.append(
+                images.Skipped(
+                    source,
+                    f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.commands.anonymize)",
+                )
+            )
+        elif made.is_photo:
+            report.skipped.append(
+                images.Skipped(
+                    source, f"{source}: an anonymized whole photo; recover it without --aligned"
+                )
+            )
+        else:
+            readable.append((source, made))
+    return readable
+
+
+def _recovery_input(
+    anonymizer: FaceAnonymizer,
+    mode: str,
+    spec: dict | None,
+    item: tuple[Path, metadata.Anonymization],
+):
+    """The input of one recovery: the anonymized image, or its saved latents checked
+    against ``spec`` (`FaceAnonymizer.latent_spec`; ValueError when they are missing)."""
+    source = item[0]
+    if mode == "image":
+        return images.read_image(source, anonymizer.input_size)
+    side = latents_path(source)
+    if not side.is_file():
+        raise ValueError(
+            f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)"
+        )
+    return sidecars.read_latents(side, spec)
+
+
+def _recoveries(
+    anonymizer: FaceAnonymizer,
+    password: str,
+    readable: list[tuple[Path, metadata.Anonymization]],
+    load: Callable[[tuple[Path, metadata.Anonymization]], Any],
+    mode: str,
+    batch_size: int,
+    report: Report,
+) -> Iterator:
+    """(items, how many of the batch were dropped, recovered on the device) per batch of
+    inputs recorded with one key (an anonymize run uses one salt, so usually one batch
+    per read batch); ``load``: an item's input (`_recovery_input`), read ahead on worker
+    threads; inputs that could not be read skipped in ``report``."""
+    key_cache: dict[keys.KeyRecord, jax.Array] = {}
+    loaded = pipeline.read_ahead(readable, load, depth=2 * batch_size)
+    for chunk in pipeline.chunks(loaded, batch_size):
+        for record in dict.fromkeys(made.record for (_, made), _ in chunk):
+            if record not in key_cache:
+                key_cache[record] = anonymizer.key_for(password, record)
+            kept = []
+            for (source, made), value in chunk:
+                if made.record != record:
+                    continue
+                if isinstance(value, ValueError):
+                    report.skipped.append(images.Skipped(source, str(value)))
+                else:
+                    kept.append((source, made, value))
+            if not kept:
+                yield [], len(chunk), None
+                continue
+            values = [value for _, _, value in kept]
+            if mode == "image":
+                recovered = anonymizer.recover_async(
+                    pad_batch(np.stack(values), batch_size), key_cache[record]
+                )
+            else:
+                latents = {
+                    k: pad_batch(np.stack([v[k] for v in values]), batch_size) for k in values[0]
+                }
+                recovered = anonymizer.recover_from_latents_async(latents, key_cache[record])
+            yield (
+                [(source, made) for source, made, _ in kept],
+                len(chunk) - len(kept),
+                recovered,
+            )
+
+
 def recover_folder(
     anonymizer: FaceAnonymizer,
     password: str,
@@ -125,83 +219,15 @@ def recover_folder(
     check_outputs(plan.targets.values(), overwrite)
     batch_size = anonymizer.padded_size(settings.batch)
     report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
-    readable: list[tuple[Path, metadata.Anonymization]] = []
-    for source, made in checked_anonymizations(
-        anonymizer, plan, report, settings.ignore_model_mismatch
-    ).items():
-        if made is None:
-            report.skipped.append(
-                images.Skipped(
-                    source,
-                    f"{source}: no {images.METADATA_CHUNK} metadata (not written by dbaf_jax.commands.anonymize)",
-                )
-            )
-        elif made.is_photo:
-            report.skipped.append(
-                images.Skipped(
-                    source, f"{source}: an anonymized whole photo; recover it without --aligned"
-                )
-            )
-        else:
-            readable.append((source, made))
-
+    readable = _recoverable(anonymizer, plan, report, settings.ignore_model_mismatch)
     spec = anonymizer.latent_spec() if mode == "latent" else None
-
-    def load(item: tuple[Path, metadata.Anonymization]):
-        """The input of one recovery: the anonymized image, or its saved latents."""
-        source = item[0]
-        if mode == "image":
-            return images.read_image(source, anonymizer.input_size)
-        side = latents_path(source)
-        if not side.is_file():
-            raise ValueError(
-                f"{source}: no {side.name} (anonymize with --save-latents for --mode latent)"
-            )
-        return sidecars.read_latents(side, spec)
-
-    key_cache: dict[keys.KeyRecord, jax.Array] = {}
-
-    def dispatched() -> Iterator:
-        """(items, recovered on the device) per batch of inputs recorded with one key
-        (an anonymize run uses one salt, so usually one batch per read batch)."""
-        loaded = pipeline.read_ahead(readable, load, depth=2 * batch_size)
-        for chunk in pipeline.chunks(loaded, batch_size):
-            for record in dict.fromkeys(made.record for (_, made), _ in chunk):
-                if record not in key_cache:
-                    key_cache[record] = anonymizer.key_for(password, record)
-                kept = []
-                for (source, made), value in chunk:
-                    if made.record != record:
-                        continue
-                    if isinstance(value, ValueError):
-                        report.skipped.append(images.Skipped(source, str(value)))
-                    else:
-                        kept.append((source, made, value))
-                if not kept:
-                    yield [], len(chunk), None
-                    continue
-                values = [value for _, _, value in kept]
-                if mode == "image":
-                    recovered = anonymizer.recover_async(
-                        pad_batch(np.stack(values), batch_size), key_cache[record]
-                    )
-                else:
-                    latents = {
-                        k: pad_batch(np.stack([v[k] for v in values]), batch_size)
-                        for k in values[0]
-                    }
-                    recovered = anonymizer.recover_from_latents_async(latents, key_cache[record])
-                yield (
-                    [(source, made) for source, made, _ in kept],
-                    len(chunk) - len(kept),
-                    recovered,
-                )
-
+    load = functools.partial(_recovery_input, anonymizer, mode, spec)
+    recoveries = _recoveries(anonymizer, password, readable, load, mode, batch_size, report)
     with (
         tqdm(total=len(readable), unit="img", desc="recover") as bar,
         pipeline.Writer(2 * batch_size) as writer,
     ):
-        for kept, dropped, recovered in pipeline.one_behind(dispatched()):
+        for kept, dropped, recovered in pipeline.one_behind(recoveries):
             pixels = np.asarray(recovered) if kept else None
             for i, (source, made) in enumerate(kept):
                 target = plan.targets[source]

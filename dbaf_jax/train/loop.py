@@ -19,6 +19,7 @@ an iFADIT model directory.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -192,66 +193,122 @@ def save_interrupted(checkpointer: checkpoints.TrainingCheckpointer, state: Meth
     checkpointer.save(int(state.step), state, jax.random.wrap_key_data(state.rng), force=True)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> MethodState:
-    started = (
-        time.perf_counter()
-    )  # the final line's total includes building and initialising the networks
-    workdir = Path(workdir)
+@dataclasses.dataclass(frozen=True)
+class TrainingRun:
+    """A run's fixed parts (`start_run`): its config and workdir, the mesh, the stage with
+    its frozen networks (as placed, and as exported), the training images and the
+    held-out ones (None when nothing is held out), the step counts and whether this is
+    the primary process (the one that writes files and prints)."""
+
+    config: ml_collections.ConfigDict
+    workdir: Path
+    mesh: Any
+    stage: TrainingStage
+    frozen: Any
+    exported_frozen: Any
+    source: Any
+    held_out: np.ndarray | None
+    steps_per_epoch: int
+    total_steps: int
+    primary: bool
+
+
+def step_counts(config: ml_collections.ConfigDict, examples: int) -> tuple[int, int]:
+    """(steps per epoch, total steps) of a run over ``examples`` training images."""
+    steps_per_epoch = examples // config.batch_size
+    if steps_per_epoch == 0:
+        raise DatasetError(f"{examples} images are fewer than one batch of {config.batch_size}")
+    total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
+    return steps_per_epoch, total_steps
+
+
+def start_run(
+    config: ml_collections.ConfigDict, workdir: Path
+) -> tuple[TrainingRun, MethodState, jax.Array, jax.Array]:
+    """The run, its initial state (before any checkpoint is restored) and the random keys
+    of its sample grids and its evaluation."""
     workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(
         None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp
     )
     nets = stages.build_networks(config)
     init_rng, state_rng, sample_rng, eval_rng = jax.random.split(jax.random.PRNGKey(config.seed), 4)
-
     source, held_out = evaluation.split_held_out(config, data_source(config))
-    steps_per_epoch = len(source) // config.batch_size
-    if steps_per_epoch == 0:
-        raise DatasetError(f"{len(source)} images are fewer than one batch of {config.batch_size}")
-    total_steps = config.num_steps if config.num_steps > 0 else config.num_epochs * steps_per_epoch
-
+    steps_per_epoch, total_steps = step_counts(config, len(source))
     stage, state, frozen, exported_frozen = setup(
         config, nets, initial_variables(config, nets, init_rng), state_rng, mesh
     )
+    run = TrainingRun(
+        config=config,
+        workdir=workdir,
+        mesh=mesh,
+        stage=stage,
+        frozen=frozen,
+        exported_frozen=exported_frozen,
+        source=source,
+        held_out=held_out,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        primary=jax.process_index() == 0,
+    )
+    return run, state, sample_rng, eval_rng
 
+
+def open_checkpoints(
+    run: TrainingRun, state: MethodState
+) -> tuple[checkpoints.TrainingCheckpointer, checkpoints.Restored | None]:
+    """The run's checkpointer and its latest checkpoint (None when it has none)."""
+    config = run.config
     # A method whose train state changed its layout names the layout, so that a checkpoint
     # of the old one is refused with the field named rather than failing inside Orbax.
-    meta = {"stage": config.stage, **architecture(config), **getattr(stage, "state_layout", {})}
+    meta = {"stage": config.stage, **architecture(config), **getattr(run.stage, "state_layout", {})}
     checkpointer = checkpoints.TrainingCheckpointer(
-        workdir, config.checkpoint_every, config.keep_checkpoints, meta
+        run.workdir, config.checkpoint_every, config.keep_checkpoints, meta
     )
-    restored = checkpointer.restore_latest(checkpoints.abstract_like(state), expected=meta)
-    start = 0
-    if restored is not None:
-        state, start = restored.state, restored.step
-        print(f"resumed from {checkpointer.directory / str(start)}")
+    return checkpointer, checkpointer.restore_latest(
+        checkpoints.abstract_like(state), expected=meta
+    )
 
-    primary = jax.process_index() == 0
-    progress = tqdm.tqdm(
-        total=total_steps,
+
+def progress_bar(run: TrainingRun, start: int) -> tqdm.tqdm:
+    return tqdm.tqdm(
+        total=run.total_steps,
         initial=start,
         unit="step",
-        desc=stages.name(config),
-        disable=not primary,
+        desc=stages.name(run.config),
+        disable=not run.primary,
         # tqdm's own rate would count compiling, evaluation and checkpoints as steps.
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
     )
-    announce = progress.write if primary else (lambda message: None)
-    clock = progress_lib.StepClock(total_steps, started)
-    if restored is None:
-        warm_up_started = time.perf_counter()
-        warmed = jax.block_until_ready(stage.warm_up(state, frozen, source))
-        if warmed is not state:
-            clock.add("warm-up", time.perf_counter() - warm_up_started)
-            announce(f"warmed up before the first step in {clock.other_seconds['warm-up']:.1f} s")
-            state = warmed
-    step_fn = StepPrograms(stage, mesh, state, frozen, announce)
-    profile = profiling.StepProfile(workdir, start, config.profile_steps if primary else 0)
-    batches = data.batches(
-        source, config.batch_size, config.seed, start_step=start, num_epochs=None
-    )
-    sampling = config.sample_every > 0
-    if sampling:
+
+
+def warmed_up(
+    run: TrainingRun,
+    state: MethodState,
+    clock: progress_lib.StepClock,
+    announce: Callable[[str], Any],
+) -> MethodState:
+    """The state after the stage's warm-up before the first step (the same state when it
+    has none), its time counted and announced when it had one."""
+    started = time.perf_counter()
+    warmed = jax.block_until_ready(run.stage.warm_up(state, run.frozen, run.source))
+    if warmed is not state:
+        clock.add("warm-up", time.perf_counter() - started)
+        announce(f"warmed up before the first step in {clock.other_seconds['warm-up']:.1f} s")
+    return warmed
+
+
+def due(every: int, done: int, total_steps: int) -> bool:
+    """Whether a periodic output falls after step ``done``: every ``every`` steps and after the last."""
+    return done % every == 0 or done == total_steps
+
+
+class SampleGrids:
+    """The sample grids: one fixed batch through the stage's sampler every
+    ``config.sample_every`` steps and after the last, written with the metrics."""
+
+    def __init__(self, run: TrainingRun, rng: jax.Array, announce: Callable[[str], Any]):
+        config, held_out = run.config, run.held_out
         # Held-out faces when there are enough: a grid of faces the model trained on flatters it.
         local = config.batch_size // jax.process_count()  # put_batch takes each process's part
         first = jax.process_index() * local
@@ -261,88 +318,186 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             else None
         )
         shown = (
-            next(data.batches(source, config.batch_size, config.seed + 1))
+            next(data.batches(run.source, config.batch_size, config.seed + 1))
             if shown is None
             else shown
         )
-        sample_images = sharding.put_batch(mesh, shown)
-        sampler = FirstCallAnnounced(make_sampler(stage, sample_rng), "the sample grid", announce)
-    if held_out is not None:
-        held_out_images = jax.device_put(held_out, sharding.replicated(mesh))
-        evaluator = FirstCallAnnounced(make_evaluator(stage, eval_rng), "the evaluation", announce)
-        best = (
-            evaluation.BestModel(workdir, config.best_metric, config.best_mode)
+        self.images = sharding.put_batch(run.mesh, shown)
+        sampler = make_sampler(run.stage, rng)
+        self._sampler = FirstCallAnnounced(sampler, "the sample grid", announce)
+        self._every, self._labels = config.sample_every, run.stage.sample_columns
+        self._name = f"{stages.name(config).replace(' ', '')}_samples"
+
+    def due(self, done: int, total_steps: int) -> bool:
+        return due(self._every, done, total_steps)
+
+    def write(self, writer: metrics_lib.MetricsWriter, done: int, state, frozen) -> None:
+        grid = sample_grid(self._sampler(state, frozen, self.images), self._labels)
+        writer.write_images(done, {self._name: grid})
+
+
+class HeldOutEvaluation:
+    """The evaluation on the held-out images every ``config.eval_every`` steps and after
+    the last, and with ``config.best_metric`` the best model so far, exported as
+    ``W/best`` (`evaluation.BestModel`) by the primary process."""
+
+    def __init__(self, run: TrainingRun, rng: jax.Array, announce: Callable[[str], Any]):
+        config = run.config
+        self._run = run
+        self._images = jax.device_put(run.held_out, sharding.replicated(run.mesh))
+        evaluator = make_evaluator(run.stage, rng)
+        self._evaluator = FirstCallAnnounced(evaluator, "the evaluation", announce)
+        self._best = (
+            evaluation.BestModel(run.workdir, config.best_metric, config.best_mode)
             if config.best_metric
             else None
         )
-    writer = metrics_lib.MetricsWriter(workdir / "metrics", clock, print_fn=progress.write)
+
+    def due(self, done: int, total_steps: int) -> bool:
+        return due(self._run.config.eval_every, done, total_steps)
+
+    def __call__(self, done: int, state) -> dict[str, float]:
+        """{metric: value} of the state after step ``done``."""
+        run = self._run
+        measured = jax.device_get(self._evaluator(state, run.frozen, self._images))
+        evaluated = {k: float(v) for k, v in measured.items()}
+        if self._best is not None and self._best.improves(evaluated) and run.primary:
+            variables = state_lib.exported_variables(state, run.exported_frozen)
+            export(run.workdir, run.stage, variables, evaluation.BEST_EXPORT)
+            self._best.record(done, evaluated)
+        return evaluated
+
+
+class StepOutputs:
+    """What follows a step, each when due: its logged metrics, the held-out evaluation,
+    the sample grids, the checkpoint and the progress bar. ``evaluated``: the latest
+    evaluation's {metric: value} (None before the first)."""
+
+    def __init__(
+        self,
+        run: TrainingRun,
+        checkpointer: checkpoints.TrainingCheckpointer,
+        clock: progress_lib.StepClock,
+        progress: tqdm.tqdm,
+        rngs: tuple[jax.Array, jax.Array],
+    ):
+        """``rngs``: the random keys of the sample grids and of the evaluation."""
+        announce = announcer(run, progress)
+        self._run, self.checkpointer, self.clock, self.progress = run, checkpointer, clock, progress
+        sample_rng, eval_rng = rngs
+        self.grids = SampleGrids(run, sample_rng, announce) if run.config.sample_every > 0 else None
+        self.held_out = (
+            HeldOutEvaluation(run, eval_rng, announce) if run.held_out is not None else None
+        )
+        self.writer = metrics_lib.MetricsWriter(
+            run.workdir / "metrics", clock, print_fn=progress.write
+        )
+        self.evaluated: dict[str, float] | None = None
+
+    def _due(self, done: int) -> tuple[bool, bool, bool]:
+        """(logging, evaluating, sampling) after step ``done``."""
+        total = self._run.total_steps
+        return (
+            due(self._run.config.log_every, done, total),
+            self.held_out is not None and self.held_out.due(done, total),
+            self.grids is not None and self.grids.due(done, total),
+        )
+
+    def wait_for(self, done: int) -> bool:
+        """Whether anything after step ``done`` reads its result (else the next step is
+        dispatched without waiting for it)."""
+        return any(self._due(done)) or self.checkpointer.due(done)
+
+    def after(self, done: int, state, step_metrics) -> None:
+        logging_now, evaluating, sampling_now = self._due(done)
+        clock, writer = self.clock, self.writer
+        scalars = {}
+        if logging_now:
+            scalars.update(jax.device_get(step_metrics))
+        if evaluating:
+            with clock.other("evaluation"):
+                self.evaluated = self.held_out(done, state)
+                scalars.update({f"eval/{k}": v for k, v in self.evaluated.items()})
+        if scalars:
+            metrics_file = self._run.workdir / "metrics" / METRICS_FILE
+            append_metrics(metrics_file, done, writer.write_scalars(done, scalars))
+        if sampling_now:
+            with clock.other("sample grids"):
+                self.grids.write(writer, done, state, self._run.frozen)
+        with clock.other("checkpoints"):
+            self.checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
+        rate = clock.steps_per_sec()
+        if np.isfinite(rate):
+            self.progress.set_postfix_str(
+                f"{rate:.3g} steps/s, ETA {metrics_lib.format_duration(clock.eta_seconds(done))}",
+                refresh=False,
+            )
+        self.progress.update(1)
+
+
+def announcer(run: TrainingRun, progress: tqdm.tqdm) -> Callable[[str], Any]:
+    """How the run says what it compiles or warms up: above the progress bar, on the
+    primary process only."""
+    return progress.write if run.primary else (lambda message: None)
+
+
+def finish(run: TrainingRun, state: MethodState, outputs: StepOutputs) -> None:
+    """Exports the trained model (``W/model``) and prints the run's last lines: the
+    evaluation's summary, the time and where the outputs are (primary process)."""
+    workdir, clock, evaluated = run.workdir, outputs.clock, outputs.evaluated
+    out = export(workdir, run.stage, state_lib.exported_variables(state, run.exported_frozen))
+    line = (
+        run.stage.evaluation_summary(evaluated, len(run.held_out))
+        if evaluated is not None
+        else None
+    )
+    if line:
+        print(line)
+    print(f"done in {metrics_lib.format_duration(clock.elapsed())}: {clock.summary()}")
+    print(
+        f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
+        f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})"
+    )
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> MethodState:
+    # The final line's total includes building and initialising the networks.
+    started = time.perf_counter()
+    run, state, sample_rng, eval_rng = start_run(config, Path(workdir))
+    checkpointer, restored = open_checkpoints(run, state)
+    start = 0
+    if restored is not None:
+        state, start = restored.state, restored.step
+        print(f"resumed from {checkpointer.directory / str(start)}")
+    progress = progress_bar(run, start)
+    announce = announcer(run, progress)
+    clock = progress_lib.StepClock(run.total_steps, started)
+    if restored is None:
+        state = warmed_up(run, state, clock, announce)
+    mesh, frozen = run.mesh, run.frozen
+    step_fn = StepPrograms(run.stage, mesh, state, frozen, announce)
+    profile = profiling.StepProfile(run.workdir, start, config.profile_steps if run.primary else 0)
+    batches = data.batches(
+        run.source, config.batch_size, config.seed, start_step=start, num_epochs=None
+    )
+    outputs = StepOutputs(run, checkpointer, clock, progress, (sample_rng, eval_rng))
     step = start
-    evaluated = None
     try:
         with checkpoints.catch_sigterm():
-            for step in range(start, total_steps):
+            for step in range(start, run.total_steps):
                 images = sharding.put_batch(mesh, next(batches))
-                index_in_epoch = jnp.asarray(step % steps_per_epoch, jnp.int32)
+                index_in_epoch = jnp.asarray(step % run.steps_per_epoch, jnp.int32)
                 profile.before(step)
                 with clock.other("compiling"):  # announced and timed apart; a lookup once compiled
                     program = step_fn.compile(step, state, frozen, images, index_in_epoch)
                 done = step + 1
-                logging_now = done % config.log_every == 0 or done == total_steps
-                evaluating = held_out is not None and (
-                    done % config.eval_every == 0 or done == total_steps
-                )
-                sampling_now = sampling and (done % config.sample_every == 0 or done == total_steps)
                 with clock.training():
                     state, step_metrics = program(state, frozen, images, index_in_epoch)
-                    if logging_now or evaluating or sampling_now or checkpointer.due(done):
+                    if outputs.wait_for(done):
                         # Wait for the step here, so that its time is not counted as the evaluation's.
                         jax.block_until_ready(step_metrics)
                 profile.after(done, state)
-                scalars = {}
-                if logging_now:
-                    scalars.update(jax.device_get(step_metrics))
-                if evaluating:
-                    with clock.other("evaluation"):
-                        evaluated = {
-                            k: float(v)
-                            for k, v in jax.device_get(
-                                evaluator(state, frozen, held_out_images)
-                            ).items()
-                        }
-                        scalars.update({f"eval/{k}": v for k, v in evaluated.items()})
-                        if best is not None and best.improves(evaluated) and primary:
-                            export(
-                                workdir,
-                                stage,
-                                state_lib.exported_variables(state, exported_frozen),
-                                evaluation.BEST_EXPORT,
-                            )
-                            best.record(done, evaluated)
-                if scalars:
-                    append_metrics(
-                        workdir / "metrics" / METRICS_FILE,
-                        done,
-                        writer.write_scalars(done, scalars),
-                    )
-                if sampling_now:
-                    with clock.other("sample grids"):
-                        writer.write_images(
-                            done,
-                            {
-                                f"{stages.name(config).replace(' ', '')}_samples": sample_grid(
-                                    sampler(state, frozen, sample_images), stage.sample_columns
-                                )
-                            },
-                        )
-                with clock.other("checkpoints"):
-                    checkpointer.save(done, state, jax.random.wrap_key_data(state.rng))
-                rate = clock.steps_per_sec()
-                if np.isfinite(rate):
-                    progress.set_postfix_str(
-                        f"{rate:.3g} steps/s, ETA {metrics_lib.format_duration(clock.eta_seconds(done))}",
-                        refresh=False,
-                    )
-                progress.update(1)
+                outputs.after(done, state, step_metrics)
                 step = done
             with clock.other("checkpoints"):
                 checkpointer.save(
@@ -355,16 +510,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     finally:
         profile.stop()
         checkpointer.close()  # waits for the asynchronous writes
-        writer.close()
+        outputs.writer.close()
         progress.close()
-    if primary:
-        out = export(workdir, stage, state_lib.exported_variables(state, exported_frozen))
-        line = stage.evaluation_summary(evaluated, len(held_out)) if evaluated is not None else None
-        if line:
-            print(line)
-        print(f"done in {metrics_lib.format_duration(clock.elapsed())}: {clock.summary()}")
-        print(
-            f"outputs in {workdir}: the model directory {out}, sample grids in {workdir / 'metrics' / metrics_lib.SAMPLES_DIR}, "
-            f"TensorBoard events in {workdir / 'metrics'} (tensorboard --logdir {workdir / 'metrics'})"
-        )
+    if run.primary:
+        finish(run, state, outputs)
     return state

@@ -41,6 +41,7 @@ networks; pass it as ``centralization_axes`` to reproduce the reference exactly.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -192,6 +193,125 @@ def _centralized(g: jax.Array, group: _Group) -> jax.Array:
     return (per_leaf - jnp.mean(per_leaf, axis=reduce, keepdims=True)).reshape(g.shape)
 
 
+class RangerSettings(NamedTuple):
+    """`ranger`'s arguments (its docstring and the module's)."""
+
+    learning_rate: float
+    alpha: float
+    k: int
+    n_sma_threshold: float
+    b1: float
+    b2: float
+    eps: float
+    weight_decay: float
+    centralization_axes: CentralizationAxes
+
+
+class _StepScalars(NamedTuple):
+    """One step's scalars, the same for every group: RAdam's step size and whether it
+    rectifies; the Lookahead shares (zero but on every k-th step)."""
+
+    step_size: jax.Array
+    rectified: jax.Array
+    slow_share: jax.Array  # of the way from the slow weights to the fast ones
+    fast_share: jax.Array  # of the way from the fast weights to the new slow ones
+
+
+def _step_scalars(count: jax.Array, settings: RangerSettings) -> _StepScalars:
+    b1, b2 = settings.b1, settings.b2
+    n_sma_max = 2.0 / (1.0 - b2) - 1.0
+    t = count.astype(jnp.float32)
+    # 1 - b^t as -expm1(t ln b): exact where the subtraction would cancel.
+    one_minus_b1t = -jnp.expm1(t * jnp.float32(math.log(b1)))
+    one_minus_b2t = -jnp.expm1(t * jnp.float32(math.log(b2)))
+    n_sma = _rectification_length(t, b2)
+    rectified = n_sma > settings.n_sma_threshold
+    ratio = jnp.maximum(
+        (n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0
+    )
+    step_size = jnp.where(rectified, jnp.sqrt(one_minus_b2t * ratio), 1.0) / one_minus_b1t
+    # Lookahead as optax writes it: after every k-th fast step the slow weights move
+    # alpha of the way to the fast ones, and the fast weights to them.
+    sync = count % settings.k == 0
+    return _StepScalars(step_size, rectified, settings.alpha * sync, sync * (1 - settings.alpha))
+
+
+def _group_update(
+    settings: RangerSettings, step: _StepScalars, constants: dict, g, m, v, fast, slow
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One group's (fast, slow, m, v) after the step, from its centralised gradient
+    ``g``. ``constants``: dtype -> the update's constants, written once into the
+    program rather than once per group (filled here on a dtype's first group)."""
+    if m.dtype not in constants:
+        constants[m.dtype] = [
+            jnp.asarray(x, m.dtype)
+            for x in (
+                settings.b1,
+                1 - settings.b1,
+                settings.b2,
+                1 - settings.b2,
+                settings.eps,
+                -settings.learning_rate,
+                settings.weight_decay,
+            )
+        ]
+    c_b1, c_1_b1, c_b2, c_1_b2, c_eps, c_lr, c_wd = constants[m.dtype]
+    m = c_b1 * m + c_1_b1 * g
+    v = c_b2 * v + c_1_b2 * g * g
+    scaled = step.step_size * m
+    direction = jnp.where(step.rectified, scaled / (jnp.sqrt(v) + c_eps), scaled)
+    if settings.weight_decay:
+        direction = direction + c_wd * fast
+    u = c_lr * direction
+    difference = fast + u - slow
+    return fast + (u - step.fast_share * difference), slow + step.slow_share * difference, m, v
+
+
+def _ranger_init(settings: RangerSettings, params) -> tuple[optax.LookaheadParams, RangerState]:
+    groups = _groups(params, settings.centralization_axes)
+    leaves = jax.tree.leaves(params)
+    slow = tuple(
+        jnp.copy(_joined(leaves, group)) for group in groups
+    )  # own buffers: the state is donated
+    zeros = lambda: tuple(jnp.zeros_like(x) for x in slow)  # noqa: E731
+    return optax.LookaheadParams(fast=params, slow=slow), RangerState(
+        jnp.zeros([], jnp.int32), zeros(), zeros()
+    )
+
+
+def _ranger_leaves(settings: RangerSettings, grouped, like):
+    out = [None] * len(jax.tree.leaves(like))
+    for group, joined in zip(_groups(like, settings.centralization_axes), grouped, strict=True):
+        for index, leaf in zip(group.indices, _split(joined, group)):
+            out[index] = leaf
+    return jax.tree.unflatten(jax.tree.structure(like), out)
+
+
+def _ranger_step(
+    settings: RangerSettings, grads, state: RangerState, params: optax.LookaheadParams
+) -> tuple[optax.LookaheadParams, RangerState]:
+    count = optax.safe_increment(state.count)
+    step = _step_scalars(count, settings)
+    constants: dict = {}
+    groups = _groups(grads, settings.centralization_axes)
+    grad_leaves, fast_leaves = jax.tree.leaves(grads), jax.tree.leaves(params.fast)
+    new_fast, slow, mu, nu = [None] * len(fast_leaves), [], [], []
+    for group, m, v, s in zip(groups, state.mu, state.nu, params.slow, strict=True):
+        g = _centralized(_joined(grad_leaves, group), group)
+        fast, s, m, v = _group_update(
+            settings, step, constants, g, m, v, _joined(fast_leaves, group), s
+        )
+        for index, leaf in zip(group.indices, _split(fast, group)):
+            new_fast[index] = leaf
+        slow.append(s)
+        mu.append(m)
+        nu.append(v)
+    fast_tree = jax.tree.unflatten(jax.tree.structure(params.fast), new_fast)
+    return optax.LookaheadParams(fast=fast_tree, slow=tuple(slow)), RangerState(
+        count, tuple(mu), tuple(nu)
+    )
+
+
 def ranger(
     learning_rate: float = 1e-4,
     alpha: float = 0.5,
@@ -218,76 +338,11 @@ def ranger(
     """
     if callable(learning_rate):
         raise TypeError("ranger: learning_rate must be a number (schedules are not implemented)")
-    n_sma_max = 2.0 / (1.0 - b2) - 1.0
-
-    def init(params):
-        groups = _groups(params, centralization_axes)
-        leaves = jax.tree.leaves(params)
-        slow = tuple(
-            jnp.copy(_joined(leaves, group)) for group in groups
-        )  # own buffers: the state is donated
-        zeros = lambda: tuple(jnp.zeros_like(x) for x in slow)  # noqa: E731
-        return optax.LookaheadParams(fast=params, slow=slow), RangerState(
-            jnp.zeros([], jnp.int32), zeros(), zeros()
-        )
-
-    def leaves_of(grouped, like):
-        out = [None] * len(jax.tree.leaves(like))
-        for group, joined in zip(_groups(like, centralization_axes), grouped, strict=True):
-            for index, leaf in zip(group.indices, _split(joined, group)):
-                out[index] = leaf
-        return jax.tree.unflatten(jax.tree.structure(like), out)
-
-    def step(grads, state: RangerState, params: optax.LookaheadParams):
-        count = optax.safe_increment(state.count)
-        t = count.astype(jnp.float32)
-        # 1 - b^t as -expm1(t ln b): exact where the subtraction would cancel.
-        one_minus_b1t = -jnp.expm1(t * jnp.float32(math.log(b1)))
-        one_minus_b2t = -jnp.expm1(t * jnp.float32(math.log(b2)))
-        n_sma = _rectification_length(t, b2)
-        rectified = n_sma > n_sma_threshold
-        ratio = jnp.maximum(
-            (n_sma - 4) / (n_sma_max - 4) * (n_sma - 2) / n_sma * n_sma_max / (n_sma_max - 2), 0.0
-        )
-        step_size = jnp.where(rectified, jnp.sqrt(one_minus_b2t * ratio), 1.0) / one_minus_b1t
-        # Lookahead as optax writes it: after every k-th fast step the slow weights move
-        # alpha of the way to the fast ones, and the fast weights to them.
-        sync = count % k == 0
-        slow_share, fast_share = alpha * sync, sync * (1 - alpha)
-
-        scalars = {}  # dtype -> the update's constants, written once into the program rather than once per group
-
-        def update(g, m, v, fast, slow):
-            if m.dtype not in scalars:
-                scalars[m.dtype] = [
-                    jnp.asarray(x, m.dtype)
-                    for x in (b1, 1 - b1, b2, 1 - b2, eps, -learning_rate, weight_decay)
-                ]
-            c_b1, c_1_b1, c_b2, c_1_b2, c_eps, c_lr, c_wd = scalars[m.dtype]
-            m = c_b1 * m + c_1_b1 * g
-            v = c_b2 * v + c_1_b2 * g * g
-            scaled = step_size * m
-            direction = jnp.where(rectified, scaled / (jnp.sqrt(v) + c_eps), scaled)
-            if weight_decay:
-                direction = direction + c_wd * fast
-            u = c_lr * direction
-            difference = fast + u - slow
-            return fast + (u - fast_share * difference), slow + slow_share * difference, m, v
-
-        groups = _groups(grads, centralization_axes)
-        grad_leaves, fast_leaves = jax.tree.leaves(grads), jax.tree.leaves(params.fast)
-        new_fast, slow, mu, nu = [None] * len(fast_leaves), [], [], []
-        for group, m, v, s in zip(groups, state.mu, state.nu, params.slow, strict=True):
-            g = _centralized(_joined(grad_leaves, group), group)
-            fast, s, m, v = update(g, m, v, _joined(fast_leaves, group), s)
-            for index, leaf in zip(group.indices, _split(fast, group)):
-                new_fast[index] = leaf
-            slow.append(s)
-            mu.append(m)
-            nu.append(v)
-        fast_tree = jax.tree.unflatten(jax.tree.structure(params.fast), new_fast)
-        return optax.LookaheadParams(fast=fast_tree, slow=tuple(slow)), RangerState(
-            count, tuple(mu), tuple(nu)
-        )
-
-    return Optimizer(init, step, leaves_of)
+    settings = RangerSettings(
+        learning_rate, alpha, k, n_sma_threshold, b1, b2, eps, weight_decay, centralization_axes
+    )
+    return Optimizer(
+        functools.partial(_ranger_init, settings),
+        functools.partial(_ranger_step, settings),
+        functools.partial(_ranger_leaves, settings),
+    )

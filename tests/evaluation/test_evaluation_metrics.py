@@ -100,14 +100,17 @@ def test_frechet_distance_of_a_set_with_itself_is_zero(np_rng):
 
 def _few_far_apart_sets():
     """Four vectors of 64 features per set: covariances of rank 3 whose product's square
-    root is far from real (0.27 imaginary), as FID's 2,048 features from a handful of images."""
+    root is far from real (about 0.3 imaginary; the figure varies with the LAPACK build and
+    its threads), as FID's 2,048 features from a handful of images."""
     rng = np.random.default_rng(14)
     return rng.normal(size=(4, 64)) * 100, rng.normal(size=(4, 64)) * 100 + 5
 
 
 def test_degenerate_statistics_define_no_distance_as_in_pytorch_fid():
     (mu1, sigma1), (mu2, sigma2) = (fid.statistics(s) for s in _few_far_apart_sets())
-    with pytest.raises(fid.DegenerateStatistics, match="imaginary part of 0.27"):
+    with pytest.raises(
+        fid.DegenerateStatistics, match=r"imaginary part of 0\.[23]\d* \(too few or degenerate"
+    ):
         fid.frechet_distance(mu1, sigma1, mu2, sigma2)
     with pytest.raises(ValueError, match="Imaginary component"):
         calculate_frechet_distance(mu1, sigma1, mu2, sigma2)
