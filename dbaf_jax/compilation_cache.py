@@ -25,7 +25,7 @@ that calls the library without `enable` keeps JAX's defaults.
 bfloat16 convolutions fused with their BatchNorm and ReLU, and the jitted DBAF parser
 (`UNetParser`, random weights, 64 px, batch 2) returns NaN logits for most pixels where
 the same operations run one by one are finite, so the reduced stage-2 step of
-``benchmarks/gpu_quick.sh --reduced`` stopped with ``g_total nan``. Without those
+``benchmarks/gpu/quick.sh --reduced`` stopped with ``g_total nan``. Without those
 fusions the jitted bfloat16 parser equals the eager one bit for bit; float32 results
 on the CPU move by rounding (2.4e-7 on that parser's logits). The option is read when
 the CPU backend starts, so it only takes effect when `enable` runs before the first

@@ -29,7 +29,7 @@ from dbaf_jax.errors import InputError
 
 METADATA_CHUNK = "dbaf_jax"
 # zlib level 1: 2.7-3.3x faster to encode than PIL's default 6 for 6-8% larger files
-# (python -m benchmarks.png_encoding); on a fast device PNG encoding bounds a folder run.
+# (python -m benchmarks.speed.png_encoding); on a fast device PNG encoding bounds a folder run.
 PNG_COMPRESS_LEVEL = 1
 # The default of --max-pixels: a 200-megapixel phone photo (16320 x 12240) passes, and a
 # photo's run needs about 10 bytes a pixel besides its detector's tiles (docs/performance.md).

@@ -1,5 +1,5 @@
 """Models and faces for the evaluation tests (tests/evaluation/test_evaluate.py) and the
-benchmark that compares the evaluation's networks with PyTorch (benchmarks/evaluate.py): the
+benchmark that compares the evaluation's networks with PyTorch (benchmarks/baselines/evaluate.py): the
 package's random metric networks with MTCNN's real weights (`build_metrics_models`), the tiny tempered
 DBAF model (`build_tiny_model`), and face crops of the real photos in tests/data
 (`face_crops`, `write_faces`)."""

@@ -1,14 +1,14 @@
-"""The test double of a trained model for whole photos: the benchmarks'
-(benchmarks/invertible_double.py, one home for the ledger tests and benchmark), and
+"""The test double of a trained model for whole photos (fixtures/invertible_double.py, one
+home for the tests and the ledger and clip studies of benchmarks/studies/), and
 `double_with_mtcnn`, the double with the real MTCNN finding its faces."""
 
 from pathlib import Path
 
-from benchmarks.invertible_double import KEY_SHAPE, InvertibleDouble
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax.faces import photos
 from dbaf_jax.faces.detectors import registry
+from fixtures.invertible_double import KEY_SHAPE, InvertibleDouble
 
 __all__ = ["KEY_SHAPE", "InvertibleDouble", "double_with_mtcnn"]
 

@@ -14,15 +14,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks import (
-    anonymize,
-    device_info,
-    models,
-    reference_anonymize,
-    reference_pytorch,
-    timing,
-    train_step,
-)
+# What a benchmark shares with the others (benchmarks/common/) is checked here as units; every
+# benchmark itself runs as its users run it, a process (`benchmark`). No other test module
+# imports benchmarks/: what tests and benchmarks share lives in fixtures/.
+from benchmarks.common import device_info, models, timing
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from tests.paths import REPO
 
@@ -31,6 +26,17 @@ CELL = (
     3e-3  # relative: the tables print 4 significant digits, and a check combines up to three cells
 )
 TINY = ["--size", "64", "--width-scale", "0.0625", "--encoder-width-scale", "0.25", "--steps", "2"]
+
+
+def benchmark(module: str, *args: str, env: dict[str, str] | None = None):
+    """``python -m benchmarks.<module> args`` from the project's root: the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def table_rows(text: str) -> list[dict[str, str]]:
@@ -154,19 +160,39 @@ def test_out_of_memory_errors_of_both_frameworks_are_recognised():
     )
 
 
-@pytest.mark.parametrize("baseline", [reference_pytorch, reference_anonymize])
-def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(
-    baseline, tmp_path, capsys
-):
-    assert baseline.main(["--reference-repo", str(tmp_path)]) == 1
-    err = capsys.readouterr().err
+@pytest.mark.parametrize("baseline", ["reference_pytorch", "reference_anonymize"])
+def test_reference_baselines_refuse_a_folder_that_is_not_the_authors_code(baseline, tmp_path):
+    done = benchmark(f"baselines.{baseline}", "--reference-repo", str(tmp_path))
+    assert done.returncode == 1
+    err = done.stderr
     assert err.count("\n") == 1 and err.startswith("error: ") and "mrzhu-cool/DBAF" in err
 
 
+@pytest.mark.parametrize("old, new", [("png_encoding", "speed.png_encoding")])
+def test_an_old_spelling_runs_the_moved_benchmark_and_names_the_new_one(old, new):
+    """``python -m benchmarks.<name>`` of before the kinds' folders runs the moved module,
+    after one line on stderr naming its new spelling (benchmarks/__init__.py: MOVED)."""
+    before, after = benchmark(old, "--help"), benchmark(new, "--help")
+    assert before.returncode == after.returncode == 0
+    assert before.stdout == after.stdout and "--levels" in after.stdout
+    assert before.stderr == f"benchmarks.{old} moved: python -m benchmarks.{new}\n"
+
+
+def test_every_old_spelling_names_an_existing_module():
+    import benchmarks
+
+    for old, new in benchmarks.MOVED.items():
+        assert (REPO / (new.replace(".", "/") + ".py")).is_file(), new
+        assert not (REPO / (old.replace(".", "/") + ".py")).exists(), old
+
+
 @pytest.mark.slow
-def test_anonymize_figures_are_consistent(capsys):
-    anonymize.main(["--batches", "1", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY])
-    rows = table_rows(capsys.readouterr().out)
+def test_anonymize_figures_are_consistent():
+    done = benchmark(
+        "speed.anonymize", "--batches", "1", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = table_rows(done.stdout)
     assert [row["batch"] for row in rows] == ["1", "2"]
     label = f"{PEAK_TFLOPS:g} TFLOP/s"
     for row in rows:
@@ -186,15 +212,12 @@ def test_anonymize_figures_are_consistent(capsys):
 
 
 @pytest.mark.slow
-def test_anonymize_largest_batch_is_one_that_ran(tmp_path):
-    anonymizer = FaceAnonymizer(models.named_model("tiny", tmp_path / "model"))
-    ran = []
-
-    def fits(batch):
-        ran.append(anonymize.run_batch(anonymizer, batch, steps=1)["batch"])
-
-    assert device_info.largest_batch(fits, 1, 2) == 2
-    assert ran == [1, 2]
+def test_anonymize_largest_batch_is_one_that_ran():
+    done = benchmark(
+        "speed.anonymize", "--batches", "1", "--find-max-batch", "--max-batch", "2", *TINY[:-1], "1"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.rstrip().endswith("largest batch that fits (up to 2): 2")
 
 
 @pytest.mark.slow
@@ -228,9 +251,10 @@ def test_a_random_model_is_written_once_and_kept(tmp_path, monkeypatch):
 
 
 @pytest.mark.long  # compiles a whole stage-1 train step twice: about 5 min on 2 cores
-def test_train_step_figures_are_consistent(capsys):
-    train_step.main(
-        [
+def test_train_step_figures_are_consistent():
+    done = benchmark(
+        "speed.train_step",
+        *[
             "--stages",
             "1",
             "--batch",
@@ -241,9 +265,10 @@ def test_train_step_figures_are_consistent(capsys):
             str(PEAK_TFLOPS),
             *TINY[:-1],
             "1",
-        ]
+        ],
     )
-    (row,) = table_rows(capsys.readouterr().out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = table_rows(done.stdout)
     seconds, gflop, tflops = float(row["step s"]), float(row["GFLOP/step"]), float(row["TFLOP/s"])
     assert gflop > 0 and float(row["compile s"]) > 0
     assert float(row["images/s"]) == pytest.approx(2 / seconds, rel=CELL)
@@ -260,10 +285,10 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     stand_in = tmp_path / "bin" / "python"
     stand_in.parent.mkdir()
     # Prints its arguments as the "table"; the train-step benchmark "fails".
-    stand_in.write_text('#!/bin/bash\necho "$*"\n[[ "$2" != benchmarks.train_step ]]\n')
+    stand_in.write_text('#!/bin/bash\necho "$*"\n[[ "$2" != benchmarks.speed.train_step ]]\n')
     stand_in.chmod(0o755)
     out = tmp_path / "out"
-    script = REPO / "benchmarks" / "gpu_figures.sh"
+    script = REPO / "benchmarks" / "gpu" / "figures.sh"
     parts = ["train2-f32", "reference-train", "bogus", "anonymize-bf16"]
     env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
@@ -271,7 +296,7 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
     )
     assert result.returncode == 1
     assert (out / "anonymize-bf16.md").read_text() == (
-        "-m benchmarks.anonymize --batches 1 8 32 --dtype bfloat16\n"
+        "-m benchmarks.speed.anonymize --batches 1 8 32 --dtype bfloat16\n"
     )
     assert (
         "train2-f32 failed" in result.stderr
@@ -283,19 +308,19 @@ def test_gpu_script_runs_each_part_on_its_own_and_reports_the_failures(tmp_path)
 
 STAND_IN = """#!/bin/bash
 # A stand-in for python: each benchmark prints a table of made-up figures (the cache it was
-# given in the command cell); benchmarks.train_step --stages 1 fails.
+# given in the command cell); benchmarks.speed.train_step --stages 1 fails.
 if [ "$1" = -c ]; then echo "cpu stand-in"; exit 0; fi
-if [ "$2" = benchmarks.quick_summary ]; then exec "$REAL_PYTHON" "$@"; fi
+if [ "$2" = benchmarks.gpu.quick_summary ]; then exec "$REAL_PYTHON" "$@"; fi
 case "$2" in
-  benchmarks.train_step)
+  benchmarks.speed.train_step)
     [ "$4" = 1 ] && { echo "stage 1 broke" >&2; exit 3; }
     echo "[   12.0 s] stage 2, batch 8: state built and placed; lowering and compiling the step" >&2
     printf '| stage | compile s | step s | images/s | MFU H200 bf16 | peak GiB |\\n|---|---|---|---|---|---|\\n'
     printf '| 2 | 9.5 (%s) | 0.2 | 40 | 18.5%% | 17.0 |\\n' "$DBAF_JAX_CACHE_DIR" ;;
-  benchmarks.anonymize)
+  benchmarks.speed.anonymize)
     printf '| batch | compile s | batch s | images/s | MFU H200 bf16 | peak GiB |\\n|---|---|---|---|---|---|\\n'
     printf '| 32 | 30 | 0.024 | 1324 | 28.0%% | 5.95 |\\n' ;;
-  benchmarks.anonymize_folder)
+  benchmarks.speed.anonymize_folder)
     printf '| run | s | photos/s | faces/s | s/photo | megapixels/s |\\n|---|---|---|---|---|---|\\n'
     printf '| first (compiled) | 50.0 | 0.5 | 1 | 2 | 1 |\\n| warm (median of 1) | 10.0 | 2.4 | 5 | 0.42 | 6 |\\n' ;;
 esac
@@ -303,14 +328,14 @@ esac
 
 
 def gpu_quick(tmp_path, stand_in: str, *args: str, timeout: float | None = None):
-    """benchmarks/gpu_quick.sh ``args`` with ``stand_in`` (a script) as its Python and
+    """benchmarks/gpu/quick.sh ``args`` with ``stand_in`` (a script) as its Python and
     ``tmp_path`` as its temporary folder: the finished process."""
     python = tmp_path / "python"
     python.write_text(stand_in)
     python.chmod(0o755)
     env = {**os.environ, "PYTHON": str(python), "REAL_PYTHON": sys.executable}
     return subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_quick.sh"), *args],
+        ["bash", str(REPO / "benchmarks" / "gpu" / "quick.sh"), *args],
         env={**env, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -330,7 +355,7 @@ def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
     assert list(rows) == ["anonymize", "train2-cold", "train2-warm", "train1", "folder"]
     assert (
         rows["anonymize"]["command"]
-        == "`python -m benchmarks.anonymize --batches 32 --dtype bfloat16 --steps 20`"
+        == "`python -m benchmarks.speed.anonymize --batches 32 --dtype bfloat16 --steps 20`"
     )
     assert (
         rows["anonymize"]["images/s"] == "1324" and rows["anonymize"]["MFU"] == "28.0% (H200 bf16)"
@@ -353,7 +378,7 @@ def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
 
 
 def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
-    sleeper = '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
+    sleeper = '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.gpu.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
     out = tmp_path / "out"
     result = gpu_quick(tmp_path, sleeper, "--out", str(out), "--budget", "31", timeout=120)
     assert result.returncode == 1
@@ -363,20 +388,22 @@ def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
 
 
 def runtime_benchmarks() -> list[str]:
-    import benchmarks
-
-    names = sorted(
-        path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem != "__init__"
+    """Every module of benchmarks/ but the baselines (JAX against PyTorch), dotted."""
+    paths = (REPO / "benchmarks").rglob("*.py")
+    return sorted(
+        ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for path in paths
+        if "baselines" not in path.parts and path.name != "__init__.py"
     )
-    return [name for name in names if name not in benchmarks.TORCH_COMPARISONS]
 
 
 def test_runtime_benchmarks_import_neither_torch_nor_tests():
     """Each benchmark but the PyTorch comparisons imports, in a process where torch and tests
     cannot be imported, and names neither anywhere in its code (imports inside functions too)."""
     names = runtime_benchmarks()
+    assert "benchmarks.speed.anonymize" in names and "benchmarks.common.models" in names
     for name in names:
-        tree = ast.parse((REPO / "benchmarks" / f"{name}.py").read_text())
+        tree = ast.parse((REPO / (name.replace(".", "/") + ".py")).read_text())
         imported = {
             alias.name
             for node in ast.walk(tree)
@@ -390,6 +417,6 @@ def test_runtime_benchmarks_import_neither_torch_nor_tests():
         }
         assert not {m for m in imported if m.split(".")[0] in ("torch", "tests")}, name
     blocked = "import sys; sys.modules.update(torch=None, tests=None, torchvision=None); "
-    code = blocked + "; ".join(f"import benchmarks.{name}" for name in names)
+    code = blocked + "; ".join(f"import {name}" for name in names)
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

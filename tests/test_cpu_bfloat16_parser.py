@@ -1,6 +1,6 @@
 """XLA:CPU's YNNPACK fusions miscompiled the jitted bfloat16 DBAF parser (JAX 0.12): NaN
 logits for most pixels of a random `UNetParser` at 64 px and batch 2, which made the
-reduced stage-2 step of ``benchmarks/gpu_quick.sh --reduced`` stop with ``g_total nan``.
+reduced stage-2 step of ``benchmarks/gpu/quick.sh --reduced`` stop with ``g_total nan``.
 `compilation_cache.enable` turns those fusions off (`compilation_cache.CPU_XLA_FLAGS`).
 The option is read when the CPU backend starts, so the check runs in a fresh process."""
 

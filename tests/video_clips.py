@@ -1,10 +1,10 @@
-"""The clips of the video tests: the benchmarks' (benchmarks/clips.py, one home for both),
+"""The clips of the video tests (fixtures/clips.py, one home for them and the video benchmarks),
 and `reencode`, a clip's frames through the runner's encoder unchanged."""
 
 from pathlib import Path
 
-from benchmarks.clips import HEIGHT, WIDTH, pan_frames, write_clip
 from dbaf_jax.video import clip
+from fixtures.clips import HEIGHT, WIDTH, pan_frames, write_clip
 
 __all__ = ["HEIGHT", "WIDTH", "pan_frames", "reencode", "write_clip"]
 

@@ -103,7 +103,7 @@ class Timings:
     the dataset's start to its last row), until its first row came back, the longest
     start of a model actor (loading the model, the finder and their compiled programs),
     the detection tasks' and the model actors' seconds (each summed over its workers),
-    and the count of model actors. `benchmarks.distributed` prints them."""
+    and the count of model actors. `benchmarks.speed.distributed` prints them."""
 
     photos: float
     first_answer: float

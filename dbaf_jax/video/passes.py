@@ -28,7 +28,7 @@ from dbaf_jax.video.settings import ClipRunSettings
 FRAMES_PER_BATCH = 4
 # Frames detected together on an accelerator (`Detector.detect_many`): fewer, larger
 # device calls. On a CPU one at a time: batching measured 3-20% slower there
-# (benchmarks/detect_frames.py, docs/video.md).
+# (benchmarks/speed/detect_frames.py, docs/video.md).
 DETECT_FRAMES = 8
 # Frames decoded ahead of the model and frames waiting for the encoder, each on a thread
 # of its own (`pipeline`): the device is not left idle while the host decodes or encodes.

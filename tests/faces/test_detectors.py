@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import detector_recall
 from convert.centerface import main as convert_centerface
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
@@ -23,14 +22,15 @@ from dbaf_jax import images
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
-from dbaf_jax.faces.detectors.base import Detections
+from dbaf_jax.faces.detectors.base import Detections, overlap_of_smaller
 from dbaf_jax.faces.detectors.ensemble import merge
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import photo_result
 from dbaf_jax.video import tracks
+from fixtures import labelled
 from tests.paths import DATA, REPO
 
-# Measured with benchmarks/detector_recall.py (docs/photos.md): labelled faces the
+# Measured with benchmarks/studies/detector_recall.py (docs/photos.md): labelled faces the
 # default finds (anonymized or hidden), those it anonymizes, its sure false alarms; and
 # the default before CenterFace (MTCNN and dlib's HOG, with their bands).
 DEFAULT_FOUND = 54
@@ -108,18 +108,15 @@ def test_a_face_found_by_both_detectors_is_one_face(today):
     both = [
         i
         for i, box in enumerate(first.boxes)
-        if (detector_recall.overlap_of_smaller(box, second.boxes) >= 0.5).any()
+        if (overlap_of_smaller(box, second.boxes) >= 0.5).any()
     ]
     assert len(both) >= 8  # the two detectors agree on most of the twelve faces (9 measured)
     only_second = sum(
-        not (detector_recall.overlap_of_smaller(box, first.boxes) >= 0.5).any()
-        for box in second.boxes
+        not (overlap_of_smaller(box, first.boxes) >= 0.5).any() for box in second.boxes
     )
     assert len(merged.boxes) == len(first.boxes) + only_second
     for i in both:
-        same = np.flatnonzero(
-            detector_recall.overlap_of_smaller(first.boxes[i], merged.boxes) >= 0.5
-        )
+        same = np.flatnonzero(overlap_of_smaller(first.boxes[i], merged.boxes) >= 0.5)
         assert len(same) == 1
         np.testing.assert_array_equal(merged.landmarks[same[0]], first.landmarks[i])
 
@@ -232,11 +229,11 @@ def test_default_finds_what_the_detectors_before_it_found_and_its_measured_recal
     (anonymizing 53) with one sure false alarm, among them every labelled face that MTCNN
     and dlib's HOG with their bands (the default before it: 49) found, and office5.jpg's
     two smallest labelled faces (9 and 7 px wide)."""
-    labels = detector_recall.labelled()
+    labels = labelled.labelled()
     totals = {"found": 0, "anonymized": 0, "alarms_sure": 0, "before": 0}
     for name, boxes in labels.items():
         image = photo(name)
-        ours, theirs = (detector_recall.score(boxes, d.detect(image)) for d in (default, before))
+        ours, theirs = (labelled.score(boxes, d.detect(image)) for d in (default, before))
         assert not (theirs["found"] & ~ours["found"]).any(), name
         for key in ("found", "anonymized"):
             totals[key] += int(ours[key].sum())

@@ -9,7 +9,6 @@ boxes of one face are one."""
 import numpy as np
 import pytest
 
-from benchmarks import detector_recall
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax import images
@@ -17,6 +16,7 @@ from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detections, overlap_of_smaller
 from dbaf_jax.faces.detectors.ensemble import merge, same_face
 from dbaf_jax.video import clip
+from fixtures import labelled
 from tests.face_helpers import landmarks_at
 from tests.paths import DATA
 from tests.video_clips import pan_frames
@@ -58,8 +58,8 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
 
 def of_face(label: np.ndarray, found: Detections) -> np.ndarray:
     """Which detections are of the labelled face ``label`` (4,): their box covers it (as
-    benchmarks/detector_recall.py counts) and their eyes lie inside it."""
-    covers = overlap_of_smaller(label, found.boxes) >= detector_recall.MATCH_OVERLAP
+    benchmarks/studies/detector_recall.py counts) and their eyes lie inside it."""
+    covers = overlap_of_smaller(label, found.boxes) >= labelled.MATCH_OVERLAP
     return covers & np.array([bool(inside(e, label[None])[0]) for e in eyes(found)], bool)
 
 
@@ -77,7 +77,7 @@ def test_one_detection_per_face_on_real_photos_and_frames(detectors):
     either detector found it, sure when either was; in no photo or frame does a merged
     detection's eye midpoint lie inside another's box (two detections of one face would).
     Among the faces both detectors find, their boxes differ (IoU under 0.75 on most)."""
-    labels = detector_recall.labelled()
+    labels = labelled.labelled()
     differing = both = 0
     named = [
         (name, images.read_photo(DATA / name))

@@ -6,15 +6,15 @@ path relies on detection finding the same faces, in the same order, at nearly th
 places after the photo was re-encoded. A random-weight model's anonymized faces are not
 detectable, so this is checked on the original photos (tests/data), which is what a
 trained model's outputs must look like to MTCNN. Also the benchmark's comparison
-helpers (benchmarks/jpeg_recovery.py) against known moves.
+helpers (fixtures/refound.py, which the JPEG study benchmarks/studies/jpeg_recovery.py prints) against known moves.
 """
 
 import numpy as np
 import pytest
 
-from benchmarks.jpeg_recovery import CROP, compare, corner_displacement, pair_faces, reencode
 from dbaf_jax import images
 from dbaf_jax.faces import align, photos
+from fixtures.refound import CROP, compare, corner_displacement, pair_faces, reencode
 from tests.face_helpers import CANONICAL, similarity
 from tests.paths import DATA
 

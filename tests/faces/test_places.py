@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.invertible_double import InvertibleDouble
 from convert.centerface import main as convert_centerface
 from convert.common import run
 from dbaf_jax import images, keys, metadata
@@ -21,6 +20,7 @@ from dbaf_jax.faces.detectors import ensemble, registry
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.settings import FolderRunSettings
+from fixtures.invertible_double import InvertibleDouble
 from tests.face_helpers import landmarks_at
 from tests.paths import DATA
 

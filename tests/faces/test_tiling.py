@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from benchmarks.detector_recall import score
 from convert.centerface import main as convert_centerface
 from convert.common import run
 from dbaf_jax import images
@@ -18,7 +17,7 @@ from dbaf_jax.faces import photos
 from dbaf_jax.faces.detectors import centerface, registry, tiling
 from dbaf_jax.faces.detectors.base import Detections, empty, largest_first
 from dbaf_jax.faces.detectors.ensemble import Ensemble
-from fixtures.labelled import labelled_canvas
+from fixtures.labelled import labelled_canvas, score
 from tests.paths import DATA
 
 

@@ -3,15 +3,16 @@ invertible test double (tests/invertible_double.py) anonymizes with a key file, 
 photos are shared (metadata stripped, JPEG 90 and 75, rescaled by 0.5), and recovery
 with the key file alone restores faces it verifies against the face ledger and changes
 no pixel outside the faces anonymization changed; the never-anonymized originals stay
-exactly as they were (benchmarks/ledger_recovery.py)."""
+exactly as they were (fixtures/ledger_sharing.py, which the ledger study
+benchmarks/studies/ledger_recovery.py prints)."""
 
 import shutil
 
 import pytest
 
-from benchmarks.ledger_recovery import measure
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
+from fixtures.ledger_sharing import measure
 from tests.paths import DATA
 
 # One fixture (the real MTCNN through every sharing case) serves the three tests.

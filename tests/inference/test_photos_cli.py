@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.jpeg_recovery import psnr
 from dbaf_jax import commands, images, keys, metadata
 from dbaf_jax.commands import anonymize, new_key, recover
 from dbaf_jax.errors import ModelDirectoryError
@@ -30,6 +29,7 @@ from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
 from dbaf_jax.inference.settings import FolderRunSettings
 from fixtures.labelled import labelled_canvas
+from fixtures.refound import psnr
 from tests.cli_helpers import (
     PASSWORD,
     WRONG_PASSWORD,
@@ -785,7 +785,7 @@ def test_a_photo_over_max_pixels_is_skipped_by_its_header(workspace, tmp_path, c
 
 @pytest.mark.long  # minutes: MTCNN over 60 megapixels in tiles
 def test_a_large_photos_memory_is_bounded_by_its_pixels(workspace, tmp_path):
-    """A 60-megapixel photo of two labelled test photos in rows (benchmarks.photo_memory;
+    """A 60-megapixel photo of two labelled test photos in rows (benchmarks.speed.photo_memory;
     a few hundred faces: a crowd's faces cost by their count), run alone through the
     anonymize folder path in a fresh process after a small photo: its peak memory above
     the loaded, warmed-up process is at most 24 bytes a pixel (about 200 before
@@ -797,7 +797,13 @@ def test_a_large_photos_memory_is_bounded_by_its_pixels(workspace, tmp_path):
     Image.fromarray(pixels).save(photo, quality=92)
     (tmp_path / "labels.json").write_text(json.dumps(labels.tolist()))
     del pixels
-    command = [sys.executable, "-m", "benchmarks.photo_memory", "--model", str(workspace / "model")]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.speed.photo_memory",
+        "--model",
+        str(workspace / "model"),
+    ]
     command += ["--one", str(photo), str(tmp_path / "labels.json"), "--detectors", "mtcnn"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

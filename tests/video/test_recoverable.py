@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.invertible_double import InvertibleDouble
 from dbaf_jax.errors import InputError
 from dbaf_jax.faces import align, photos, places
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.detectors.ensemble import Ensemble
 from dbaf_jax.video import clip, runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
+from fixtures.invertible_double import InvertibleDouble
 from tests.face_helpers import landmarks_at
 from tests.video_clips import HEIGHT, WIDTH, write_clip
 

@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.jpeg_recovery import psnr
 from convert.centerface import main as convert_centerface
 from convert.common import run
 from dbaf_jax import images, keys, metadata
@@ -37,6 +36,7 @@ from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.run import Model
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.video import clip, sidecar
+from fixtures.refound import psnr
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels
 from tests.evaluation_models import build_tiny_model
 from tests.paths import DATA
