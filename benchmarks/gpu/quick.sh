@@ -2,7 +2,7 @@
 # The GPU figures that matter most, in one command of at most 8 minutes (a lent machine
 # gives 10 per command and 15 in all), printed as docs/performance.md's GPU table:
 #
-#   bash benchmarks/gpu/quick.sh [--reduced] [--out DIR] [--detector DIR] [--budget SECONDS]
+#   bash benchmarks/gpu/quick.sh [--reduced] [--out DIR] [--detector-weights DIR] [--budget SECONDS]
 #
 # Parts (each one process, python -m benchmarks.<name>):
 #   anonymize     anonymize, bfloat16, batch 32 (the model alone, device time)
@@ -11,7 +11,8 @@
 #   train1        the stage-1 step, bfloat16, batch 8
 #   folder        files in, files out: python -m dbaf_jax.commands.anonymize on a folder of photos
 #                 (the photos of tests/data, 8 copies each), the full-width random model,
-#                 MTCNN's real weights from --detector (a converted mtcnn directory)
+#                 the detectors' real weights from --detector-weights (a folder holding the
+#                 converted centerface/ and mtcnn/; --detector DIR/mtcnn still gives MTCNN's alone)
 #
 # They run in two lanes side by side (train2-cold then train2-warm; anonymize, train1,
 # folder), so that one lane's building and compiling, which use the host, overlap the
@@ -34,12 +35,14 @@ set -u -o pipefail
 out="benchmarks/out/gpu-quick-$(date +%Y%m%d-%H%M%S)"
 reduced=0
 detector=""
+weights=""
 budget=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --reduced) reduced=1; shift ;;
     --out) out="$2"; shift 2 ;;
     --detector) detector="$2"; shift 2 ;;
+    --detector-weights) weights="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     -h|--help) sed -n '/^set -u/q;2,$p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -72,6 +75,7 @@ else
   folder=(benchmarks.speed.anonymize_folder --width full --dtype bfloat16 --copies 8 --repeats 1)
 fi
 [ -n "$detector" ] && folder+=(--detector "$detector")
+[ -n "$weights" ] && folder+=(--detector-weights "$weights")
 
 part() {  # part NAME CACHE_DIR python-module args...
   local name="$1" cache="$2"; shift 2

