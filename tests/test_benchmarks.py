@@ -377,6 +377,7 @@ def test_gpu_quick_runs_every_part_in_its_lane_and_tabulates_them(tmp_path):
     assert not any(tmp_path.glob("dbaf-gpu-quick-*"))  # the caches are removed
 
 
+@pytest.mark.slow  # runs the script's parts as processes: 31 s
 def test_gpu_quick_gives_no_part_more_than_the_budget_left(tmp_path):
     sleeper = '#!/bin/bash\n[ "$1" = -c ] && exit 0\n[ "$2" = benchmarks.gpu.quick_summary ] && exec "$REAL_PYTHON" "$@"\nsleep 600\n'
     out = tmp_path / "out"

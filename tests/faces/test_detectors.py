@@ -224,6 +224,7 @@ def test_dlib_models_import_without_the_pkg_resources_warning():
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+@pytest.mark.slow  # every detector over tests/data's photos: 58 s on 2 cores
 def test_default_finds_what_the_detectors_before_it_found_and_its_measured_recall(default, before):
     """Against the labelled faces: the default finds at least the measured 54 of 55
     (anonymizing 53) with one sure false alarm, among them every labelled face that MTCNN

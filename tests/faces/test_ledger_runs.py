@@ -103,6 +103,7 @@ def fill_disk_after(monkeypatch, path, room):
     monkeypatch.setattr(os, "write", write)
 
 
+@pytest.mark.slow  # 13 s
 def test_a_photo_whose_entries_cannot_be_written_is_not_written(ws, tmp_path, monkeypatch):
     """The disk fills after the first photo's entries: that photo's output is kept with
     them; the second photo's entries fail, so it is not written; one error names the

@@ -764,6 +764,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(workspace, tmp_path)
     ]  # no temporary left
 
 
+@pytest.mark.slow  # a whole anonymize run beside the refused photo: 22 s
 def test_a_photo_over_max_pixels_is_skipped_by_its_header(workspace, tmp_path, capsys):
     """--max-pixels: a larger photo is skipped before it is decoded, in one line naming
     it, its size and the limit (exit status 3); the others are anonymized."""

@@ -33,6 +33,7 @@ def variables():
     return networks_lib.init_variables(nets, jax.random.PRNGKey(0), 64)
 
 
+@pytest.mark.slow  # its variables fixture: the random networks' init program, 83 s on 2 cores
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_jitted_state_equals_the_eager_one(variables, dtype):
     config = tiny_config(dtype)

@@ -153,6 +153,7 @@ PEAK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # inflates a GiB tag chunk by chunk: 13-14 s per container
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
 def test_a_clip_whose_tag_inflates_to_a_gib_is_refused_within_a_few_hundred_mb(tmp_path, suffix):
     """The hostile trial's clip: a 1.4 MB tag of zlib-compressed JSON whitespace that
