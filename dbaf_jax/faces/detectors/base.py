@@ -54,6 +54,22 @@ def empty(points: int = LANDMARKS) -> Detections:
     )
 
 
+def rgb_frames(images: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``images`` as arrays, each an (H, W, 3) uint8 RGB image and all of one size (what
+    `Detector.detect_many` takes: a clip's frames); ValueError naming what is not."""
+    images = [np.asarray(image) for image in images]
+    for image in images:
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(
+                f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}"
+            )
+    if len({image.shape for image in images}) > 1:
+        raise ValueError(
+            f"detect_many takes images of one size, not {sorted({image.shape for image in images})}"
+        )
+    return images
+
+
 def largest_first(found: Detections) -> Detections:
     """``found`` reordered by box area, largest first (ties keep their order)."""
     boxes = found.boxes

@@ -40,7 +40,7 @@ from PIL import Image
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
-from dbaf_jax.faces.detectors.base import Detections, empty, largest_first
+from dbaf_jax.faces.detectors.base import Detections, empty, largest_first, rgb_frames
 from dbaf_jax.models.centerface import ALIGN, LANDMARKS, STRIDE
 
 NETWORK_KIND = "centerface:CenterFace"
@@ -211,16 +211,7 @@ class CenterFaceDetector:
         return self._detect_all(images, CLIP_UPSCALE)
 
     def _detect_all(self, images: Sequence[np.ndarray], upscale: float) -> list[Detections]:
-        images = [np.asarray(image) for image in images]
-        for image in images:
-            if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-                raise ValueError(
-                    f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}"
-                )
-        if len({image.shape for image in images}) > 1:
-            raise ValueError(
-                f"detect_many takes images of one size, not {sorted({image.shape for image in images})}"
-            )
+        images = rgb_frames(images)
         if not images:
             return []
         height, width = images[0].shape[:2]

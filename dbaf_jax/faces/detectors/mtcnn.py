@@ -51,7 +51,7 @@ import numpy as np
 
 from dbaf_jax import model_directory
 from dbaf_jax.errors import ConfigError, ModelDirectoryError
-from dbaf_jax.faces.detectors.base import Detections, empty
+from dbaf_jax.faces.detectors.base import Detections, empty, rgb_frames
 from dbaf_jax.faces.detectors.mtcnn_steps import (
     area_resize,
     crop_regions,
@@ -191,16 +191,7 @@ class MTCNN:
         two, so few batch shapes are compiled), R-net and O-net once on all their crops.
         Each image gets `detect`'s decisions on it alone (the networks are per image; a
         batch may change their float rounding, not the pipeline)."""
-        images = [np.asarray(image) for image in images]
-        for image in images:
-            if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-                raise ValueError(
-                    f"expected an (H, W, 3) uint8 RGB image, got {image.dtype} {image.shape}"
-                )
-        if len({image.shape for image in images}) > 1:
-            raise ValueError(
-                f"detect_many takes images of one size, not {sorted({image.shape for image in images})}"
-            )
+        images = rgb_frames(images)
         if not images:
             return []
         height, width = images[0].shape[:2]
