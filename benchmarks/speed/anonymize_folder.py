@@ -73,7 +73,8 @@ def megapixels(photos: list[Path]) -> float:
     return total / 1e6
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's command line (the module doc)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -102,7 +103,11 @@ def main(argv: list[str] | None = None) -> None:
         "--batch-size", type=int, help="the command's --batch-size (default: its own)"
     )
     parser.add_argument("--repeats", type=int, default=2, help="warm runs after the first")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
     cache = compilation_cache.enable()
 
     with tempfile.TemporaryDirectory() as tmp:
