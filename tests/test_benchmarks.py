@@ -186,7 +186,7 @@ def test_every_old_spelling_names_an_existing_module():
         assert not (REPO / (old.replace(".", "/") + ".py")).exists(), old
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the benchmark as a process, compiling the tiny model: 118 s in CI
 def test_anonymize_figures_are_consistent():
     done = benchmark(
         "speed.anonymize", "--batches", "1", "2", "--peak-tflops", str(PEAK_TFLOPS), *TINY
@@ -211,7 +211,7 @@ def test_anonymize_figures_are_consistent():
     assert float(rows[1]["GFLOP/image"]) == pytest.approx(float(rows[0]["GFLOP/image"]), rel=0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the benchmark as a process, two batch sizes compiled: 126 s in CI
 def test_anonymize_largest_batch_is_one_that_ran():
     done = benchmark(
         "speed.anonymize", "--batches", "1", "--find-max-batch", "--max-batch", "2", *TINY[:-1], "1"
@@ -220,7 +220,7 @@ def test_anonymize_largest_batch_is_one_that_ran():
     assert done.stdout.rstrip().endswith("largest batch that fits (up to 2): 2")
 
 
-@pytest.mark.slow
+@pytest.mark.long  # builds and writes a random model: 103 s in CI
 def test_a_random_model_is_written_once_and_kept(tmp_path, monkeypatch):
     """The benchmarks' random model is built and written once, then every later run loads
     the kept one; a run's own folder links to it (its detector added there, the kept

@@ -57,7 +57,7 @@ def test_an_uncalibrated_facenet_hardly_tells_faces_apart_and_a_calibrated_one_d
     assert spread["calibrated"] > 0.3 and spread["calibrated"] > 5 * spread["init"]
 
 
-@pytest.mark.slow  # initialises and calibrates the four full-size networks: about 2 min on 2 cores
+@pytest.mark.long  # initialises and calibrates the four full-size networks: 248 s in CI
 def test_the_command_writes_a_folder_every_reader_knows_is_random(tmp_path, capsys):
     out = tmp_path / "metrics"
     assert commands.exit_status(make_metric_networks.main, ["--out", str(out)]) == 0

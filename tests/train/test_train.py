@@ -336,7 +336,7 @@ def test_two_pass_step_equals_one_pass_but_updates_maar_statistics_twice():
         )
 
 
-@pytest.mark.slow
+@pytest.mark.long  # compiles the stage-2 step twice, with and without remat: 179 s in CI
 def test_rematerialised_step_equals_the_plain_one():
     """``remat='full'`` recomputes the generator side in the backward pass: same step."""
     plain, remat = (
