@@ -62,6 +62,11 @@ def append_metrics(path: Path, step: int, scalars: dict[str, float]) -> None:
 def data_source(config: ml_collections.ConfigDict):
     if config.data.synthetic:
         return data.SyntheticFaces(config.data.synthetic_size, config.model.size, config.seed)
+    if not config.data.dir:  # unset: the path would read as the working folder
+        raise DatasetError(
+            "no training data: set --config.data.dir to a folder written by "
+            "`python -m dbaf_jax.commands.prepare_data` (or --config.data.synthetic=True for a smoke run)"
+        )
     source = data.PreparedImages(config.data.dir)
     if source.size != config.model.size:
         raise DatasetError(

@@ -269,3 +269,13 @@ def test_a_damaged_record_is_one_error_naming_dataset_and_record(prepared, tmp_p
     ), failures
     with pytest.raises(DatasetError, match=f"{damaged}: record \\d+ is damaged"):
         take(data.batches(source, 3, seed=0, process_index=0, process_count=1, num_epochs=1), 3)
+
+
+def test_a_run_without_data_names_the_setting_to_give():
+    """The design card's command with no data folder (configs/stage2.py leaves data.dir
+    empty) stops naming --config.data.dir, not an empty path read as the working folder."""
+    from configs.dbaf.stage2 import get_config
+    from dbaf_jax.train import loop
+
+    with pytest.raises(DatasetError, match=r"no training data: set --config.data.dir"):
+        loop.data_source(get_config())
