@@ -18,7 +18,7 @@ import torch
 
 from convert import parser as parser_converter
 from convert.common import ConversionError, load_torch_checkpoint, run, to_numpy
-from dbaf_jax.model_directory import Network, load_network, save_network
+from dbaf_jax.storage.model_directory import Network, load_network, save_network
 from tests.paths import REPO
 
 # Neither a zip archive nor a pickle: what torch.load meets in a mislabelled file.

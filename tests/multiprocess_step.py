@@ -31,7 +31,7 @@ def main() -> None:
         jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.process_id)
 
     from configs.dbaf import stage1
-    from dbaf_jax import sharding
+    from dbaf_jax.core import sharding
     from dbaf_jax.train import data, initialization, loop, stages
 
     config = stage1.get_config("tiny")

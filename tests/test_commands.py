@@ -15,7 +15,7 @@ from configs import stage2 as card_stage2
 from configs.dbaf import stage1, stage2
 from dbaf_jax import commands
 from dbaf_jax.commands import scripts
-from dbaf_jax.errors import DatasetError
+from dbaf_jax.core.errors import DatasetError
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference import anonymizer
 from dbaf_jax.train import data

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 
 PROGRAM = """
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 compilation_cache.enable()  # before the first computation, as every entry point
 import jax, jax.numpy as jnp, numpy as np
-from dbaf_jax import precision
+from dbaf_jax.core import precision
 from dbaf_jax.models.parsers import UNetParser
 images = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32))
 parser = UNetParser()

@@ -1,6 +1,8 @@
 """The import graph of `dbaf_jax` runs one way: every module imports only modules of
-its own layer or of a lower one (the layer table of docs/development.md), and the
-applications of the top library layer do not import each other."""
+its own layer or of a lower one, and the applications of one layer do not import each
+other. The layers come from the tree: `dbaf_jax.LAYERS` orders them, and each folder of
+the package names its own in its ``__init__`` (``LAYER``); no module lies loose at the
+top of the package."""
 
 import ast
 from pathlib import Path
@@ -10,73 +12,60 @@ import pytest
 from tests.paths import REPO
 
 PACKAGE = REPO / "dbaf_jax"
+APPLICATIONS_LAYER = "applications"
 
-# Lowest first; a module's layer is that of the longest name that is it or contains it.
-LAYERS = [
-    (
-        "foundations",
-        [
-            "dbaf_jax",
-            "dbaf_jax.errors",
-            "dbaf_jax.precision",
-            "dbaf_jax.sharding",
-            "dbaf_jax.pipeline",
-            "dbaf_jax.compilation_cache",
-            "dbaf_jax.sidecars",
-            "dbaf_jax.nn",
-        ],
-    ),
-    ("networks", ["dbaf_jax.models"]),
-    (
-        "storage",
-        [
-            "dbaf_jax.atomic_files",
-            "dbaf_jax.file_kinds",
-            "dbaf_jax.images",
-            "dbaf_jax.keys",
-            "dbaf_jax.input_folder",
-            "dbaf_jax.output_folder",
-            "dbaf_jax.model_directory",
-            "dbaf_jax.network_kinds",
-            "dbaf_jax.model_families",
-        ],
-    ),
-    ("faces", ["dbaf_jax.faces", "dbaf_jax.metadata", "dbaf_jax.evaluation.image_metrics"]),
-    ("inference", ["dbaf_jax.inference"]),
-    ("applications", ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]),
-    (
-        "commands",
-        # distributed/: the folder runs on a Ray cluster, beside the commands that take --ray.
-        ["dbaf_jax.commands", "dbaf_jax.web", "dbaf_jax.distributed"],
-    ),
-]
-APPLICATIONS = ["dbaf_jax.train", "dbaf_jax.evaluation", "dbaf_jax.video"]
+
+def _assigned(path: Path, name: str):
+    """The literal assigned to ``name`` at the top of ``path``, read without importing it."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == name for target in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    return None
+
+
+def folder_layers(package: Path = PACKAGE) -> tuple[list[str], dict[str, str]]:
+    """The layers, lowest first, and each top-level folder's layer, as the tree says."""
+    layers = list(_assigned(package / "__init__.py", "LAYERS"))
+    folders = {}
+    for init in sorted(package.glob("*/__init__.py")):
+        layer = _assigned(init, "LAYER")
+        assert layer in layers, (
+            f"{init.parent.name}/__init__.py: LAYER = {layer!r}, not one of dbaf_jax.LAYERS {layers}"
+        )
+        folders[init.parent.name] = layer
+    return layers, folders
+
+
+LAYERS, FOLDER_LAYERS = folder_layers()
 
 
 def _contains(prefix: str, module: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def folder_of(module: str) -> str | None:
+    """The top-level folder ``module`` lies in (None: the package's own ``__init__``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
 def layer_of(module: str) -> int:
-    matches = [
-        (len(prefix), index)
-        for index, (_, prefixes) in enumerate(LAYERS)
-        for prefix in prefixes
-        if _contains(prefix, module)
-    ]
-    if not matches:
+    folder = folder_of(module)
+    if folder is None:
+        return 0  # dbaf_jax itself: its version and the layers' names
+    if folder not in FOLDER_LAYERS:
         raise AssertionError(
-            f"{module} is in no layer: add it to LAYERS and to docs/development.md"
+            f"{module} lies in no layer's folder: put it in one (dbaf_jax.LAYERS, each "
+            "folder's LAYER) and say so in docs/development.md"
         )
-    return max(matches)[1]
+    return LAYERS.index(FOLDER_LAYERS[folder])
 
 
 def application_of(module: str) -> str | None:
-    if layer_of(module) != LAYERS.index(
-        next(layer for layer in LAYERS if layer[0] == "applications")
-    ):
-        return None
-    return next(prefix for prefix in APPLICATIONS if _contains(prefix, module))
+    folder = folder_of(module)
+    return folder if folder and FOLDER_LAYERS.get(folder) == APPLICATIONS_LAYER else None
 
 
 def module_name(path: Path) -> str:
@@ -108,6 +97,10 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
 def test_every_module_has_a_layer():
+    loose = [path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py"]
+    assert not loose, (
+        f"modules loose at the top of dbaf_jax/: {loose}; each belongs in a layer's folder"
+    )
     for path in MODULES:
         layer_of(module_name(path))
 
@@ -117,7 +110,7 @@ def test_imports_run_down_the_layers(path):
     importer = module_name(path)
     for imported in sorted(imported_modules(path)):
         assert layer_of(imported) <= layer_of(importer), (
-            f"{importer} ({LAYERS[layer_of(importer)][0]}) imports {imported} ({LAYERS[layer_of(imported)][0]}), a higher layer"
+            f"{importer} ({LAYERS[layer_of(importer)]}) imports {imported} ({LAYERS[layer_of(imported)]}), a higher layer"
         )
         mine, theirs = application_of(importer), application_of(imported)
         assert mine is None or theirs is None or mine == theirs, (
@@ -126,9 +119,24 @@ def test_imports_run_down_the_layers(path):
 
 
 def test_the_layering_check_sees_an_upward_import(tmp_path):
-    """The check itself: a networks module importing a file-level module is caught."""
+    """The check itself: a networks module importing a storage module is caught."""
     upward = tmp_path / "bad.py"
-    upward.write_text("from dbaf_jax import model_directory\nfrom dbaf_jax.faces import paste\n")
+    upward.write_text(
+        "from dbaf_jax.storage import model_directory\nfrom dbaf_jax.faces import paste\n"
+    )
     imported = imported_modules(upward)
-    assert imported == {"dbaf_jax.model_directory", "dbaf_jax.faces.paste"}
+    assert imported == {"dbaf_jax.storage.model_directory", "dbaf_jax.faces.paste"}
     assert all(layer_of(module) > layer_of("dbaf_jax.models.dbaf.dbaf") for module in imported)
+
+
+def test_a_folder_must_name_a_known_layer(tmp_path):
+    """The tree is the table: a folder whose ``__init__`` names no layer of
+    `dbaf_jax.LAYERS` is refused, naming the file."""
+    (tmp_path / "__init__.py").write_text('LAYERS = ("foundations", "faces")\n')
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text('"""Doc."""\n\nLAYER = "foundations"\n')
+    assert folder_layers(tmp_path) == (["foundations", "faces"], {"core": "foundations"})
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "__init__.py").write_text('"""No layer."""\n')
+    with pytest.raises(AssertionError, match="extra/__init__.py: LAYER = None"):
+        folder_layers(tmp_path)

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from dbaf_jax import model_families, network_kinds
 from dbaf_jax.models import composition
+from dbaf_jax.storage import model_families, network_kinds
 from dbaf_jax.train import initialization, method, stages
 from dbaf_jax.train import networks as networks_lib
 from tests.paths import REPO

@@ -1,6 +1,6 @@
 """What the user commands share: one way to end on an error, and their common arguments.
 
-Library code raises the types of `dbaf_jax.errors`; a command's ``main(argv)`` lets
+Library code raises the types of `dbaf_jax.core.errors`; a command's ``main(argv)`` lets
 them through and `run_main` turns one into a single ``error: <message>`` line on
 stderr and exit status 1. Any other exception is a bug and keeps its traceback.
 Every command runs with the persistent compilation cache on (`compilation_cache`).
@@ -18,14 +18,17 @@ import dataclasses
 import sys
 from typing import Any, Callable, Sequence
 
-from dbaf_jax import compilation_cache, images, keys, precision
-from dbaf_jax.errors import ConfigError, DbafError, printable
+from dbaf_jax.core import compilation_cache, precision
+from dbaf_jax.core.errors import ConfigError, DbafError, printable
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import MIN_FACE_SIZE, PhotoFaces
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings, RunSettings
+from dbaf_jax.storage import images, keys
 from dbaf_jax.video import clip, tracks
 from dbaf_jax.video.settings import ClipRunSettings
+
+LAYER = "interfaces"
 
 Main = Callable[[Sequence[str] | None], Any]
 

@@ -22,12 +22,13 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from dbaf_jax import commands, images
-from dbaf_jax.errors import OutputExistsError
+from dbaf_jax import commands
+from dbaf_jax.core.errors import OutputExistsError
 from dbaf_jax.evaluation import inversion
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.evaluation.report import JSON_FILE, write_report
 from dbaf_jax.evaluation.splits import read_split
+from dbaf_jax.storage import images
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dbaf_jax import keys
 from dbaf_jax.commands import run_main
+from dbaf_jax.storage import keys
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -22,7 +22,7 @@ import sys
 from typing import Sequence
 
 from dbaf_jax import commands
-from dbaf_jax.errors import printable
+from dbaf_jax.core.errors import printable
 from dbaf_jax.faces import ledger
 from dbaf_jax.inference.recovery_modes import recovery_mode
 from dbaf_jax.video import runner

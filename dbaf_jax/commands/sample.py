@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import commands, images, model_directory
+from dbaf_jax import commands
 from dbaf_jax.models.stylegan2 import Generator, truncate
+from dbaf_jax.storage import images, model_directory
 
 
 def mean_latent(generator: Generator, variables, rng: jax.Array, n: int = 4096) -> jax.Array:

@@ -17,3 +17,5 @@ run the model and write.
 Ray is optional (``pip install 'dbaf-jax[distributed]'``); nothing here imports it
 until a run asks for it. docs/distributed.md is the guide.
 """
+
+LAYER = "interfaces"

@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from dbaf_jax.core.errors import ConfigError, InputError
 from dbaf_jax.distributed.options import LOCAL
-from dbaf_jax.errors import ConfigError, InputError
 
 CPU_ENV = {"JAX_PLATFORMS": "cpu"}
 QUIET_ENV = {"TQDM_DISABLE": "1"}

@@ -30,17 +30,17 @@ from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
-from dbaf_jax import images, keys, metadata
+from dbaf_jax.core.errors import DbafError, OutputWriteError, printable
 from dbaf_jax.distributed import cluster, workers
 from dbaf_jax.distributed.options import RayOptions
 from dbaf_jax.distributed.staging import Staging, clear_stale
-from dbaf_jax.errors import DbafError, OutputWriteError, printable
-from dbaf_jax.faces import ledger, photos
+from dbaf_jax.faces import ledger, metadata, photos
 from dbaf_jax.inference.anonymizer import ACCELERATOR_BATCH, CPU_BATCH, FaceAnonymizer
 from dbaf_jax.inference.photo_folders import planned_anonymization
 from dbaf_jax.inference.planning import Plan, checked_anonymizations, plan_photo_outputs, saved_crop
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FaceFinding, FolderRunSettings
+from dbaf_jax.storage import images, keys
 from dbaf_jax.video.folders import FolderClips
 
 RETRIES = (

@@ -20,8 +20,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from dbaf_jax import atomic_files
-from dbaf_jax.errors import OutputExistsError, OutputWriteError
+from dbaf_jax.core.errors import OutputExistsError, OutputWriteError
+from dbaf_jax.storage import atomic_files
 
 PREFIX = ".dbaf-ray-"
 LOCK = "lock"

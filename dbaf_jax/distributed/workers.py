@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from dbaf_jax import compilation_cache, images, keys
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core import compilation_cache
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.photo_folders import ledger_entries, recovery_found
@@ -39,6 +39,7 @@ from dbaf_jax.inference.photo_pipeline import Photo, photo_notes, run_photos
 from dbaf_jax.inference.planning import Plan, crop_path
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings
+from dbaf_jax.storage import images, keys
 from dbaf_jax.video.folders import FolderClips
 
 COLUMN = "work"  # the one column of every stage's rows: a pickled Job, Work or PhotoStatus

@@ -25,9 +25,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 from sklearn.manifold import TSNE
 
-from dbaf_jax import images
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.evaluation.recognition import normalize
+from dbaf_jax.storage import images
 
 # t-SNE's customary perplexity; `tsne_points` lowers it for small sets (it must stay below the point count).
 TSNE_PERPLEXITY = 30.0
@@ -86,7 +86,7 @@ def key_grid(originals: np.ndarray, anonymized: np.ndarray, padding: int = 2) ->
       anonymized: (F, K, H, W, 3) in [-1, 1], face f under key k.
 
     Returns:
-      (F*(H+p)+p, (K+1)*(W+p)+p, 3) uint8 (see `dbaf_jax.images.make_grid`).
+      (F*(H+p)+p, (K+1)*(W+p)+p, 3) uint8 (see `dbaf_jax.storage.images.make_grid`).
     """
     originals, anonymized = np.asarray(originals), np.asarray(anonymized)
     if anonymized.shape[0] != originals.shape[0] or anonymized.shape[2:] != originals.shape[1:]:

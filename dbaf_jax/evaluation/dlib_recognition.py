@@ -29,7 +29,7 @@ import numpy as np
 from dbaf_jax.faces.detectors.dlib_detectors import INSTALL_HINT as INSTALL_HINT
 from dbaf_jax.faces.detectors.dlib_detectors import trained_models
 from dbaf_jax.faces.detectors.dlib_detectors import unavailable as unavailable
-from dbaf_jax.images import to_uint8
+from dbaf_jax.storage.images import to_uint8
 
 # dlib's documented same-person threshold on the Euclidean distance of raw descriptors.
 THRESHOLD = 0.6

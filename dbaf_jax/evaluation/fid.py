@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from scipy import linalg
 
-from dbaf_jax.errors import DatasetError
+from dbaf_jax.core.errors import DatasetError
 
 # pytorch-fid's defaults for the singular-product retry and the imaginary-part check.
 SINGULAR_OFFSET = 1e-6

@@ -12,11 +12,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from dbaf_jax import images
-from dbaf_jax.evaluation import attacks, calibration, fid, image_metrics, inversion, recognition
+from dbaf_jax.core import image_metrics
+from dbaf_jax.evaluation import attacks, calibration, fid, inversion, recognition
 from dbaf_jax.evaluation.metric_networks import THRESHOLD_NAMES, MetricNetworks
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models.inception import FEATURES
+from dbaf_jax.storage import images
 
 PIXEL_METRICS = ("mse", "psnr", "ssim", "lpips")
 

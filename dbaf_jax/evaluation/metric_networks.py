@@ -33,12 +33,12 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
+from dbaf_jax.core.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.storage import model_directory
 
 # network directory name -> the command that writes it ("{out}" is the metrics folder).
 ARCFACE = model_directory.ARCFACE_DIR

@@ -34,8 +34,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from dbaf_jax import __version__, images, keys
-from dbaf_jax.errors import DatasetError, ModelDirectoryError
+from dbaf_jax import __version__
+from dbaf_jax.core.errors import DatasetError, ModelDirectoryError
 from dbaf_jax.evaluation import (
     calibration,
     diversity,
@@ -49,6 +49,7 @@ from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors.dlib_detectors import DlibDetector
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.storage import images, keys
 
 # Fixed test credentials: results must not depend on a random salt.
 TEST_PASSWORD = "dbaf-jax evaluation password"

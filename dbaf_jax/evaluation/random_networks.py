@@ -24,14 +24,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ModelDirectoryError, OutputExistsError
+from dbaf_jax.core.errors import ModelDirectoryError, OutputExistsError
 from dbaf_jax.evaluation import metric_networks as names
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
+from dbaf_jax.storage import model_directory
 
 SOURCE = "random (python -m dbaf_jax.commands.make_metric_networks)"
 # MTCNN's stages and the input side each is initialised at (its own crop sizes).

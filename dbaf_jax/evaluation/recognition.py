@@ -30,7 +30,7 @@ from typing import Mapping
 
 import jax.numpy as jnp
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.evaluation import dlib_recognition
 
 DISTANCE_FORMS = ("l2", "squared_l2", "cosine")

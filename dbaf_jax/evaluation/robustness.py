@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageFilter
 
-from dbaf_jax import images
+from dbaf_jax.storage import images
 
 
 def _per_image(batch: np.ndarray, change: Callable[[Image.Image], Image.Image]) -> np.ndarray:

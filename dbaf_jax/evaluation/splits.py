@@ -30,8 +30,8 @@ import hashlib
 import math
 from pathlib import Path
 
-from dbaf_jax.errors import ConfigError, DatasetError, OutputExistsError
-from dbaf_jax.images import list_images
+from dbaf_jax.core.errors import ConfigError, DatasetError, OutputExistsError
+from dbaf_jax.storage.images import list_images
 
 HEADER_PREFIX = "#"
 

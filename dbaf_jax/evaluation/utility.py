@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from dbaf_jax.faces.detectors.base import Detections, Detector
-from dbaf_jax.images import to_uint8
+from dbaf_jax.storage.images import to_uint8
 
 
 def largest_face_distances(original: Detections, other: Detections) -> tuple[float, float] | None:

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax.errors import InputError, OutputWriteError
+from dbaf_jax.core.errors import InputError, OutputWriteError
 
 SUFFIX = ".faces.jsonl"
 GRID = 8  # signature cells per side (times 3 colours)

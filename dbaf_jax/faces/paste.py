@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import ndimage
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.core.errors import ModelDirectoryError
 from dbaf_jax.faces import align
 from dbaf_jax.models.parsers import FACE_LABELS, FEATHER, PARSE_SIZE, bisenet_inputs
+from dbaf_jax.storage import model_directory
 
 BOX_MARGIN = 0.1  # of the crop's side: the box mask's erosion (its Gaussian's sigma: FEATHER)
 BISENET_KIND = "parsers:BiSeNet"

@@ -10,7 +10,7 @@ detector reports, however small; a small face's crop is upsampled from the
 photo to the model's input size and pasted back at its own size). Faces are
 numbered left to right by the x of their eye centre among the faces kept, so that a
 re-detection on the anonymized photo (recovery without metadata) numbers them alike;
-the number selects the face's key (`dbaf_jax.keys.face_seed`).
+the number selects the face's key (`dbaf_jax.storage.keys.face_seed`).
 
 A photo's detections are merged into one per face (`detectors.ensemble.merge`) even
 when one detector runs, as a clip's frames are (`video.tracks`). A detected face whose
@@ -26,7 +26,7 @@ needs its pixels); recovery (``hide_doubtful=False``) takes it as a face, since 
 anonymized face may score lower than the original did.
 
 `AlignedFace` is what the output's metadata records per face (index, transform, crop
-size; written and checked by `dbaf_jax.metadata`).
+size; written and checked by `dbaf_jax.faces.metadata`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.faces import align, paste, places
 from dbaf_jax.faces.detectors import ensemble, tiling
 from dbaf_jax.faces.detectors.base import Detector

@@ -1,5 +1,5 @@
 """Where a recorded face may lie: the bounds an anonymized photo's metadata
-(`dbaf_jax.metadata`) and a clip's sidecar (`dbaf_jax.video.sidecar`) hold their faces
+(`dbaf_jax.faces.metadata`) and a clip's sidecar (`dbaf_jax.video.sidecar`) hold their faces
 to, and which faces anonymize can record (`unrecordable`).
 
 A face is recorded as its photo-to-crop transform; its place is the side and centre of

@@ -11,3 +11,5 @@
 
 Evaluation and the benchmarks use `programs` and `anonymizer` only.
 """
+
+LAYER = "inference"

@@ -2,7 +2,7 @@
 recover with each file's own.
 
 Inputs are read at the encoder's input size (other sizes are resized) and decoded on
-worker threads ahead of the model; outputs are encoded behind it (`dbaf_jax.pipeline`),
+worker threads ahead of the model; outputs are encoded behind it (`dbaf_jax.core.pipeline`),
 so the device is kept busy. ``save_latents`` also writes ``NAME.latents.npz`` beside
 each output with what DBAF's latent-space recovery needs (``mode='latent'``); those
 files describe the original face: keep them private.
@@ -18,7 +18,8 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import atomic_files, images, keys, metadata, pipeline, sidecars
+from dbaf_jax.core import pipeline, sidecars
+from dbaf_jax.faces import metadata
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import (
     Plan,
@@ -32,6 +33,7 @@ from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.recovery_modes import RECOVERY_MODES
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+from dbaf_jax.storage import atomic_files, images, keys
 
 
 def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) -> None:

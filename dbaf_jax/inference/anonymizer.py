@@ -11,7 +11,7 @@ it yields another face, which is what keeps the original private.
 The weights are cast to the compute dtype and placed on the devices once; a batch is
 split over them, padded to one compiled shape (`programs.pad_batch`). ``dtype='bfloat16'``
 computes every network in bfloat16 (docs/decisions.md gives the measured difference).
-Errors the user can cause raise `dbaf_jax.errors` types, never exit the interpreter.
+Errors the user can cause raise `dbaf_jax.core.errors` types, never exit the interpreter.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import keys, model_families, precision, sharding
-from dbaf_jax.errors import InputError
+from dbaf_jax.core import precision, sharding
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.inference import face_batches
@@ -39,6 +39,7 @@ from dbaf_jax.inference.programs import (
     unpadded,
 )
 from dbaf_jax.models import composition
+from dbaf_jax.storage import keys, model_families
 
 # Per device: on an accelerator 32 faces (~5 GB of activations at 256 px) keep it busy;
 # on a CPU larger batches are not faster and only delay the first outputs.
@@ -89,7 +90,7 @@ def photo_result(done: face_batches.Done, too_small: list[float]) -> PhotoResult
 
 
 class FaceAnonymizer:
-    """A loaded model of any family (`dbaf_jax.model_families`: DBAF, iFADIT) with jitted
+    """A loaded model of any family (`dbaf_jax.storage.model_families`: DBAF, iFADIT) with jitted
     anonymize and recover functions (the Python API).
 
     ``FaceAnonymizer(model_dir).anonymize(images, key)`` with aligned images

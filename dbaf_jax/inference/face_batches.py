@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from dbaf_jax import pipeline
+from dbaf_jax.core import pipeline
 from dbaf_jax.faces import ledger_match, paste, photos
 from dbaf_jax.inference.programs import pad_batch
 

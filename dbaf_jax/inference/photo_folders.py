@@ -18,9 +18,8 @@ from typing import Iterable, Protocol
 
 import numpy as np
 
-from dbaf_jax import images, keys, metadata
-from dbaf_jax.errors import InputError, OutputExistsError, OutputWriteError
-from dbaf_jax.faces import ledger, ledger_match, photos
+from dbaf_jax.core.errors import InputError, OutputExistsError, OutputWriteError
+from dbaf_jax.faces import ledger, ledger_match, metadata, photos
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, PhotoResult
 from dbaf_jax.inference.photo_pipeline import Photo, run_photos
@@ -35,6 +34,7 @@ from dbaf_jax.inference.planning import (
 )
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+from dbaf_jax.storage import images, keys
 
 LEDGER_CHUNK = (
     64  # faces whose published crops are cut at once for the face ledger (50 MB at 256 px)

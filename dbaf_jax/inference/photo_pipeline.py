@@ -22,12 +22,13 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from dbaf_jax import images, metadata, pipeline
-from dbaf_jax.faces import photos
+from dbaf_jax.core import pipeline
+from dbaf_jax.faces import metadata, photos
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import PhotoResult, photo_result
 from dbaf_jax.inference.planning import Plan, crop_path
 from dbaf_jax.inference.report import Report
+from dbaf_jax.storage import images
 
 AHEAD_BYTES = 256 << 20  # decoded photos waiting for detection: 4 of 12 megapixels, 1 of 100
 BEHIND_BYTES = 256 << 20  # results waiting to be encoded (PIL copies each: 7 bytes a pixel)

@@ -22,10 +22,11 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from dbaf_jax import file_kinds, images, input_folder, metadata, output_folder
-from dbaf_jax.errors import InputError, ModelMismatchError, OutputExistsError
+from dbaf_jax.core.errors import InputError, ModelMismatchError, OutputExistsError
+from dbaf_jax.faces import metadata
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.report import Report
+from dbaf_jax.storage import file_kinds, images, input_folder, output_folder
 
 LATENTS_SUFFIX = file_kinds.LATENTS_SUFFIX
 

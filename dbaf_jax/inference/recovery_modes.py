@@ -7,7 +7,7 @@ every recovering command (recover, recover_video, the web page) runs it only whe
 
 from __future__ import annotations
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 
 RECOVERY_MODES = ("image", "latent")

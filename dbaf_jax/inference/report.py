@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from dbaf_jax import images
-from dbaf_jax.errors import printable
+from dbaf_jax.core.errors import printable
+from dbaf_jax.storage import images
 
 # Exit statuses of a run that finished but did not do all it was asked (README): 1 is
 # an error that stopped it, 2 a usage error (argparse).

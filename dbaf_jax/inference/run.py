@@ -14,11 +14,11 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Mapping
 
-from dbaf_jax import keys
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.recovery_modes import recovery_mode
 from dbaf_jax.inference.settings import FaceFinding, RunSettings
+from dbaf_jax.storage import keys
 
 OPERATIONS = ("anonymize", "recover")
 DEFAULT_FINDING = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dbaf_jax import images
 from dbaf_jax.faces import photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
+from dbaf_jax.storage import images
 
 
 @dataclasses.dataclass(frozen=True)

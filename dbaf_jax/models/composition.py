@@ -1,7 +1,7 @@
 """What the model families' compositions (`dbaf.DBAF`, `ifadit.IFADIT`, each in its
 own folder with the networks only it uses) share: an e4e encoder in front, a StyleGAN2
 decoder behind, one network per field (a model directory holds one sub-directory per
-field, `dbaf_jax.model_families`), the key generator's name and how a step runs a
+field, `dbaf_jax.storage.model_families`), the key generator's name and how a step runs a
 network (`apply_network`); the `Anonymizer` protocol inference runs any family through,
 and `LatentRecovery`, the optional capability of a family that recovers from the
 latents anonymization saved (DBAF's, the reference's recovery). Code outside a family's
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dbaf_jax import precision, sharding
+from dbaf_jax.core import precision, sharding
 from dbaf_jax.models.stylegan2 import LATENT_GROUPS
 
 Variables = dict[str, Any]
@@ -66,7 +66,7 @@ def apply_network(
     compute_dtype: str | None, module: nn.Module, variables: Variables, *args, **kwargs
 ) -> Any:
     """``module.apply(variables, *args, **kwargs)`` as a step runs a network: in
-    ``compute_dtype`` (`dbaf_jax.precision.apply`) and, under a mesh, with the batch
+    ``compute_dtype`` (`dbaf_jax.core.precision.apply`) and, under a mesh, with the batch
     axis of its inputs and outputs split over the devices (`sharding.constrain_batch`)
     and its variables gathered whole for the call (fsdp keeps them split between
     calls). Left split, XLA would split activations along the parameters' split axis

@@ -20,7 +20,7 @@ convolution with bias back to the input width.
 
 Input. The published network takes a 160x160 RGB face crop as ``(p - 127.5) / 128`` of
 its 0..255 pixels p. This module takes the project's images in [-1, 1], x = p / 127.5 - 1
-(dbaf_jax.images.to_float), so the network input is x * 127.5 / 128 exactly. Faces of
+(dbaf_jax.storage.images.to_float), so the network input is x * 127.5 / 128 exactly. Faces of
 another size are first area-resized to 160x160 (PyTorch's adaptive average pooling, what
 facenet-pytorch's `interpolate(mode='area')` crop of a tensor does).
 

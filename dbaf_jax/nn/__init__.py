@@ -1,1 +1,3 @@
 """Building blocks shared by the networks (all NHWC)."""
+
+LAYER = "foundations"

@@ -49,6 +49,6 @@ class BatchNorm(nn.Module):
                     self.momentum * running_var.value + (1 - self.momentum) * unbiased
                 )
         else:
-            # Running statistics stay float32 (see dbaf_jax.precision); normalise in x's dtype.
+            # Running statistics stay float32 (see dbaf_jax.core.precision); normalise in x's dtype.
             mean, var = running_mean.value.astype(x.dtype), running_var.value.astype(x.dtype)
         return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias

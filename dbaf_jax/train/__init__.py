@@ -1,1 +1,3 @@
 """Training of both DBAF stages."""
+
+LAYER = "applications"

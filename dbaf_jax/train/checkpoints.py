@@ -38,7 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
 ORBAX_STEP_METADATA = "_CHECKPOINT_METADATA"

@@ -24,8 +24,8 @@ import grain
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.errors import ConfigError, DatasetError
-from dbaf_jax.images import to_float
+from dbaf_jax.core.errors import ConfigError, DatasetError
+from dbaf_jax.storage.images import to_float
 
 DATASET_NAME = "dbaf_faces"
 DATASET_VERSION = "1.0.0"

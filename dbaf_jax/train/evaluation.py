@@ -13,8 +13,8 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from dbaf_jax import images
-from dbaf_jax.errors import ConfigError, DatasetError
+from dbaf_jax.core.errors import ConfigError, DatasetError
+from dbaf_jax.storage import images
 from dbaf_jax.train import data
 
 BEST_EXPORT = "best"

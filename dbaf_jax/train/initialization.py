@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
-from dbaf_jax import sharding
-from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.core import sharding
+from dbaf_jax.core.errors import ModelDirectoryError
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.method import MethodNetworks, MethodState, TrainingStage

@@ -1,7 +1,7 @@
 """The training loop of both stages: `train_and_evaluate(config, workdir)`.
 
 One code path for 1 CPU, forced host devices, one GPU or a multi-host pod: the state
-is placed on a ('data', 'fsdp') mesh (`dbaf_jax.sharding`), batches arrive as
+is placed on a ('data', 'fsdp') mesh (`dbaf_jax.core.sharding`), batches arrive as
 global arrays split over the mesh, and the step is one ``jax.jit`` with explicit
 shardings and a donated state. Inside the step every array keeps its global
 meaning, so CID's reference attention across the batch spans the GLOBAL batch
@@ -11,7 +11,7 @@ Outputs in the workdir: ``checkpoints/`` (resumable: re-running the same command
 continues from the latest one, data position and RNG included), ``metrics/``
 (TensorBoard events and ``metrics.jsonl``, evaluations on held-out images included),
 ``samples/`` (PNG grids), ``best/`` (`dbaf_jax.train.evaluation`) and, at the end,
-``model/``: a model directory (`dbaf_jax.model_directory`) that stage 2 starts from
+``model/``: a model directory (`dbaf_jax.storage.model_directory`) that stage 2 starts from
 (``init_from``) and, after stage 2, that `dbaf_jax.commands.anonymize` runs. iFADIT's two phases
 (``configs/ifadit/phases.py``, `dbaf_jax.train.ifadit`) run through the same loop and export
 an iFADIT model directory.
@@ -33,9 +33,10 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from dbaf_jax import images as images_lib
-from dbaf_jax import model_directory, sharding
-from dbaf_jax.errors import DatasetError
+from dbaf_jax.core import sharding
+from dbaf_jax.core.errors import DatasetError
+from dbaf_jax.storage import images as images_lib
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import checkpoints, data, evaluation, profiling, stages
 from dbaf_jax.train import metrics as metrics_lib
 from dbaf_jax.train import networks as networks_lib

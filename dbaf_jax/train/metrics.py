@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.images import to_uint8
+from dbaf_jax.storage.images import to_uint8
 from dbaf_jax.train.progress import StepClock
 
 SAMPLES_DIR = "samples"

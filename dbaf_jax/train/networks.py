@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from dbaf_jax import model_directory, network_kinds
-from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError
+from dbaf_jax.core.errors import ModelDirectoryError, NetworkNotFoundError
 from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.stylegan2 import Generator
+from dbaf_jax.storage import model_directory, network_kinds
 from dbaf_jax.train.method import Variables
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from dbaf_jax.errors import ConfigError, InputError, OutputExistsError
-from dbaf_jax.images import list_images
+from dbaf_jax.core.errors import ConfigError, InputError, OutputExistsError
+from dbaf_jax.storage.images import list_images
 from dbaf_jax.train.data import DATASET_NAME, DATASET_VERSION, SPLIT, SUMMARY_FILE
 
 

@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Any, Callable
 
-from dbaf_jax.compilation_cache import CompileWatch
+from dbaf_jax.core.compilation_cache import CompileWatch
 
 
 def compile_announced(jitted, what: str, announce: Callable[[str], Any], *args):

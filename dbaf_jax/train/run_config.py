@@ -19,7 +19,7 @@ from typing import Any
 
 import ml_collections
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train.checkpoints import CHECKPOINT_DIR
 
 CONFIG_FILE = "config.json"

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax.evaluation import image_metrics
+from dbaf_jax.core import image_metrics
 from dbaf_jax.train import losses
 
 Metrics = dict[str, jax.Array]

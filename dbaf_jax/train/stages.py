@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import ml_collections
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train.dbaf import networks as dbaf_networks
 from dbaf_jax.train.dbaf import state as dbaf_state
 from dbaf_jax.train.dbaf.stage1 import Stage1

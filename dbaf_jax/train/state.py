@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import ml_collections
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train.method import MethodState, Variables
 
 

@@ -19,7 +19,7 @@ from typing import Iterator
 import av
 import numpy as np
 
-from dbaf_jax.errors import ConfigError, InputError
+from dbaf_jax.core.errors import ConfigError, InputError
 
 # Suffix -> FFmpeg muxer name.
 FORMATS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".webm": "webm", ".avi": "avi"}

@@ -16,14 +16,14 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-from dbaf_jax import keys
-from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.core.errors import InputError, OutputExistsError
 from dbaf_jax.faces import ledger, photos
-from dbaf_jax.images import Skipped
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import Plan, check_outputs
 from dbaf_jax.inference.report import Report
 from dbaf_jax.inference.settings import RunSettings
+from dbaf_jax.storage import keys
+from dbaf_jax.storage.images import Skipped
 from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
 

@@ -15,12 +15,13 @@ from typing import Callable, Iterator
 import jax
 import numpy as np
 
-from dbaf_jax import atomic_files, pipeline
-from dbaf_jax.errors import InputError
+from dbaf_jax.core import pipeline
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import photos
 from dbaf_jax.faces.detectors import tiling
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.storage import atomic_files
 from dbaf_jax.video import clip, track_ledger, tracks
 from dbaf_jax.video.settings import ClipRunSettings
 

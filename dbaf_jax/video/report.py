@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from dbaf_jax.errors import printable
+from dbaf_jax.core.errors import printable
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_SKIPPED
 
 

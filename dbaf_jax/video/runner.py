@@ -8,7 +8,7 @@ The second pass crops those faces, runs the model on batches gathered across fra
 and tracks (each face with its track's key), pastes them back through the mask and
 encodes the frames as they complete, before any lossy step of ours. Decoding runs ahead
 on a thread of its own, encoding behind on another, and a batch's frames are pasted
-while the next batch computes (`dbaf_jax.pipeline`; both passes in `passes`). The output is
+while the next batch computes (`dbaf_jax.core.pipeline`; both passes in `passes`). The output is
 written to a hidden temporary file renamed into place when whole
 (`atomic_files.write_file`) with a copy of the sidecar in its container metadata, then the
 sidecar file beside it. The tracks are recorded as a sidecar can hold them
@@ -30,11 +30,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dbaf_jax import keys, metadata, output_folder
-from dbaf_jax.errors import InputError
-from dbaf_jax.faces import ledger, photos
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import ledger, metadata, photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
+from dbaf_jax.storage import keys, output_folder
 from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 from dbaf_jax.video.passes import FacePass, Placed, find_tracks, rewrite, track_keys
 from dbaf_jax.video.report import VideoReport

@@ -45,9 +45,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax import atomic_files, metadata
-from dbaf_jax.errors import InputError, ModelMismatchError
-from dbaf_jax.faces import places
+from dbaf_jax.core.errors import InputError, ModelMismatchError
+from dbaf_jax.faces import metadata, places
+from dbaf_jax.storage import atomic_files
 from dbaf_jax.video import clip
 
 SUFFIX = ".dbaf.json"

@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import ledger, ledger_match, places
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.video import tracks

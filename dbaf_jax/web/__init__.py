@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+LAYER = "interfaces"
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     from dbaf_jax.web import serve  # Starlette and uvicorn: only when the page is served

@@ -29,8 +29,8 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dbaf_jax import file_kinds, images
 from dbaf_jax.faces import ledger
+from dbaf_jax.storage import file_kinds, images
 
 OPERATIONS = ("anonymize", "recover")
 KEY_FILE_NAME = "dbaf.key"  # the job's key file, uploaded or new; its ledger beside it

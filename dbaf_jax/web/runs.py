@@ -20,14 +20,14 @@ import sys
 import traceback
 from pathlib import Path
 
-from dbaf_jax import file_kinds, images, keys
-from dbaf_jax.errors import DbafError, InputError
+from dbaf_jax.core.errors import DbafError, InputError
 from dbaf_jax.faces import ledger, photos
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.recovery_modes import UNTRAINED_FLAG
 from dbaf_jax.inference.report import EXIT_SKIPPED, Report
 from dbaf_jax.inference.run import Model, Run
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+from dbaf_jax.storage import file_kinds, images, keys
 from dbaf_jax.video import runner
 from dbaf_jax.video.settings import ClipRunSettings
 from dbaf_jax.web.jobs import KEY_FILE_NAME, Entry, Job, Output

@@ -22,7 +22,7 @@ from typing import Sequence
 import uvicorn
 
 from dbaf_jax import commands
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.faces.photos import MIN_FACE_SIZE
 from dbaf_jax.inference.run import Model
 from dbaf_jax.web import runs, server

@@ -43,8 +43,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dbaf_jax import atomic_files, file_kinds, keys
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.storage import atomic_files, file_kinds, keys
 from dbaf_jax.web import runs
 from dbaf_jax.web.jobs import Job, LimitError, NotFound, Output, UnknownSession
 from dbaf_jax.web.store import JobStore

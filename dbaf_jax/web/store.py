@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from dbaf_jax import atomic_files
+from dbaf_jax.storage import atomic_files
 from dbaf_jax.web.jobs import OPERATIONS, Job, LimitError, Limits, NotFound, UnknownSession
 
 ROOT_PREFIX = "dbaf-web-"

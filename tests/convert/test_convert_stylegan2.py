@@ -5,7 +5,7 @@ import torch
 
 from convert import stylegan2 as convert_stylegan2
 from convert.common import run
-from dbaf_jax.model_directory import load_network
+from dbaf_jax.storage.model_directory import load_network
 from tests.conversion import assert_command_refuses_a_non_checkpoint, edited, refusal, save
 from tests.parity import randomize_
 from tests.torch_reference import stylegan2 as ref

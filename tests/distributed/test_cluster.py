@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.distributed import cluster, options
-from dbaf_jax.errors import ConfigError
 
 
 def test_cpu_actors_and_a_detection_task_fit_the_cluster_together():

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from dbaf_jax import atomic_files
+from dbaf_jax.core.errors import OutputExistsError
 from dbaf_jax.distributed import staging
-from dbaf_jax.errors import OutputExistsError
+from dbaf_jax.storage import atomic_files
 from tests.paths import REPO
 
 

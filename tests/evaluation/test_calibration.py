@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import images
 from dbaf_jax.evaluation import attacks, calibration, inversion
+from dbaf_jax.storage import images
 from tests.face_helpers import mildly_changed
 
 

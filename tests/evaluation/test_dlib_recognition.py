@@ -7,11 +7,11 @@ import importlib.util
 
 import numpy as np
 
-from dbaf_jax import images
 from dbaf_jax.evaluation import dlib_recognition, recognition
 from dbaf_jax.evaluation.dlib_recognition import THRESHOLD
 from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors.dlib_detectors import DlibDetector
+from dbaf_jax.storage import images
 from tests.face_helpers import mildly_changed
 
 

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from configs.ifadit import phases as ifadit_config
-from dbaf_jax import commands, model_directory
+from dbaf_jax import commands
 from dbaf_jax.commands import evaluate
 from dbaf_jax.evaluation import dlib_recognition, fid
 from dbaf_jax.evaluation.measures import pixel_metrics
@@ -30,6 +30,7 @@ from dbaf_jax.evaluation.utility import DetectionUtility
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.models.ifadit import ifadit
 from dbaf_jax.models.inception import FEATURES
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces

@@ -9,9 +9,10 @@ import pytest
 from PIL import Image
 from pytorch_fid.fid_score import calculate_frechet_distance
 
-from dbaf_jax import images
-from dbaf_jax.errors import ConfigError, DatasetError
-from dbaf_jax.evaluation import diversity, fid, image_metrics, measures, recognition
+from dbaf_jax.core import image_metrics
+from dbaf_jax.core.errors import ConfigError, DatasetError
+from dbaf_jax.evaluation import diversity, fid, measures, recognition
+from dbaf_jax.storage import images
 from tests.parity import assert_parity, relative_error, skimage_ssim
 
 

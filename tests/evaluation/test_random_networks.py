@@ -11,11 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dbaf_jax import commands, model_directory
+from dbaf_jax import commands
 from dbaf_jax.commands import make_metric_networks
-from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.core.errors import ModelDirectoryError
 from dbaf_jax.evaluation import metric_networks, random_networks, report
 from dbaf_jax.models.facenet import InceptionResnetV1
+from dbaf_jax.storage import model_directory
 
 
 class TwoNorms(nn.Module):

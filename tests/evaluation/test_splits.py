@@ -3,7 +3,7 @@
 import pytest
 
 from dbaf_jax.commands import make_splits
-from dbaf_jax.errors import ConfigError, DatasetError, OutputExistsError
+from dbaf_jax.core.errors import ConfigError, DatasetError, OutputExistsError
 from dbaf_jax.evaluation import splits
 
 

@@ -18,14 +18,14 @@ import pytest
 from convert.centerface import main as convert_centerface
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import images
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces import paste, photos
 from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detections, overlap_of_smaller
 from dbaf_jax.faces.detectors.ensemble import merge
 from dbaf_jax.inference import face_batches
 from dbaf_jax.inference.anonymizer import photo_result
+from dbaf_jax.storage import images
 from dbaf_jax.video import tracks
 from fixtures import labelled
 from tests.paths import DATA, REPO

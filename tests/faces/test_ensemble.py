@@ -11,10 +11,10 @@ import pytest
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import images
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.detectors.base import Detections, overlap_of_smaller
 from dbaf_jax.faces.detectors.ensemble import merge, same_face
+from dbaf_jax.storage import images
 from dbaf_jax.video import clip
 from fixtures import labelled
 from tests.face_helpers import landmarks_at

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import images, metadata
-from dbaf_jax.errors import InputError
-from dbaf_jax.faces import align, paste, photos, places
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import align, metadata, paste, photos, places
+from dbaf_jax.storage import images
 from tests.face_helpers import CANONICAL, similarity
 
 

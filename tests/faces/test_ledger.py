@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import ledger, ledger_match
 
 

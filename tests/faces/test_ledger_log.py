@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from dbaf_jax.errors import OutputWriteError
+from dbaf_jax.core.errors import OutputWriteError
 from dbaf_jax.faces import ledger
 from tests.paths import can_mount_tmpfs
 
@@ -119,7 +119,7 @@ FULL_DISK = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from tests.faces.test_ledger_log import entries, indices
-    from dbaf_jax.errors import OutputWriteError
+    from dbaf_jax.core.errors import OutputWriteError
     from dbaf_jax.faces import ledger
     path = Path("/mnt/me.key.faces.jsonl")
     ledger.append(path, entries(2))

@@ -12,11 +12,11 @@ import shutil
 import numpy as np
 import pytest
 
-from dbaf_jax import keys
-from dbaf_jax.errors import OutputWriteError
+from dbaf_jax.core.errors import OutputWriteError
 from dbaf_jax.faces import ledger, ledger_match
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import keys
 from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
 from tests.invertible_double import double_with_mtcnn

@@ -12,8 +12,8 @@ helpers (fixtures/refound.py, which the JPEG study benchmarks/studies/jpeg_recov
 import numpy as np
 import pytest
 
-from dbaf_jax import images
 from dbaf_jax.faces import align, photos
+from dbaf_jax.storage import images
 from fixtures.refound import CROP, compare, corner_displacement, pair_faces, reencode
 from tests.face_helpers import CANONICAL, similarity
 from tests.paths import DATA

@@ -13,13 +13,13 @@ from PIL import Image
 
 from convert.centerface import main as convert_centerface
 from convert.common import run
-from dbaf_jax import images, keys, metadata
-from dbaf_jax.errors import InputError
-from dbaf_jax.faces import align, paste, photos, places
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import align, metadata, paste, photos, places
 from dbaf_jax.faces.detectors import ensemble, registry
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import images, keys
 from fixtures.invertible_double import InvertibleDouble
 from tests.face_helpers import landmarks_at
 from tests.paths import DATA

@@ -12,11 +12,11 @@ from scipy import ndimage
 
 from convert.centerface import main as convert_centerface
 from convert.common import run
-from dbaf_jax import images
 from dbaf_jax.faces import photos
 from dbaf_jax.faces.detectors import centerface, registry, tiling
 from dbaf_jax.faces.detectors.base import Detections, empty, largest_first
 from dbaf_jax.faces.detectors.ensemble import Ensemble
+from dbaf_jax.storage import images
 from fixtures.labelled import labelled_canvas, score
 from tests.paths import DATA
 

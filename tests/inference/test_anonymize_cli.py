@@ -24,9 +24,14 @@ from PIL import Image
 
 from convert.common import run
 from convert.dbaf import main as convert_main
-from dbaf_jax import commands, images, keys, model_directory, model_families, network_kinds
+from dbaf_jax import commands
 from dbaf_jax.commands import anonymize, recover
-from dbaf_jax.errors import InputError, ModelDirectoryError, OutputExistsError, PasswordFileError
+from dbaf_jax.core.errors import (
+    InputError,
+    ModelDirectoryError,
+    OutputExistsError,
+    PasswordFileError,
+)
 from dbaf_jax.evaluation.protocol import as_stored
 from dbaf_jax.inference.aligned_folders import anonymize_folder, recover_folder
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
@@ -35,6 +40,7 @@ from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_SKIPPED
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.models.dbaf import dbaf
+from dbaf_jax.storage import images, keys, model_directory, model_families, network_kinds
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels, temper_
 from tests.paths import can_mount_tmpfs
 from tests.torch_reference.dbaf_pipeline import (

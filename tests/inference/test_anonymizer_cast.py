@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from dbaf_jax import model_families
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.storage import model_families
 from tests.inference.test_anonymize_cli import workspace  # noqa: F401 (the fixture)
 
 

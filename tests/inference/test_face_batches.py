@@ -6,9 +6,9 @@ photo pasted in place come out bit for bit as faces cut all at once."""
 
 import numpy as np
 
-from dbaf_jax import images
 from dbaf_jax.faces import align, ledger_match, photos
 from dbaf_jax.inference import face_batches
+from dbaf_jax.storage import images
 from tests.face_helpers import landmarks_at
 from tests.paths import DATA
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import images
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.report import EXIT_SKIPPED
+from dbaf_jax.storage import images
 from dbaf_jax.video import clip, sidecar
 from tests.cli_helpers import photo_model, pixels, run_command
 from tests.paths import DATA

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import commands, images, keys, metadata
+from dbaf_jax import commands
 from dbaf_jax.commands import anonymize, new_key, recover
-from dbaf_jax.errors import ModelDirectoryError
-from dbaf_jax.faces import align, ledger, ledger_match, paste, photos
+from dbaf_jax.core.errors import ModelDirectoryError
+from dbaf_jax.faces import align, ledger, ledger_match, metadata, paste, photos
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
@@ -28,6 +28,7 @@ from dbaf_jax.inference.planning import crop_path
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import images, keys
 from fixtures.labelled import labelled_canvas
 from fixtures.refound import psnr
 from tests.cli_helpers import (

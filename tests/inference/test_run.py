@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dbaf_jax import keys
-from dbaf_jax.errors import ConfigError, InputError
+from dbaf_jax.core.errors import ConfigError, InputError
 from dbaf_jax.faces import ledger
-from dbaf_jax.images import Skipped
 from dbaf_jax.inference.recovery_modes import UNTRAINED_FLAG
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_SKIPPED, Report
 from dbaf_jax.inference.run import Model, Run
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import keys
+from dbaf_jax.storage.images import Skipped
 from dbaf_jax.video.report import VideoReport
 from tests.cli_helpers import PASSWORD
 from tests.evaluation_models import build_tiny_model

@@ -10,11 +10,11 @@ import pytest
 
 from convert.centerface import main as convert_centerface
 from convert.common import run
-from dbaf_jax import images
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces.detectors import centerface as detect
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.centerface import STRIDE
+from dbaf_jax.storage import images
+from dbaf_jax.storage.model_directory import load_network
 from tests import centerface_reference as reference
 from tests.parity import assert_parity
 from tests.paths import DATA

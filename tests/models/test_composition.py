@@ -4,10 +4,10 @@ a family's name."""
 
 import ast
 
-from dbaf_jax import model_families
 from dbaf_jax.models import composition
 from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.models.ifadit import ifadit
+from dbaf_jax.storage import model_families
 from tests.paths import REPO
 
 PACKAGE = REPO / "dbaf_jax"

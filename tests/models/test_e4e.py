@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from convert.e4e import main
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
 from dbaf_jax.nn.resize import adaptive_avg_pool2d
+from dbaf_jax.storage.model_directory import load_network
 from tests.conversion import assert_command_refuses_a_non_checkpoint, convert, edited, refusal, save
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import e4e as torch_e4e

@@ -17,12 +17,12 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces.detectors import mtcnn as detect
 from dbaf_jax.faces.detectors import mtcnn_steps as steps
 from dbaf_jax.faces.detectors.mtcnn import batch_bucket, run_on_crops
 from dbaf_jax.faces.detectors.mtcnn_steps import area_resize, summed_area_table
-from dbaf_jax.model_directory import load_network
+from dbaf_jax.storage.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.paths import DATA
 from tests.torch_reference.nms import batched_nms as torch_batched_nms

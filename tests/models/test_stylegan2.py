@@ -15,7 +15,6 @@ import torch
 
 from convert import stylegan2 as convert_stylegan2
 from convert.common import sub_dict, to_numpy
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.stylegan2 import (
     Discriminator,
     Generator,
@@ -24,6 +23,7 @@ from dbaf_jax.models.stylegan2 import (
     truncate,
 )
 from dbaf_jax.nn.upfirdn import make_kernel, upfirdn2d
+from dbaf_jax.storage.model_directory import load_network
 from tests.parity import assert_parity, nchw, nhwc, randomize_, relative_error
 from tests.torch_reference import stylegan2 as ref
 

@@ -10,7 +10,7 @@ from PIL import Image
 
 from dbaf_jax import commands
 from dbaf_jax.commands import prepare_data
-from dbaf_jax.errors import DatasetError
+from dbaf_jax.core.errors import DatasetError
 from dbaf_jax.train import data, prepare
 
 

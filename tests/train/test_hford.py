@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs.dbaf import stage1, stage2
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.dbaf.adversarial import StepSettings
 

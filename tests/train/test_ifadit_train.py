@@ -19,12 +19,12 @@ import pytest
 from PIL import Image
 
 from configs.ifadit import phases as ifadit_config
-from dbaf_jax import images as images_lib
-from dbaf_jax import keys, model_directory, model_families
 from dbaf_jax.commands import anonymize, recover
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.models.ifadit import ifadit
+from dbaf_jax.storage import images as images_lib
+from dbaf_jax.storage import keys, model_directory, model_families
 from dbaf_jax.train import data, initialization, loop, stages
 from tests.paths import REPO
 

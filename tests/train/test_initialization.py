@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs.dbaf import stage2
-from dbaf_jax import model_directory
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import initialization, stages
 from dbaf_jax.train import networks as networks_lib
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
-from dbaf_jax.images import make_grid
+from dbaf_jax.storage.images import make_grid
 from dbaf_jax.train import metrics, progress
 
 

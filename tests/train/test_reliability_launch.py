@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from configs.dbaf import stage1
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train import run_config
 from tests.paths import REPO
 

@@ -30,7 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from dbaf_jax import model_directory
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import checkpoints, initialization, loop
 from tests.paths import REPO
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from configs.dbaf import stage2
-from dbaf_jax import precision
+from dbaf_jax.core import precision
 from dbaf_jax.models.dbaf.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet
 from dbaf_jax.train import initialization, loop, stages

@@ -29,12 +29,13 @@ from jax.experimental.compilation_cache import compilation_cache as jax_compilat
 from jax.sharding import PartitionSpec as P
 
 from configs.dbaf import stage1, stage2
-from dbaf_jax import model_families, sharding
+from dbaf_jax.core import sharding
 from dbaf_jax.models import composition
 from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.models.dbaf.cid import CID
 from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
+from dbaf_jax.storage import model_families
 from dbaf_jax.train import checkpoints, data, initialization, loop, profiling, shared, stages
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import state as state_lib

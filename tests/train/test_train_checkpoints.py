@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from dbaf_jax import sharding
+from dbaf_jax.core import sharding
 from dbaf_jax.train import checkpoints
 from dbaf_jax.train.checkpoints import IncompatibleCheckpointError, TrainingCheckpointer
 

@@ -38,8 +38,8 @@ from convert.e4e import encoder_variables
 from convert.lpips import main as convert_lpips
 from convert.parser import main as convert_parser
 from convert.stylegan2 import discriminator_variables, generator_variables
-from dbaf_jax.model_directory import load_network
 from dbaf_jax.models.dbaf.dbaf import KEY_GENERATOR
+from dbaf_jax.storage.model_directory import load_network
 from dbaf_jax.train import initialization, stages
 from dbaf_jax.train.dbaf import stage2 as stage2_lib
 from dbaf_jax.train.dbaf.networks import PRETRAINED

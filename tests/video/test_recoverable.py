@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dbaf_jax import keys
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import align, photos, places
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.detectors.ensemble import Ensemble
+from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
 from fixtures.invertible_double import InvertibleDouble

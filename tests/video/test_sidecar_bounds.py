@@ -15,9 +15,9 @@ import av
 import numpy as np
 import pytest
 
-from dbaf_jax import keys, metadata
-from dbaf_jax.errors import InputError
-from dbaf_jax.faces import places
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import metadata, places
+from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, sidecar
 from tests.video_clips import HEIGHT, WIDTH, pan_frames, reencode, write_clip
 
@@ -142,7 +142,7 @@ def test_a_tag_is_refused_by_its_compressed_then_its_inflated_size():
 PEAK = textwrap.dedent("""
     import resource, sys
     from pathlib import Path
-    from dbaf_jax.errors import InputError
+    from dbaf_jax.core.errors import InputError
     from dbaf_jax.video import runner
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy.ndimage import binary_dilation
 
-from dbaf_jax import keys
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import ledger, ledger_match, paste
+from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, runner, sidecar, track_ledger
 from dbaf_jax.video.settings import ClipRunSettings
 from tests.invertible_double import double_with_mtcnn

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import commands, keys
+from dbaf_jax import commands
 from dbaf_jax.commands import anonymize_video, recover_video
-from dbaf_jax.errors import InputError, OutputExistsError
+from dbaf_jax.core.errors import InputError, OutputExistsError
 from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, passes, runner, sidecar, tracks
 from dbaf_jax.video.settings import ClipRunSettings
 from tests.cli_helpers import PASSWORD, photo_model, run_command

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import file_kinds
+from dbaf_jax.storage import file_kinds
 from dbaf_jax.web import jobs
 from dbaf_jax.web.jobs import LimitError, Limits, NotFound, UnknownSession
 from dbaf_jax.web.store import ROOT_PREFIX, JobStore, remove_stale_roots

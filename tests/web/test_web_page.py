@@ -30,11 +30,11 @@ from PIL import Image
 
 from convert.centerface import main as convert_centerface
 from convert.common import run
-from dbaf_jax import images, keys, metadata
-from dbaf_jax.faces import align, ledger, paste, photos
+from dbaf_jax.faces import align, ledger, metadata, paste, photos
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.run import Model
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import images, keys
 from dbaf_jax.video import clip, sidecar
 from fixtures.refound import psnr
 from tests.cli_helpers import PASSWORD, WRONG_PASSWORD, pixels

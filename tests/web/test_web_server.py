@@ -18,7 +18,7 @@ import zipfile
 
 import pytest
 
-from dbaf_jax import images
+from dbaf_jax.storage import images
 from dbaf_jax.web import jobs, serve
 from dbaf_jax.web.jobs import Limits, Output
 from dbaf_jax.web.store import JobStore

@@ -38,10 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces.detectors.base import Detections, empty, largest_first, rgb_frames
 from dbaf_jax.models.centerface import ALIGN, LANDMARKS, STRIDE
+from dbaf_jax.storage import model_directory
 
 NETWORK_KIND = "centerface:CenterFace"
 DIRECTORY = (

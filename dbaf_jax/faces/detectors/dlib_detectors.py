@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.faces.detectors.base import Detections, largest_first
 
 # dlib is a dependency of the package; this says how to put it back in an environment without it.

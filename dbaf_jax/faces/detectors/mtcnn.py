@@ -49,8 +49,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces.detectors.base import Detections, empty, rgb_frames
 from dbaf_jax.faces.detectors.mtcnn_steps import (
     area_resize,
@@ -66,6 +65,7 @@ from dbaf_jax.faces.detectors.mtcnn_steps import (
     summed_area_table,
 )
 from dbaf_jax.models.mtcnn import ONET_SIDE, RNET_SIDE
+from dbaf_jax.storage import model_directory
 
 MIN_FACE_SIZE = 20
 SCALE_FACTOR = 0.709

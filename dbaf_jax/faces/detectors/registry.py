@@ -28,11 +28,11 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dbaf_jax import model_directory
-from dbaf_jax.errors import ConfigError, ModelDirectoryError
+from dbaf_jax.core.errors import ConfigError, ModelDirectoryError
 from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.faces.detectors.ensemble import Ensemble
+from dbaf_jax.storage import model_directory
 
 MTCNN_MIN_FACE = (
     mtcnn.MIN_FACE_SIZE

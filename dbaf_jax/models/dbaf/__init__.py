@@ -4,5 +4,5 @@ CID, MAAR, the generator and KRIA compose), and the networks only DBAF uses: `ci
 """
 
 # Importers of the package written before the composition had its own module: the
-# names they read (model_families.py, benchmarks/common/models.py, tests/test_model_directory.py).
+# names they read (model_families.py, benchmarks/common/models.py, tests/storage/test_model_directory.py).
 from dbaf_jax.models.dbaf.dbaf import DBAF, FAMILY, NETWORKS  # noqa: F401

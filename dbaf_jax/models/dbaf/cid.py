@@ -39,7 +39,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import sharding
+from dbaf_jax.core import sharding
 from dbaf_jax.models.stylegan2 import LATENT_GROUPS
 
 ATTENTION_MODES = ("tokens", "batch", "single")

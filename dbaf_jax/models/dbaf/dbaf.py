@@ -24,8 +24,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import precision, sharding
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core import precision, sharding
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models import composition
 from dbaf_jax.models.composition import KEY_GENERATOR, apply_network
 from dbaf_jax.models.dbaf.kria import KRIA
@@ -78,7 +78,7 @@ class DBAF(composition.EncoderDecoder):
     encoding and MAAR maps and are decoded together, as one batch of B * K.
 
     ``compute_dtype`` is how the networks run, not what they are: None (float32) or
-    "bfloat16" (`with_compute_dtype`; `dbaf_jax.precision`). The key generator always
+    "bfloat16" (`with_compute_dtype`; `dbaf_jax.core.precision`). The key generator always
     computes in float32, so a password gives the same key however the model runs.
     """
 

@@ -27,8 +27,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax import precision, sharding
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core import precision, sharding
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models import composition
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.composition import KEY_GENERATOR, apply_network

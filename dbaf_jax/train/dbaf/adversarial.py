@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models.dbaf.dbaf import Variables
 from dbaf_jax.train.dbaf import losses
 from dbaf_jax.train.dbaf.networks import Networks

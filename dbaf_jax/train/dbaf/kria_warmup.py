@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models.dbaf.kria import KRIA
 
 

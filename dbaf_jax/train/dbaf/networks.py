@@ -14,7 +14,6 @@ import dataclasses
 import jax
 import ml_collections
 
-from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.dbaf.cid import CID, LatentMLP
 from dbaf_jax.models.dbaf.dbaf import DBAF, KEY_GENERATOR, Variables, apply_network
@@ -23,6 +22,7 @@ from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.parsers import UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf.state import DISCRIMINATOR
 from dbaf_jax.train.networks import Examples, NetworkSpec, examples, pretrained_of

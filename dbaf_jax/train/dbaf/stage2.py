@@ -23,10 +23,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from dbaf_jax import images as images_lib
-from dbaf_jax import sharding
-from dbaf_jax.evaluation import image_metrics
+from dbaf_jax.core import image_metrics, sharding
 from dbaf_jax.models.dbaf.dbaf import Variables
+from dbaf_jax.storage import images as images_lib
 from dbaf_jax.train import data
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf import kria_warmup, losses

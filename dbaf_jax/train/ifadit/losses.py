@@ -32,8 +32,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax.errors import ConfigError
-from dbaf_jax.evaluation import image_metrics
+from dbaf_jax.core import image_metrics
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train.losses import cosine_similarity, l1_loss, total
 
 Array = jax.Array

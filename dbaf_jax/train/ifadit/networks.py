@@ -13,7 +13,6 @@ import dataclasses
 import jax.numpy as jnp
 import ml_collections
 
-from dbaf_jax import model_directory
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.composition import KEY_GENERATOR, Variables, apply_network
 from dbaf_jax.models.ifadit.icl import IdentityCompensation
@@ -23,6 +22,7 @@ from dbaf_jax.models.ifadit.sif import SecureIdentityFlow
 from dbaf_jax.models.lpips import LPIPS
 from dbaf_jax.models.mtcnn import ONET_SIDE, ONet
 from dbaf_jax.models.parsers import BiSeNet
+from dbaf_jax.storage import model_directory
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.networks import Examples, NetworkSpec, examples, pretrained_of
 

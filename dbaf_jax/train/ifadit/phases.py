@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models.ifadit.ifadit import Variables
 from dbaf_jax.models.mtcnn import ONET_SIDE
 from dbaf_jax.models.parsers import bisenet_inputs

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models.ifadit.ifadit import Variables
 from dbaf_jax.train.state import joined, split_trainable
 

@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-// kinds: which names are photos and clips, as the server says (dbaf_jax/file_kinds.py).
+// kinds: which names are photos and clips, as the server says (dbaf_jax/storage/file_kinds.py).
 const state = { session: null, limits: null, kinds: null, mode: "anonymize", rows: [], job: null, urls: [], downloading: false };
 
 class ApiError extends Error {

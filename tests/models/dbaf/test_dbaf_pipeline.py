@@ -18,7 +18,6 @@ from convert.common import run
 from convert.dbaf import compatibility_problems, encoder_map_channels, infer_encoder, main
 from convert.dbaf_stages import infer_cid, infer_kria, infer_maar
 from convert.stylegan2 import infer_discriminator, infer_generator
-from dbaf_jax import keys, model_families, network_kinds
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.models.dbaf.cid import CID
@@ -26,6 +25,7 @@ from dbaf_jax.models.dbaf.kria import KRIA
 from dbaf_jax.models.dbaf.maar import MAAR
 from dbaf_jax.models.e4e import Encoder4Editing
 from dbaf_jax.models.stylegan2 import Generator
+from dbaf_jax.storage import keys, model_families, network_kinds
 from dbaf_jax.train import networks, stages
 from tests.conversion import (
     assert_not_a_checkpoint_message,

@@ -12,7 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from convert.common import to_numpy
 from convert.dbaf_stages import maar_variables
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.models.dbaf.cid import CID
 from dbaf_jax.models.dbaf.dbaf import DBAF
 from dbaf_jax.models.dbaf.kria import KRIA

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from configs.ifadit import phases as ifadit_config
-from dbaf_jax import keys, model_directory, model_families, network_kinds
 from dbaf_jax.models.ifadit import ifadit
 from dbaf_jax.models.ifadit.sif import SecureIdentityFlow, bounded_log_scale
+from dbaf_jax.storage import keys, model_directory, model_families, network_kinds
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.ifadit.networks import IFADITNetworks

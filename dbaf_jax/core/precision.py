@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 

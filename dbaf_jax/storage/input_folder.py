@@ -3,7 +3,7 @@ file that belongs to one of our outputs, or refused with its reason, so that not
 the folder is passed over in silence.
 
 Which files are images (photos), videos (clips) and companions (what our runs write
-beside an output and read with it) is `dbaf_jax.file_kinds`'s answer. Links are followed only to a file inside the folder: a link to a
+beside an output and read with it) is `dbaf_jax.storage.file_kinds`'s answer. Links are followed only to a file inside the folder: a link to a
 folder, out of the folder, dangling or in a loop is refused, and so is anything that is
 not a regular file (reading a FIFO would block the run).
 """
@@ -14,9 +14,9 @@ import dataclasses
 import os
 from pathlib import Path
 
-from dbaf_jax import file_kinds
-from dbaf_jax.errors import InputError
-from dbaf_jax.images import Skipped
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.storage import file_kinds
+from dbaf_jax.storage.images import Skipped
 
 
 @dataclasses.dataclass(frozen=True)

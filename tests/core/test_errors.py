@@ -3,7 +3,7 @@ name cannot rewrite the terminal or forge a line."""
 
 import os
 
-from dbaf_jax.errors import printable
+from dbaf_jax.core.errors import printable
 
 
 def test_control_and_format_characters_are_escaped_and_the_rest_kept():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import atomic_files, images
-from dbaf_jax.errors import OutputExistsError
+from dbaf_jax.core.errors import OutputExistsError
+from dbaf_jax.storage import atomic_files, images
 from tests.paths import DATA
 
 

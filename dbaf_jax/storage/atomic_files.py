@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
-from dbaf_jax.errors import OutputExistsError, OutputWriteError
+from dbaf_jax.core.errors import OutputExistsError, OutputWriteError
 
 # A named temporary: `.NAME.<pid>.<hex>.partial` (older versions: `.NAME.<hex>.partial`).
 PARTIAL_NAME = re.compile(r"^\..+?\.(?:(?P<pid>\d+)\.)?[0-9a-f]{8}\.partial$")

@@ -18,9 +18,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from dbaf_jax import model_directory, network_kinds
-from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.core.errors import ModelDirectoryError
 from dbaf_jax.models import composition, dbaf, ifadit
+from dbaf_jax.storage import model_directory, network_kinds
 
 # family -> (composition class, networks it may lack: DBAF's no-MAAR ablation, iFADIT
 # without background refinement)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from dbaf_jax import sharding
+from dbaf_jax.core import sharding
 from tests.paths import REPO
 
 
@@ -150,7 +150,7 @@ REMATERIALIZATION = "Involuntary full rematerialization"
 COMPILE_FSDP_STEP = """
 import jax, jax.numpy as jnp, numpy as np
 from configs.dbaf import stage2
-from dbaf_jax import sharding
+from dbaf_jax.core import sharding
 from dbaf_jax.train import initialization, loop, networks, stages
 config = stage2.get_config("tiny")
 config.batch_size, config.mesh.fsdp, config.mesh.min_shard_size = 8, 4, 1024

@@ -31,8 +31,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dbaf_jax import atomic_files
-from dbaf_jax.errors import InputError, PasswordFileError
+from dbaf_jax.core.errors import InputError, PasswordFileError
+from dbaf_jax.storage import atomic_files
 
 DERIVATION_VERSION = 1
 KDF_NAME = "scrypt"

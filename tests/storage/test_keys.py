@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dbaf_jax import keys as keys_module
 from dbaf_jax.commands import new_key
-from dbaf_jax.errors import InputError, OutputExistsError
-from dbaf_jax.keys import (
+from dbaf_jax.core.errors import InputError, OutputExistsError
+from dbaf_jax.models.composition import latents_to_key
+from dbaf_jax.models.stylegan2 import Generator
+from dbaf_jax.storage import keys as keys_module
+from dbaf_jax.storage.keys import (
     DEFAULT_SCRYPT,
     KeyRecord,
     derive_seed,
     key_latents,
     new_key_record,
 )
-from dbaf_jax.models.composition import latents_to_key
-from dbaf_jax.models.stylegan2 import Generator
 
 # Derivation version 1, computed once and frozen: (password, salt, seed, indices, z values).
 VECTORS = [

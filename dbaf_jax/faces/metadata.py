@@ -40,8 +40,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dbaf_jax import __version__, images, keys
-from dbaf_jax.errors import InputError
+from dbaf_jax import __version__
+from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.faces.places import (
     MAX_FACES,
@@ -51,6 +51,7 @@ from dbaf_jax.faces.places import (
     max_recorded_faces,
     overlapping,
 )
+from dbaf_jax.storage import images, keys
 
 ANONYMIZE = "anonymize"
 RECOVER = "recover"

@@ -23,7 +23,7 @@ import flax.linen as nn
 import numpy as np
 from flax import traverse_util
 
-from dbaf_jax.errors import ModelDirectoryError
+from dbaf_jax.core.errors import ModelDirectoryError
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.centerface import CenterFace
 from dbaf_jax.models.dbaf.cid import CID, LatentMLP

@@ -15,18 +15,19 @@ from PIL import Image
 from configs.dbaf import stage2
 from convert.e4e import ENCODER_TYPES
 from convert.mtcnn import NETWORKS as MTCNN_NETWORKS
-from dbaf_jax import commands, keys, model_directory, model_families, network_kinds
+from dbaf_jax import commands
 from dbaf_jax.commands import anonymize
-from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
+from dbaf_jax.core.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
-from dbaf_jax.model_directory import NETWORK_FILE, load_network, save_network
 from dbaf_jax.models import dbaf
 from dbaf_jax.models.dbaf.kria import KRIA, ConditionalMLP
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
 from dbaf_jax.models.stylegan2 import Discriminator
-from dbaf_jax.network_kinds import KINDS
+from dbaf_jax.storage import keys, model_directory, model_families, network_kinds
+from dbaf_jax.storage.model_directory import NETWORK_FILE, load_network, save_network
+from dbaf_jax.storage.network_kinds import KINDS
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 from dbaf_jax.train.dbaf.networks import PRETRAINED

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from dbaf_jax import atomic_files
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.storage import atomic_files
 
 
 def _inside(path: Path, folder: Path) -> bool:

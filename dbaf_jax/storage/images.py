@@ -23,9 +23,10 @@ from typing import IO, Any, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, PngImagePlugin
 
-from dbaf_jax import file_kinds, pipeline
-from dbaf_jax.atomic_files import write_file
-from dbaf_jax.errors import InputError
+from dbaf_jax.core import pipeline
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.storage import file_kinds
+from dbaf_jax.storage.atomic_files import write_file
 
 METADATA_CHUNK = "dbaf_jax"
 # zlib level 1: 2.7-3.3x faster to encode than PIL's default 6 for 6-8% larger files

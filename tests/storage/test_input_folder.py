@@ -1,4 +1,4 @@
-"""Every entry below an input folder is accounted for (`dbaf_jax.input_folder`): images
+"""Every entry below an input folder is accounted for (`dbaf_jax.storage.input_folder`): images
 of every format PIL opens, clips, the companions our runs write, and each kind of entry
 that is refused (unknown type, not a regular file, dangling links, link loops, links to
 folders and out of the folder), with its reason."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbaf_jax import images, input_folder
+from dbaf_jax.storage import images, input_folder
 
 
 def reasons(listing):

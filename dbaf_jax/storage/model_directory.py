@@ -56,8 +56,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
-from dbaf_jax.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
-from dbaf_jax.network_kinds import (
+from dbaf_jax.core.errors import ModelDirectoryError, NetworkNotFoundError, OutputExistsError
+from dbaf_jax.storage.network_kinds import (
     FINGERPRINT_DIGITS,
     KINDS,
     build_module,

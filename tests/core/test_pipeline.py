@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from dbaf_jax import pipeline
+from dbaf_jax.core import pipeline
 
 
 def test_read_ahead_keeps_order_and_returns_read_errors():

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
-from dbaf_jax import images, keys, metadata
-from dbaf_jax.errors import InputError
-from dbaf_jax.faces import photos
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import metadata, photos
+from dbaf_jax.storage import images, keys
 
 FINGERPRINT = "0123456789abcdef"
 SIZE = 64

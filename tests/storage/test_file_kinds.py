@@ -1,4 +1,4 @@
-"""Which files are photos and clips, in one place (`dbaf_jax.file_kinds`): the suffixes
+"""Which files are photos and clips, in one place (`dbaf_jax.storage.file_kinds`): the suffixes
 the video path writes, every format PIL opens, header sniffing, and the page's script,
 which is served the lists instead of holding its own."""
 
@@ -7,7 +7,7 @@ import re
 import numpy as np
 from PIL import Image
 
-from dbaf_jax import file_kinds, images
+from dbaf_jax.storage import file_kinds, images
 from dbaf_jax.video import clip, sidecar
 from tests.paths import REPO
 
