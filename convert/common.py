@@ -22,7 +22,7 @@ from flax import traverse_util
 
 # A converter's entry point: a ConversionError (any DbafError) becomes one `error:` line, exit 1.
 from dbaf_jax.commands import run_main as run  # noqa: F401
-from dbaf_jax.errors import DbafError
+from dbaf_jax.core.errors import DbafError
 
 Array = np.ndarray
 Path_ = tuple[str, ...]

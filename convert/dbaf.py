@@ -5,8 +5,8 @@
         --decoder best_model_decoder_finetune.pth --kria best_model_id_mlp.pth
         [--discriminator D.pth] --out DIR [--overwrite]
 
-writes, with `dbaf_jax.model_directory.save_model`:
-  DIR/model.json     the networks below with their content hashes (what `dbaf_jax.model_families.load`
+writes, with `dbaf_jax.storage.model_directory.save_model`:
+  DIR/model.json     the networks below with their content hashes (what `dbaf_jax.storage.model_families.load`
                      loads: a model converted without a network never takes one left in DIR)
   DIR/e4e            the encoder of the e4e (pSp-layout) file, with its latent_avg
   DIR/key_generator  ``g_ema`` of the StyleGAN2 file: the frozen network whose mapping
@@ -70,10 +70,10 @@ from convert.stylegan2 import (
     infer_discriminator,
     infer_generator,
 )
-from dbaf_jax.model_directory import MODEL_FILE, save_model
 from dbaf_jax.models.dbaf.dbaf import FAMILY, KEY_GENERATOR
 from dbaf_jax.models.e4e import MAP_STRIDES, Encoder4Editing
 from dbaf_jax.models.irse import stage_ends, unit_specs
+from dbaf_jax.storage.model_directory import MODEL_FILE, save_model
 
 Array = np.ndarray
 

@@ -37,9 +37,9 @@ import numpy as np
 from convert import common
 from convert.irse import IGNORED, conv_rules, irse_body_rules
 from convert.stylegan2 import generator_variables, infer_generator
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.e4e import Encoder4Editing, GradualStyleEncoder
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 ENCODER_NAME = model_directory.E4E_DIR
 DECODER_NAME = model_directory.E4E_DECODER_DIR

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 from convert import common
 from convert.inception import basic_conv_rules
 from convert.irse import batch_norm_rules, conv_rules
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.facenet import INPUT_SIZE, InceptionResnetV1
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 VARIANTS = {8631: "vggface2", 10575: "casia_webface"}  # logits rows -> variant
 IGNORED = ("*num_batches_tracked", "logits.weight", "logits.bias")

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 
 from convert import common
 from convert.irse import batch_norm_rules, conv_rules
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.inception import INPUT_SIZE, FIDInceptionV3
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 NETWORK_NAME = model_directory.INCEPTION_FID_DIR
 IGNORED = ("*num_batches_tracked", "fc.weight", "fc.bias")

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from convert import common
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.lpips import LPIPS, TAP_CHANNELS
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 # Flax convolution name -> index j of torchvision's `features.{j}`.
 TRUNK_CONVS = {

@@ -6,7 +6,7 @@
 Without file arguments it reads the trained weights that the facenet-pytorch wheel
 bundles in its `data/` folder (located without importing the package). It writes one
 detector directory, DIR/mtcnn, holding three network directories, `pnet`, `rnet` and
-`onet` (each loadable with `dbaf_jax.model_directory.load_network`);
+`onet` (each loadable with `dbaf_jax.storage.model_directory.load_network`);
 `dbaf_jax.faces.detectors.mtcnn.MTCNN.load(DIR/mtcnn)` loads all three.
 
 Keys: each file is a plain state_dict whose names are the layer names of
@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from convert import common
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.mtcnn import ONet, PNet, RNet
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 DETECTOR_NAME = model_directory.MTCNN_DIR
 PACKAGE = "facenet_pytorch"

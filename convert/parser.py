@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from convert import common
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.parsers import BiSeNet, UNetParser
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 KINDS = ("unet", "bisenet")
 IGNORED = ("*num_batches_tracked",)

@@ -39,10 +39,10 @@ from convert.common import (
     run,
     to_numpy,
 )
-from dbaf_jax import model_directory
-from dbaf_jax.model_directory import save_network
 from dbaf_jax.models.stylegan2 import Discriminator, Generator
 from dbaf_jax.nn.upfirdn import make_kernel
+from dbaf_jax.storage import model_directory
+from dbaf_jax.storage.model_directory import save_network
 
 
 def modulated_kernel(x: np.ndarray) -> np.ndarray:

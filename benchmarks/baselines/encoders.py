@@ -22,7 +22,7 @@ from benchmarks.common.timing import median_seconds
 from convert.arcface import arcface_variables
 from convert.common import to_numpy
 from convert.e4e import encoder_variables
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.models.arcface import ArcFace
 from dbaf_jax.models.e4e import Encoder4Editing
 from tests.parity import nchw, relative_error

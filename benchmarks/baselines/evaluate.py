@@ -38,9 +38,10 @@ from benchmarks.baselines.metric_networks import build_facenet, build_inception
 from benchmarks.common.timing import median_seconds
 from convert.lpips import convert_lpips, default_lin_path
 from convert.mtcnn import convert_mtcnn
-from dbaf_jax import compilation_cache, images, model_directory
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.evaluation.protocol import EvaluationOptions, evaluate
 from dbaf_jax.faces.detectors import mtcnn
+from dbaf_jax.storage import images, model_directory
 from tests.evaluation_models import build_metrics_models, build_tiny_model, face_crops, write_faces
 from tests.parity import nchw
 from tests.torch_reference.metric_networks import (

@@ -24,7 +24,7 @@ from benchmarks.common.timing import median_seconds
 from convert.common import to_numpy
 from convert.facenet import facenet_variables
 from convert.inception import inception_variables
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.models.facenet import InceptionResnetV1
 from dbaf_jax.models.inception import FIDInceptionV3
 from tests.parity import nchw, relative_error

@@ -24,7 +24,7 @@ import torch
 from benchmarks.common.timing import median_seconds
 from convert.common import to_numpy
 from convert.stylegan2 import generator_variables
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.models.stylegan2 import Generator
 from tests.parity import randomize_, relative_error
 from tests.torch_reference import stylegan2 as ref

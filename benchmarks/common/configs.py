@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from configs.dbaf import stage1, stage2
-from dbaf_jax.errors import ConfigError
+from dbaf_jax.core.errors import ConfigError
 
 
 def stage_config(

@@ -38,12 +38,13 @@ from typing import Any, Iterator
 import jax
 
 from benchmarks.common.configs import stage_config
-from dbaf_jax import compilation_cache, model_directory, network_kinds
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.faces.detectors import centerface, mtcnn
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.faces.photos import PhotoFaces
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.models import dbaf
+from dbaf_jax.storage import model_directory, network_kinds
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 

@@ -7,7 +7,7 @@ import statistics
 import sys
 import time
 
-from dbaf_jax.compilation_cache import CompileWatch
+from dbaf_jax.core.compilation_cache import CompileWatch
 
 _START = time.perf_counter()
 

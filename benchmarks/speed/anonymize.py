@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 from benchmarks.common import device_info, models, timing
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.programs import anonymize_program
 

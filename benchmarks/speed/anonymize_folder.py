@@ -37,8 +37,8 @@ from pathlib import Path
 from PIL import Image
 
 from benchmarks.common import models, timing
-from dbaf_jax import compilation_cache
 from dbaf_jax.commands import anonymize
+from dbaf_jax.core import compilation_cache
 from fixtures import DATA
 
 TEST_PHOTOS = DATA

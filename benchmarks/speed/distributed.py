@@ -42,11 +42,12 @@ import ray
 
 from benchmarks.common import models
 from benchmarks.speed.anonymize_folder import megapixels
-from dbaf_jax import compilation_cache, images, keys
 from dbaf_jax.commands import anonymize
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.distributed import runs
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.storage import images, keys
 from fixtures import DATA
 
 GROUP_PHOTOS = [f"office{n}.jpg" for n in range(1, 6)]

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from benchmarks.common import timing
 from benchmarks.common.configs import stage_config
-from dbaf_jax import compilation_cache, sharding
+from dbaf_jax.core import compilation_cache, sharding
 from dbaf_jax.train import initialization, stages
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train.dbaf import losses

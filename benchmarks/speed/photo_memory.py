@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.common import models
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.faces import align
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder

@@ -39,7 +39,7 @@ import jax
 
 from benchmarks.common.configs import stage_config
 from benchmarks.speed import flops
-from dbaf_jax import compilation_cache
+from dbaf_jax.core import compilation_cache
 
 _OP = re.compile(r'^\s*(?:%[^=]*= )?"?([a-z_]+\.[a-z_]+)[\s("]', re.M)
 _OP_WITH_LOC = re.compile(

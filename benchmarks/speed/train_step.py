@@ -18,7 +18,7 @@ the generator side twice per step as the reference does (the config's ``two_pass
 
 Columns:
 - compile s: ``step.lower(...).compile()``, timed alone; "(cache)" when the program
-  came from the persistent compilation cache (`dbaf_jax.compilation_cache`; set
+  came from the persistent compilation cache (`dbaf_jax.core.compilation_cache`; set
   ``DBAF_JAX_CACHE_DIR=off`` for a cold compile);
 - step s: after one warm-up step, ``--steps`` steps dispatched back to back with one
   ``block_until_ready`` at the end, wall time / steps;
@@ -46,8 +46,9 @@ import numpy as np
 
 from benchmarks.common import device_info, timing
 from benchmarks.common.configs import stage_config
-from dbaf_jax import commands, compilation_cache, sharding
-from dbaf_jax.errors import ConfigError
+from dbaf_jax import commands
+from dbaf_jax.core import compilation_cache, sharding
+from dbaf_jax.core.errors import ConfigError
 from dbaf_jax.train import initialization, loop
 
 

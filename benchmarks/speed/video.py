@@ -34,8 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from dbaf_jax import compilation_cache
 from dbaf_jax.commands import anonymize_video, recover_video
+from dbaf_jax.core import compilation_cache
 from dbaf_jax.evaluation import dlib_recognition
 from dbaf_jax.faces import align, paste
 from dbaf_jax.video import clip, sidecar

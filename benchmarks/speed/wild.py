@@ -23,8 +23,8 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.common.models import model_parser, photo_run
-from dbaf_jax import keys
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.storage import keys
 from fixtures import DATA
 
 PORTRAIT = DATA / "jf.jpg"

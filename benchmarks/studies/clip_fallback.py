@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dbaf_jax import keys
-from dbaf_jax.errors import DbafError
+from dbaf_jax.core.errors import DbafError
 from dbaf_jax.inference.anonymizer import load_photo_faces
+from dbaf_jax.storage import keys
 from dbaf_jax.video import runner
 from dbaf_jax.video.settings import ClipRunSettings
 from fixtures.clips import pan_frames, write_clip

@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from dbaf_jax import images
 from dbaf_jax.faces.detectors import centerface, dlib_detectors, mtcnn, registry
 from dbaf_jax.faces.detectors.base import Detector, overlap_of_smaller
+from dbaf_jax.storage import images
 from fixtures.labelled import LABELS, MATCH_OVERLAP, labelled, score
 
 SIZES = (("under 16 px", 0, 16), ("16-32 px", 16, 32), ("over 32 px", 32, np.inf))

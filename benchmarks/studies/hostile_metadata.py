@@ -27,11 +27,12 @@ import numpy as np
 
 from benchmarks.common.models import model_parser, photo_run
 from benchmarks.common.timing import median_seconds
-from dbaf_jax import images, metadata
+from dbaf_jax.faces import metadata
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
 from dbaf_jax.inference.settings import FolderRunSettings
+from dbaf_jax.storage import images
 from fixtures import DATA
 
 PASSWORD = "hostile metadata benchmark"

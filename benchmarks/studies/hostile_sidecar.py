@@ -27,8 +27,9 @@ import numpy as np
 
 from benchmarks.common.models import model_parser, photo_run
 from benchmarks.common.timing import median_seconds
-from dbaf_jax import keys, metadata
-from dbaf_jax.errors import InputError
+from dbaf_jax.core.errors import InputError
+from dbaf_jax.faces import metadata
+from dbaf_jax.storage import keys
 from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
 from fixtures.clips import HEIGHT, WIDTH, pan_frames, write_clip

@@ -43,12 +43,13 @@ from PIL import Image
 
 from convert.common import run
 from convert.mtcnn import main as convert_mtcnn
-from dbaf_jax import compilation_cache, images, metadata
 from dbaf_jax.commands import anonymize, new_key, recover
-from dbaf_jax.faces import photos
+from dbaf_jax.core import compilation_cache
+from dbaf_jax.faces import metadata, photos
 from dbaf_jax.faces.detectors import mtcnn
 from dbaf_jax.faces.detectors.base import Detector
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.storage import images
 from fixtures import DATA
 from fixtures.refound import CROP, PNG, compare, face_region, psnr, reencode
 

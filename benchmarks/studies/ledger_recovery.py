@@ -21,7 +21,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from dbaf_jax import images
+from dbaf_jax.storage import images
 from fixtures.ledger_sharing import Row, measure
 
 

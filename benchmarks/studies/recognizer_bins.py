@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dbaf_jax import images, keys
 from dbaf_jax.faces import paste
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
+from dbaf_jax.storage import images, keys
 
 BINS = ((0, 40, "< 40"), (40, 64, "40-64"), (64, 128, "64-128"), (128, float("inf"), "> 128"))
 DLIB_THRESHOLD = 0.6
