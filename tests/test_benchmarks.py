@@ -249,25 +249,29 @@ def runtime_benchmarks() -> list[str]:
     )
 
 
+def top_level_imports(path) -> set[str]:
+    """The top-level packages ``path`` imports anywhere in its code (inside functions too)."""
+    tree = ast.parse(path.read_text())
+    names = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    names |= {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    return {name.split(".")[0] for name in names}
+
+
 def test_runtime_benchmarks_import_neither_torch_nor_tests():
     """Each benchmark but the PyTorch comparisons imports, in a process where torch and tests
     cannot be imported, and names neither anywhere in its code (imports inside functions too)."""
     names = runtime_benchmarks()
     assert "benchmarks.speed.anonymize" in names and "benchmarks.common.models" in names
     for name in names:
-        tree = ast.parse((REPO / (name.replace(".", "/") + ".py")).read_text())
-        imported = {
-            alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-        }
-        imported |= {
-            node.module
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module
-        }
-        assert not {m for m in imported if m.split(".")[0] in ("torch", "tests")}, name
+        imported = top_level_imports(REPO / (name.replace(".", "/") + ".py"))
+        assert not imported & {"torch", "tests"}, name
     blocked = "import sys; sys.modules.update(torch=None, tests=None, torchvision=None); "
     code = blocked + "; ".join(f"import {name}" for name in names)
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -277,16 +281,4 @@ def test_runtime_benchmarks_import_neither_torch_nor_tests():
 def test_no_test_module_imports_a_benchmark():
     """tests/ checks the product; a benchmark is run, never imported, by a test."""
     for path in sorted((REPO / "tests").rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        imported = {
-            alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-        }
-        imported |= {
-            node.module
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module
-        }
-        assert not {m for m in imported if m.split(".")[0] == "benchmarks"}, path.relative_to(REPO)
+        assert "benchmarks" not in top_level_imports(path), path.relative_to(REPO)
