@@ -195,3 +195,19 @@ def test_the_detector_flags_name_the_registry_and_the_old_spelling_names_the_new
         "error: --detector is now --detector-weights DIR (the folder that holds mtcnn/ and "
         "centerface/, not mtcnn/ itself)\n"
     )
+
+
+@pytest.mark.parametrize("command", ["anonymize", "recover", "anonymize_video", "recover_video"])
+def test_a_mistyped_key_file_fails_before_the_model_loads(command, tmp_path, capsys):
+    """Every run command reads the password file and the key file before the model
+    (`commands.start_run`): a key file that is not one is the one error line, though the
+    model directory given does not exist either."""
+    (tmp_path / "pw.txt").write_text("a password\n")
+    (tmp_path / "me.key").write_text("{not a key file")
+    main = importlib.import_module(f"dbaf_jax.commands.{command}").main
+    argv = ["--model", str(tmp_path / "no_model"), "--password-file", str(tmp_path / "pw.txt")]
+    argv += ["--key-file", str(tmp_path / "me.key"), str(tmp_path / "in"), str(tmp_path / "out")]
+    assert commands.exit_status(main, argv) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {tmp_path / 'me.key'}") and "no_model" not in line, line
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,7 @@ from dbaf_jax.core import compilation_cache
 from dbaf_jax.faces import align
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
+from dbaf_jax.inference.run import Run
 from fixtures import DATA
 from fixtures.labelled import labelled_canvas
 
@@ -88,7 +89,7 @@ def measure_one(
     faces.find = lambda pixels: found.append(find(pixels)) or found[-1]  # the run's own faces
 
     def run(folder: Path, out: Path):
-        return anonymize_photo_folder(anonymizer, faces, "benchmark", folder, out)
+        return anonymize_photo_folder(Run("anonymize", anonymizer, faces, "benchmark"), folder, out)
 
     warm = work / "warm"
     warm.mkdir()

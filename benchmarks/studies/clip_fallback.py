@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dbaf_jax.core.errors import DbafError
 from dbaf_jax.inference.anonymizer import load_photo_faces
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys
 from dbaf_jax.video import runner
 from dbaf_jax.video.settings import ClipRunSettings
@@ -67,6 +68,8 @@ def main() -> None:
     )
     settings = ClipRunSettings(batch_size=args.batch_size)
     record = keys.KeyRecord(salt="5e" * keys.SALT_BYTES)
+    anonymize = Run("anonymize", double, faces, PASSWORD, record, settings=settings)
+    recover = Run("recover", double, undo, PASSWORD)
     print(f"detectors: {faces.detector.name}")
     print(
         "| clip | frames | tracks | faces anonymized | hidden by the fallback | share hidden "
@@ -80,18 +83,14 @@ def main() -> None:
             target = work / f"anon_{source.stem}.mp4"
             start = time.perf_counter()
             try:
-                report = runner.anonymize_video(
-                    double, faces, PASSWORD, source, target, settings, record
-                )
+                report = runner.anonymize_video(anonymize, source, target)
             except DbafError as err:
                 print(f"| {source.name} | refused: {err} |")
                 continue
             anonymize_s = time.perf_counter() - start
             start = time.perf_counter()
             try:
-                runner.recover_video(
-                    double, undo, PASSWORD, target, work / f"rec_{source.stem}.mp4"
-                )
+                runner.recover_video(recover, target, work / f"rec_{source.stem}.mp4")
                 recovers = "yes"
             except DbafError as err:
                 recovers = f"no: {str(err)[:80]}"

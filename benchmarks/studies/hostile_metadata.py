@@ -31,6 +31,7 @@ from dbaf_jax.faces import metadata
 from dbaf_jax.faces.detectors import registry
 from dbaf_jax.faces.photos import AlignedFace
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.storage import images
 from fixtures import DATA
@@ -62,7 +63,12 @@ def main() -> None:
     with photo_run(args.model) as (work, model, anonymizer, faces):
         (work / "in").mkdir()
         (work / "in" / args.photo.name).write_bytes(args.photo.read_bytes())
-        anonymize_photo_folder(anonymizer, faces, PASSWORD, work / "in", work / "honest")
+        anonymize_photo_folder(
+            Run("anonymize", anonymizer, faces, PASSWORD), work / "in", work / "honest"
+        )
+        again = Run(
+            "recover", anonymizer, faces, PASSWORD, settings=FolderRunSettings(overwrite=True)
+        )
         honest = next((work / "honest").glob("*.png"))
         pixels = images.read_photo(honest)
         fields = images.read_metadata(honest)
@@ -76,14 +82,7 @@ def main() -> None:
 
         def recover(folder: str) -> float:
             return median_seconds(
-                lambda: recover_photo_folder(
-                    anonymizer,
-                    faces,
-                    PASSWORD,
-                    work / folder,
-                    work / f"out_{folder}",
-                    FolderRunSettings(overwrite=True),
-                ),
+                lambda: recover_photo_folder(again, work / folder, work / f"out_{folder}"),
                 args.repeats,
             )
 

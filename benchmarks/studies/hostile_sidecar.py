@@ -29,6 +29,7 @@ from benchmarks.common.models import model_parser, photo_run
 from benchmarks.common.timing import median_seconds
 from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import metadata
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys
 from dbaf_jax.video import runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
@@ -124,7 +125,10 @@ def main() -> None:
         )
         record = keys.KeyRecord(salt="5e" * keys.SALT_BYTES)
         anonymized = runner.anonymize_video(
-            anonymizer, faces, PASSWORD, clip_path, work / "anon.mkv", record=record
+            Run("anonymize", anonymizer, faces, PASSWORD, record), clip_path, work / "anon.mkv"
+        )
+        again = Run(
+            "recover", anonymizer, faces, PASSWORD, settings=ClipRunSettings(overwrite=True)
         )
         honest = json.loads(sidecar.path_for(work / "anon.mkv").read_text())
         contents = sidecars(honest, args.frames)
@@ -134,13 +138,7 @@ def main() -> None:
         def recover(name: str) -> float:
             return median_seconds(
                 lambda: runner.recover_video(
-                    anonymizer,
-                    faces,
-                    PASSWORD,
-                    work / "anon.mkv",
-                    work / f"out_{name}.mkv",
-                    ClipRunSettings(overwrite=True),
-                    sidecar_path=work / f"{name}.json",
+                    again, work / "anon.mkv", work / f"out_{name}.mkv", work / f"{name}.json"
                 ),
                 args.repeats,
             )

@@ -21,8 +21,8 @@ from typing import Any, Callable, Sequence
 from dbaf_jax.core import compilation_cache, precision
 from dbaf_jax.core.errors import ConfigError, DbafError, printable
 from dbaf_jax.faces.detectors import registry
-from dbaf_jax.faces.photos import MIN_FACE_SIZE, PhotoFaces
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
+from dbaf_jax.faces.photos import MIN_FACE_SIZE
+from dbaf_jax.inference.run import Model, Run
 from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings, RunSettings
 from dbaf_jax.storage import images, keys
 from dbaf_jax.video import clip, tracks
@@ -246,7 +246,7 @@ def video_encoding(args: argparse.Namespace) -> clip.Encoding:
 
 
 # What a run command builds from its arguments, once: the settings of each concern
-# (`inference.settings`, `video.settings`) and the preamble every run shares.
+# (`inference.settings`, `video.settings`) and its run (`inference.run.Run`).
 
 
 def _given(args: argparse.Namespace, settings: type) -> dict[str, Any]:
@@ -285,25 +285,27 @@ def face_finding(args: argparse.Namespace) -> FaceFinding:
     )
 
 
-@dataclasses.dataclass
-class RunStart:
-    """What every anonymize and recover command reads first, in this order: the password
-    (--password-file), the key file's record (--key-file; None without one) and the model."""
+def start_run(args: argparse.Namespace, operation: str, settings: RunSettings) -> Run:
+    """The command's run (`Run.start`), read in this order: the password
+    (--password-file), the key file's record (--key-file; a mistyped one fails here, in a
+    second) and, recovering, its face ledger, then the model (--model, --dtype,
+    --allow-unchecked-model) with the face finder of ``operation`` only (`face_finding`;
+    none for --aligned), then recovery's mode (--mode, --aligned, --untrained-mode)."""
+    password = keys.read_password(args.password_file)
+    aligned = getattr(args, "aligned", False)
+    finding = None if aligned else face_finding(args)
 
-    password: str
-    record: keys.KeyRecord | None
-    anonymizer: FaceAnonymizer
+    def model() -> Model:
+        unchecked = getattr(args, "allow_unchecked_model", False)
+        return Model.load(args.model, args.dtype, unchecked, finding, (operation,))
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunStart:
-        password = keys.read_password(args.password_file)
-        record = keys.read_key_file(args.key_file) if args.key_file else None
-        anonymizer = FaceAnonymizer(
-            args.model, args.dtype, without_manifest=getattr(args, "allow_unchecked_model", False)
-        )
-        return cls(password, record, anonymizer)
-
-    def faces(self, args: argparse.Namespace, recovering: bool = False) -> PhotoFaces:
-        """The run's face finder (`face_finding`); ``recovering`` takes low-confidence
-        detections as faces."""
-        return face_finding(args).load(self.anonymizer, recovering)
+    return Run.start(
+        operation,
+        password,
+        model,
+        settings,
+        args.key_file,
+        mode=getattr(args, "mode", None),
+        aligned=aligned,
+        untrained=getattr(args, "untrained_mode", False),
+    )

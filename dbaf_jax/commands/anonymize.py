@@ -43,7 +43,6 @@ from typing import Sequence
 from dbaf_jax import commands
 from dbaf_jax.distributed import options as ray_options
 from dbaf_jax.distributed import runs as ray_runs
-from dbaf_jax.faces import ledger
 from dbaf_jax.inference.aligned_folders import anonymize_folder
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
 from dbaf_jax.inference.report import Report
@@ -68,28 +67,13 @@ def main(argv: Sequence[str] | None = None) -> Report:
         parser.error("--save-latents needs --aligned")
     if args.resume and args.aligned:
         parser.error("--resume is for photos (not --aligned)")
-    cluster = ray_runs.join(  # before the model loads: Ray starts before JAX does
-        ray_options.ray_options(parser, args),
-        commands.face_finding(args),
-        args.allow_unchecked_model,
-    )
-    run = commands.RunStart.from_args(args)
-    settings = commands.folder_run_settings(args)
+    cluster = ray_runs.join(parser, args)  # before the model loads: Ray starts before JAX does
+    run = commands.start_run(args, "anonymize", commands.folder_run_settings(args))
     if args.aligned:
-        report = anonymize_folder(
-            run.anonymizer, run.password, args.in_dir, args.out_dir, settings=settings
-        )
+        report = anonymize_folder(run, args.in_dir, args.out_dir)
     else:
-        faces = run.faces(args)
-        face_ledger = ledger.ledger_path(args.key_file) if args.key_file else None
-        clips = FolderClips(run.anonymizer, faces, run.password, settings, "anonymize", face_ledger)
-        report = (cluster.anonymize_photo_folder if cluster else anonymize_photo_folder)(
-            *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
-            settings,
-            run.record,
-            face_ledger,
-            clips,
-        )
+        runs = cluster.anonymize_photo_folder if cluster else anonymize_photo_folder
+        report = runs(run, args.in_dir, args.out_dir, FolderClips(run))
     report.print()
     return report
 

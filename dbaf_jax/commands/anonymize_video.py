@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from dbaf_jax import commands
-from dbaf_jax.faces import ledger
 from dbaf_jax.video import runner
 
 
@@ -36,13 +35,8 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
         },
     )
     args = parser.parse_args(argv)
-    run = commands.RunStart.from_args(args)
-    report = runner.anonymize_video(
-        *(run.anonymizer, run.faces(args), run.password, args.input, args.output),
-        settings=commands.clip_run_settings(args),
-        record=run.record,
-        face_ledger=ledger.ledger_path(args.key_file) if args.key_file else None,
-    )
+    run = commands.start_run(args, "anonymize", commands.clip_run_settings(args))
+    report = runner.anonymize_video(run, args.input, args.output)
     report.print()
     return report
 

@@ -26,10 +26,9 @@ from typing import Sequence
 from dbaf_jax import commands
 from dbaf_jax.distributed import options as ray_options
 from dbaf_jax.distributed import runs as ray_runs
-from dbaf_jax.faces import ledger
 from dbaf_jax.inference.aligned_folders import recover_folder
 from dbaf_jax.inference.photo_folders import recover_photo_folder
-from dbaf_jax.inference.recovery_modes import RECOVERY_MODES, recovery_mode
+from dbaf_jax.inference.recovery_modes import RECOVERY_MODES
 from dbaf_jax.inference.report import Report
 from dbaf_jax.video.folders import FolderClips
 
@@ -53,42 +52,15 @@ def main(argv: Sequence[str] | None = None) -> Report:
     commands.photo_options(parser, args)
     if args.mode == "latent" and not args.aligned:
         parser.error("--mode latent needs --aligned")
-    cluster = ray_runs.join(  # before the model loads: Ray starts before JAX does
-        ray_options.ray_options(parser, args),
-        commands.face_finding(args),
-        args.allow_unchecked_model,
-    )
-    run = commands.RunStart.from_args(args)
-    settings = commands.folder_run_settings(args)
-    mode, mode_note, warning = recovery_mode(
-        run.anonymizer, args.mode, args.aligned, args.untrained_mode
-    )
-    ledger_notes: list[str] = []  # a torn last line, said once
+    cluster = ray_runs.join(parser, args)  # before the model loads: Ray starts before JAX does
+    run = commands.start_run(args, "recover", commands.folder_run_settings(args))
     if args.aligned:
-        report = recover_folder(
-            run.anonymizer, run.password, args.in_dir, args.out_dir, settings=settings, mode=mode
-        )
+        report = recover_folder(run, args.in_dir, args.out_dir)
     else:
-        faces = run.faces(args, recovering=True)
-        face_ledger = ledger.read_for_key_file(args.key_file, ledger_notes)
-        clips = FolderClips(
-            run.anonymizer,
-            faces,
-            run.password,
-            settings,
-            "recover",
-            key_record=run.record,
-            face_ledger=face_ledger,
-        )
-        report = (cluster.recover_photo_folder if cluster else recover_photo_folder)(
-            *(run.anonymizer, faces, run.password, args.in_dir, args.out_dir),
-            settings,
-            run.record,
-            face_ledger,
-            clips,
-        )
-    report.notes[:0] = [mode_note, *ledger_notes]
-    report.warnings += [warning] if warning else []
+        runs = cluster.recover_photo_folder if cluster else recover_photo_folder
+        report = runs(run, args.in_dir, args.out_dir, FolderClips(run))
+    report.notes[:0] = run.notes
+    report.warnings += run.warnings
     report.print()
     return report
 

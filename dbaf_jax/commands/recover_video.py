@@ -23,8 +23,6 @@ from typing import Sequence
 
 from dbaf_jax import commands
 from dbaf_jax.core.errors import printable
-from dbaf_jax.faces import ledger
-from dbaf_jax.inference.recovery_modes import recovery_mode
 from dbaf_jax.video import runner
 
 
@@ -45,19 +43,10 @@ def main(argv: Sequence[str] | None = None) -> runner.VideoReport:
         },
     )
     args = parser.parse_args(argv)
-    run = commands.RunStart.from_args(args)
-    _, mode_note, warning = recovery_mode(run.anonymizer, None, False, args.untrained_mode)
-    faces = run.faces(args, recovering=True)
-    ledger_notes: list[str] = []  # a torn last line, said once
-    report = runner.recover_video(
-        *(run.anonymizer, faces, run.password, args.input, args.output),
-        settings=commands.clip_run_settings(args),
-        record=run.record,
-        face_ledger=ledger.read_for_key_file(args.key_file, ledger_notes),
-        sidecar_path=args.sidecar,
-    )
-    report.notes[:0] = [mode_note, *ledger_notes]
-    if warning:  # before the notes, as the photo commands print theirs
+    run = commands.start_run(args, "recover", commands.clip_run_settings(args))
+    report = runner.recover_video(run, args.input, args.output, args.sidecar)
+    report.notes[:0] = run.notes
+    for warning in run.warnings:  # before the notes, as the photo commands print theirs
         print(printable(f"warning: {warning}"), file=sys.stderr)
     report.print()
     return report

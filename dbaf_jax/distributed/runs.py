@@ -1,12 +1,13 @@
 """The driver's side of a Ray run: `RayRuns` has the folder runners' signatures
 (`photo_folders.anonymize_photo_folder`, `recover_photo_folder`), so a command hands
-the same model, finder, password, key record, ledger, settings and clips to either.
+the same run (`inference.run.Run`: model, finder, password, key record, ledger,
+settings), folders and clips to either.
 
 What the driver keeps of one machine: it plans the run with the one-machine planning
-(`planned_anonymization`: the outputs, --resume's kept outputs and the run's key
-record, drawn once here; recovery's checked metadata), derives the seeds of the key
-records once and hands them to the model actors, so a batch run twice writes the same
-bytes. Every node is checked to see the run's paths before any work
+(`planned_anonymization`, `planned_recovery`: the outputs, --resume's kept outputs and
+the run's key record, drawn once here; recovery's checked metadata), derives the seeds
+of the key records once and hands them to the model actors, so a batch run twice
+writes the same bytes. Every node is checked to see the run's paths before any work
 (`cluster.check_paths`). Photos stream through Ray Data (detection tasks, then the
 model actors: `workers`); each answers one status row, and the driver, alone, appends
 its face-ledger entries and then moves its outputs from the staging folder into place
@@ -18,6 +19,7 @@ input that no row came back for is named and counted as skipped, never lost.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
@@ -30,16 +32,18 @@ from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
+from dbaf_jax import commands
 from dbaf_jax.core.errors import DbafError, OutputWriteError, printable
 from dbaf_jax.distributed import cluster, workers
-from dbaf_jax.distributed.options import RayOptions
+from dbaf_jax.distributed.options import ray_options
 from dbaf_jax.distributed.staging import Staging, clear_stale
-from dbaf_jax.faces import ledger, metadata, photos
+from dbaf_jax.faces import ledger, metadata
 from dbaf_jax.inference.anonymizer import ACCELERATOR_BATCH, CPU_BATCH, FaceAnonymizer
-from dbaf_jax.inference.photo_folders import planned_anonymization
-from dbaf_jax.inference.planning import Plan, checked_anonymizations, plan_photo_outputs, saved_crop
+from dbaf_jax.inference.photo_folders import planned_anonymization, planned_recovery
+from dbaf_jax.inference.planning import Plan, checked_anonymizations
 from dbaf_jax.inference.report import Report
-from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FaceFinding, FolderRunSettings
+from dbaf_jax.inference.run import Run
+from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings
 from dbaf_jax.storage import images, keys
 from dbaf_jax.video.folders import FolderClips
 
@@ -50,15 +54,18 @@ PATH_SAMPLES = 3  # inputs each node must read in the path check
 MAX_BLOCKS = 10_000  # detection tasks per run at most (Ray Data tracks each block)
 
 
-def join(
-    options: RayOptions | None, finding: FaceFinding, without_manifest: bool
-) -> RayRuns | None:
-    """The `RayRuns` of a command's ``--ray`` options (None without them), joined to the
-    cluster now: a command calls this before it loads the model, so that Ray starts
-    before JAX does in this process."""
+def join(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RayRuns | None:
+    """The `RayRuns` of a command's ``--ray`` options (`options.ray_options`; None without
+    them), with its face finding and --allow-unchecked-model, joined to the cluster now:
+    a command calls this before it loads the model, so that Ray starts before JAX does
+    in this process."""
+    options = ray_options(parser, args)
     if options is None:
         return None
-    return RayRuns(cluster.join(options.address), options.actors, finding, without_manifest)
+    finding = commands.face_finding(args)
+    return RayRuns(
+        cluster.join(options.address), options.actors, finding, args.allow_unchecked_model
+    )
 
 
 def _absolute(path: str | Path) -> Path:
@@ -132,24 +139,16 @@ class RayRuns:
     timings: Timings | None = None  # the last run's
 
     def anonymize_photo_folder(
-        self,
-        anonymizer: FaceAnonymizer,
-        faces: photos.PhotoFaces,
-        password: str,
-        in_dir: str | Path,
-        out_dir: str | Path,
-        settings: FolderRunSettings = FOLDER_DEFAULTS,
-        record: keys.KeyRecord | None = None,
-        face_ledger: Path | None = None,
-        clips: FolderClips | None = None,
+        self, run: Run, in_dir: str | Path, out_dir: str | Path, clips: FolderClips | None = None
     ) -> Report:
         """`photo_folders.anonymize_photo_folder` on the cluster (module docstring)."""
+        anonymizer, faces, settings = run.anonymizer, run.finder, run.folder_settings
         in_dir, out_dir = _absolute(in_dir), _absolute(out_dir)
         stale = clear_stale(out_dir)
         plan, kept, redo, kept_clips, record = planned_anonymization(
-            anonymizer, in_dir, out_dir, settings, record, clips
+            anonymizer, in_dir, out_dir, settings, run.record, clips
         )
-        seed = keys.derive_seed(password, record)
+        seed = keys.derive_seed(run.password, record)
         meta = metadata.anonymization(record, anonymizer.fingerprint)
         report = Report(
             skipped=list(plan.skipped),
@@ -158,8 +157,8 @@ class RayRuns:
             kept=kept,
             passed_over=list(plan.passed_over),
         )
+        face_ledger = _absolute(run.ledger_file) if run.ledger_file is not None else None
         if face_ledger is not None:  # before any photo: one entry each at least
-            face_ledger = _absolute(face_ledger)
             report.notes += [
                 note for note in [ledger.check_appendable(face_ledger, len(plan.sources))] if note
             ]
@@ -186,30 +185,13 @@ class RayRuns:
         return report
 
     def recover_photo_folder(
-        self,
-        anonymizer: FaceAnonymizer,
-        faces: photos.PhotoFaces,
-        password: str,
-        in_dir: str | Path,
-        out_dir: str | Path,
-        settings: FolderRunSettings = FOLDER_DEFAULTS,
-        record: keys.KeyRecord | None = None,
-        face_ledger: list[ledger.Entry] | None = None,
-        clips: FolderClips | None = None,
+        self, run: Run, in_dir: str | Path, out_dir: str | Path, clips: FolderClips | None = None
     ) -> Report:
         """`photo_folders.recover_photo_folder` on the cluster (module docstring)."""
+        anonymizer, settings, record = run.anonymizer, run.folder_settings, run.record
         in_dir, out_dir = _absolute(in_dir), _absolute(out_dir)
         stale = clear_stale(out_dir)
-        plan = plan_photo_outputs(
-            in_dir,
-            out_dir,
-            settings.overwrite,
-            settings.save_crops,
-            pass_over=saved_crop,
-            videos=clips is not None,
-        )
-        if clips is not None:
-            clips.check(plan)
+        plan = planned_recovery(in_dir, out_dir, settings, clips)
         report = Report(
             skipped=list(plan.skipped),
             notes=stale + list(plan.notes),
@@ -220,8 +202,8 @@ class RayRuns:
             anonymizer, plan, report, settings.ignore_model_mismatch
         )
         records = {made.record for made in anonymizations.values() if made is not None}
-        seeds = {r: keys.derive_seed(password, r) for r in records | ({record} - {None})}
-        ledger_ref = self.ray.put(face_ledger) if face_ledger else None
+        seeds = {r: keys.derive_seed(run.password, r) for r in records | ({record} - {None})}
+        ledger_ref = self.ray.put(run.face_ledger) if run.face_ledger else None
         find = self._finder(anonymizer, settings, True, record=record, ledger_ref=ledger_ref)
         with Staging(out_dir) as stage:
             layout = self._start(anonymizer, plan, list(anonymizations), stage)
@@ -426,13 +408,14 @@ class RayRuns:
         todo = [source for source in plan.videos if source not in kept]
         if not todo:
             return
-        fields = {
-            "password": clips.password,
+        run = clips.folder_run
+        fields = {  # the run's but its model, finder and ledger file (the task's own)
+            "operation": run.operation,
+            "password": run.password,
+            "record": run.record,
+            "face_ledger": run.face_ledger,
             # Staged names are the run's own: a task run twice writes them again.
-            "settings": dataclasses.replace(clips.settings, overwrite=True),
-            "operation": clips.operation,
-            "key_record": clips.key_record,
-            "face_ledger": clips.face_ledger,
+            "settings": dataclasses.replace(run.settings, overwrite=True),
         }
         task = self.ray.remote(workers.run_clip).options(max_retries=RETRIES, **layout.model())
         model, finding = self._model(anonymizer), self._finding()
@@ -450,8 +433,8 @@ class RayRuns:
             for number, source in enumerate(todo)
         }
         done: dict[Path, workers.ClipStatus] = {}
-        replace = clips.settings.overwrite or redo
-        with _worker_errors(), tqdm(total=len(todo), unit="clip", desc=clips.operation) as bar:
+        replace = run.settings.overwrite or redo
+        with _worker_errors(), tqdm(total=len(todo), unit="clip", desc=run.operation) as bar:
             waiting = list(pending)
             while waiting:
                 ready, waiting = self.ray.wait(waiting, num_returns=1)

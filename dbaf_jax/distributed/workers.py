@@ -38,6 +38,7 @@ from dbaf_jax.inference.photo_folders import ledger_entries, recovery_found
 from dbaf_jax.inference.photo_pipeline import Photo, photo_notes, run_photos
 from dbaf_jax.inference.planning import Plan, crop_path
 from dbaf_jax.inference.report import Report
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings
 from dbaf_jax.storage import images, keys
 from dbaf_jax.video.folders import FolderClips
@@ -299,29 +300,27 @@ class ClipStatus:
 def run_clip(
     model: ModelSpec,
     finding: FaceFinding,
-    clips: dict[str, Any],
+    run: dict[str, Any],
     source: Path,
     staged: Path,
     own_ledger: Path | None,
     record: keys.KeyRecord | None,
     redo: bool,
 ) -> ClipStatus:
-    """A clip task: the clip ``source`` through `FolderClips` (built from ``clips``, its
-    fields but the model and finder) into ``staged``, its ledger entries (anonymize with a
-    key file) appended to ``own_ledger``, emptied first (a retried task starts again)
-    and read back."""
+    """A clip task: the clip ``source`` through `FolderClips` (of the folder's run, built
+    from ``run``: its fields but the model, the finder and the ledger file) into
+    ``staged``, its ledger entries (anonymize with a key file) appended to
+    ``own_ledger``, emptied first (a retried task starts again) and read back."""
     anonymizer = model.load()
-    recovering = clips["operation"] == "recover"
+    recovering = run["operation"] == "recover"
     if own_ledger is not None:
         own_ledger.unlink(missing_ok=True)
+    faces = finding.load(anonymizer, recovering)
     folder_clips = FolderClips(
-        anonymizer,
-        finding.load(anonymizer, recovering),
-        **clips,
-        ledger_path=own_ledger,
+        Run(anonymizer=anonymizer, faces=faces, ledger_file=own_ledger, **run)
     )
     plan = Plan(source.parent, staged.parent, [], {}, [], [], [source], {source: staged})
-    report = Report(operation=clips["operation"])
+    report = Report(operation=run["operation"])
     folder_clips.run(plan, report, record=record, redo=redo)
     entries = ledger.read(own_ledger) if own_ledger is not None and own_ledger.exists() else []
     return ClipStatus(source, report, entries)

@@ -1,5 +1,6 @@
-"""Folder runs over aligned face crops (``--aligned``): anonymize with one fresh salt,
-recover with each file's own.
+"""Folder runs over aligned face crops (``--aligned``): anonymize with one salt (the
+run's, `run.Run`: else a fresh one), recover with each file's own. The runners take the
+run (no face finder: the crops are the faces) with their source and target folders.
 
 Inputs are read at the encoder's input size (other sizes are resized) and decoded on
 worker threads ahead of the model; outputs are encoded behind it (`dbaf_jax.core.pipeline`),
@@ -32,7 +33,7 @@ from dbaf_jax.inference.planning import (
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.recovery_modes import RECOVERY_MODES
 from dbaf_jax.inference.report import Report
-from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import atomic_files, images, keys
 
 
@@ -44,17 +45,13 @@ def _write_latents(path: Path, latents: dict[str, np.ndarray], overwrite: bool) 
     atomic_files.write_file(path, write, overwrite)
 
 
-def anonymize_folder(
-    anonymizer: FaceAnonymizer,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    settings: FolderRunSettings = FOLDER_DEFAULTS,
-) -> Report:
-    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with one
-    fresh salt; ``settings``: the batch size, ``overwrite``, ``save_latents`` and
-    ``allow_anonymized_input`` (else crops that are already outputs of anonymize are
-    skipped and named, as photos are: their copies would lose the recovery record)."""
+def anonymize_folder(run: Run, in_dir: str | Path, out_dir: str | Path) -> Report:
+    """Anonymizes every aligned face image below ``in_dir`` into ``out_dir`` with ``run``
+    and one salt (the run's record, else a fresh one); its settings: the batch size,
+    ``overwrite``, ``save_latents`` and ``allow_anonymized_input`` (else crops that are
+    already outputs of anonymize are skipped and named, as photos are: their copies
+    would lose the recovery record)."""
+    anonymizer, settings = run.anonymizer, run.folder_settings
     overwrite, save_latents = settings.overwrite, settings.save_latents
     refuse = (lambda path: None) if settings.allow_anonymized_input else anonymized_already
     plan = plan_outputs(in_dir, out_dir, refuse)
@@ -63,8 +60,8 @@ def anonymize_folder(
         outputs + [latents_path(t) for t in outputs] if save_latents else outputs, overwrite
     )
     batch_size = anonymizer.padded_size(settings.batch)
-    record = keys.new_key_record()
-    key = anonymizer.key_for(password, record)
+    record = run.record or keys.new_key_record()
+    key = anonymizer.key_for(run.password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
     report = Report(skipped=plan.skipped, notes=list(plan.notes), passed_over=plan.passed_over)
 
@@ -196,16 +193,12 @@ def _recoveries(
             )
 
 
-def recover_folder(
-    anonymizer: FaceAnonymizer,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    settings: FolderRunSettings = FOLDER_DEFAULTS,
-    mode: str = "image",
-) -> Report:
-    """Recovers the aligned PNGs of an anonymize run in ``mode``; each file's own salt
-    gives its key. ``settings``: the batch size, ``overwrite``, ``ignore_model_mismatch``."""
+def recover_folder(run: Run, in_dir: str | Path, out_dir: str | Path) -> Report:
+    """Recovers the aligned PNGs of an anonymize run below ``in_dir`` into ``out_dir``
+    with ``run``, in its recovery mode (`Run.start`'s; 'image' when unset); each file's
+    own salt gives its key. Its settings: the batch size, ``overwrite``,
+    ``ignore_model_mismatch``."""
+    anonymizer, settings, mode = run.anonymizer, run.folder_settings, run.recovery or "image"
     overwrite = settings.overwrite
     if mode not in RECOVERY_MODES:
         raise ValueError(f"mode must be one of {RECOVERY_MODES}, got {mode!r}")
@@ -224,7 +217,7 @@ def recover_folder(
     readable = _recoverable(anonymizer, plan, report, settings.ignore_model_mismatch)
     spec = anonymizer.latent_spec() if mode == "latent" else None
     load = functools.partial(_recovery_input, anonymizer, mode, spec)
-    recoveries = _recoveries(anonymizer, password, readable, load, mode, batch_size, report)
+    recoveries = _recoveries(anonymizer, run.password, readable, load, mode, batch_size, report)
     with (
         tqdm(total=len(readable), unit="img", desc="recover") as bar,
         pipeline.Writer(2 * batch_size) as writer,

@@ -3,8 +3,9 @@ pasted back (or hidden by the fallback), and recovered from the photo's metadata
 without it, from a key file and its face ledger (`faces.ledger`).
 
 Photos go through the shared pipeline of `photo_pipeline` (decoded ahead, faces
-batched across photos, encoded behind); what a user sets is one `FolderRunSettings`.
-``save_crops`` also writes each processed face as ``NAME.faceN.png``. The folder's
+batched across photos, encoded behind). The runners take the run (`run.Run`: the model,
+its face finder, the password, the key record and face ledger, the `FolderRunSettings`)
+with their source and target folders. ``save_crops`` also writes each processed face as ``NAME.faceN.png``. The folder's
 clips go to ``clips`` (`ClipRunner`: the video path, which this layer cannot import)
 or, without one, are skipped by name; anonymize skips inputs that are already its
 outputs unless ``allow_anonymized_input``.
@@ -33,7 +34,8 @@ from dbaf_jax.inference.planning import (
     saved_crop,
 )
 from dbaf_jax.inference.report import Report
-from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
+from dbaf_jax.inference.run import Run
+from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.storage import images, keys
 
 LEDGER_CHUNK = (
@@ -59,28 +61,27 @@ class ClipRunner(Protocol):
 
 
 def anonymize_photo_folder(
-    anonymizer: FaceAnonymizer,
-    faces: photos.PhotoFaces,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    settings: FolderRunSettings = FOLDER_DEFAULTS,
-    record: keys.KeyRecord | None = None,
-    face_ledger: Path | None = None,
-    clips: ClipRunner | None = None,
+    run: Run, in_dir: str | Path, out_dir: str | Path, clips: ClipRunner | None = None
 ) -> Report:
     """Anonymizes every face of every photo below ``in_dir`` into same-size PNGs in
-    ``out_dir``; ``record`` (a key file's) or one fresh salt for the run. ``settings``:
-    with ``strict``, faces hidden by the fallback make the run's `Report.status`
-    EXIT_FALLBACK; ``resume`` continues an interrupted run (`resumable_outputs`):
-    complete outputs are kept and counted, the rest made, with the earlier run's salt.
-    ``face_ledger`` (with a key file: `ledger.ledger_path`) gets each photo's anonymized
-    faces, which recovery without metadata needs to tell them from any other face."""
+    ``out_dir`` with ``run``: its key record (a key file's) or one fresh salt for the
+    run. Its settings: with ``strict``, faces hidden by the fallback make the run's
+    `Report.status` EXIT_FALLBACK; ``resume`` continues an interrupted run
+    (`resumable_outputs`): complete outputs are kept and counted, the rest made, with the
+    earlier run's salt. Its ``ledger_file`` (with a key file: `ledger.ledger_path`) gets
+    each photo's anonymized faces, which recovery without metadata needs to tell them
+    from any other face."""
+    anonymizer, faces, settings, face_ledger = (
+        run.anonymizer,
+        run.finder,
+        run.folder_settings,
+        run.ledger_file,
+    )
     overwrite, save_crops, resume = settings.overwrite, settings.save_crops, settings.resume
     plan, kept, redo, kept_clips, record = planned_anonymization(
-        anonymizer, in_dir, out_dir, settings, record, clips
+        anonymizer, in_dir, out_dir, settings, run.record, clips
     )
-    seed = keys.derive_seed(password, record)
+    seed = keys.derive_seed(run.password, record)
     meta = metadata.anonymization(record, anonymizer.fingerprint)
 
     def prepare(source: Path, photo: np.ndarray) -> face_batches.Item:
@@ -258,32 +259,18 @@ def resumable_outputs(
 
 
 def recover_photo_folder(
-    anonymizer: FaceAnonymizer,
-    faces: photos.PhotoFaces,
-    password: str,
-    in_dir: str | Path,
-    out_dir: str | Path,
-    settings: FolderRunSettings = FOLDER_DEFAULTS,
-    record: keys.KeyRecord | None = None,
-    face_ledger: list[ledger.Entry] | None = None,
-    clips: ClipRunner | None = None,
+    run: Run, in_dir: str | Path, out_dir: str | Path, clips: ClipRunner | None = None
 ) -> Report:
-    """Recovers the photos of an anonymize run. A photo's own metadata gives its key
-    record and face transforms. Without metadata (e.g. re-encoded after sharing),
-    ``record`` (a key file's) gives the key, detection finds candidate faces, and only
-    those that match an entry of ``face_ledger`` (the key file's, `ledger`) are
-    recovered, each with that entry's key index; every other detection is left as it
-    is and counted (without a ledger, all of them)."""
-    plan = plan_photo_outputs(
-        in_dir,
-        out_dir,
-        settings.overwrite,
-        settings.save_crops,
-        pass_over=saved_crop,
-        videos=clips is not None,
-    )
-    if clips is not None:
-        clips.check(plan)
+    """Recovers the photos of an anonymize run below ``in_dir`` into ``out_dir`` with
+    ``run``. A photo's own metadata gives its key record and face transforms. Without
+    metadata (e.g. re-encoded after sharing), the run's ``record`` (a key file's) gives
+    the key, detection finds candidate faces, and only those that match an entry of its
+    ``face_ledger`` (the key file's, `ledger`) are recovered, each with that entry's key
+    index; every other detection is left as it is and counted (without a ledger, all of
+    them)."""
+    anonymizer, faces, settings = run.anonymizer, run.finder, run.folder_settings
+    record, face_ledger = run.record, run.face_ledger
+    plan = planned_recovery(in_dir, out_dir, settings, clips)
     seeds: dict[keys.KeyRecord, bytes] = {}
     report = Report(
         skipped=list(plan.skipped),
@@ -303,7 +290,7 @@ def recover_photo_folder(
             return found
         faces_found, photo_record, tag = found
         if photo_record not in seeds:
-            seeds[photo_record] = keys.derive_seed(password, photo_record)
+            seeds[photo_record] = keys.derive_seed(run.password, photo_record)
         return anonymizer.photo_item(photo, seeds[photo_record], faces, faces_found, tag)
 
     run_photos(
@@ -322,6 +309,25 @@ def recover_photo_folder(
     if clips is not None:
         clips.run(plan, report)
     return report
+
+
+def planned_recovery(
+    in_dir: str | Path, out_dir: str | Path, settings: FolderRunSettings, clips: ClipRunner | None
+) -> Plan:
+    """A recover run planned before any work (`recover_photo_folder`; the Ray runs'
+    driver too): the photos and clips to recover, their outputs checked (the crops
+    ``save_crops`` wrote passed over)."""
+    plan = plan_photo_outputs(
+        in_dir,
+        out_dir,
+        settings.overwrite,
+        settings.save_crops,
+        pass_over=saved_crop,
+        videos=clips is not None,
+    )
+    if clips is not None:
+        clips.check(plan)
+    return plan
 
 
 def verified_candidates(

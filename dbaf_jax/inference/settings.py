@@ -1,14 +1,16 @@
 """What a user sets for a run: the anonymize and recover commands' options, each concern
 one frozen object built once from the command line (`dbaf_jax.commands`) and passed
 whole to the runners (`photo_folders`, `aligned_folders`, and the clips'
-`video.settings.ClipRunSettings`). The password, the key record and the loaded model
-are not settings: the runners take them as arguments of their own.
+`video.settings.ClipRunSettings`) in the run (`run.Run`), beside the password, the key
+record and the loaded model, which are not settings.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
+from typing import Sequence
 
 from dbaf_jax.faces import photos
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, default_batch_size, load_photo_faces
@@ -33,6 +35,23 @@ class FaceFinding:
         return load_photo_faces(
             anonymizer, self.detector, self.parser, self.min_face_size, self.detectors, recovering
         )
+
+    def finders(
+        self, anonymizer: FaceAnonymizer, operations: Sequence[str]
+    ) -> dict[str, photos.PhotoFaces]:
+        """`load`'s finder for each of ``operations`` ('anonymize', 'recover'), the
+        detectors and the parser loaded (their weights hashed) once and shared: the
+        finders differ only in what they do with low-confidence detections."""
+        if not operations:
+            return {}
+        loaded = self.load(anonymizer, recovering=operations[0] == "recover")
+        finders = {}
+        for operation in operations:
+            finder = copy.copy(loaded)
+            finder.hide_doubtful = operation != "recover"
+            finder.notes = list(loaded.notes)
+            finders[operation] = finder
+        return finders
 
 
 @dataclasses.dataclass(frozen=True)

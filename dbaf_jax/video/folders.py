@@ -17,36 +17,27 @@ from pathlib import Path
 from typing import Iterable
 
 from dbaf_jax.core.errors import InputError, OutputExistsError
-from dbaf_jax.faces import ledger, photos
-from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import Plan, check_outputs
 from dbaf_jax.inference.report import Report
-from dbaf_jax.inference.settings import RunSettings
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys
 from dbaf_jax.storage.images import Skipped
 from dbaf_jax.video import runner, sidecar
-from dbaf_jax.video.settings import ClipRunSettings
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FolderClips:
-    """How a folder run treats its clips: the model, faces and password of the run, its
-    settings (the batch size, ``overwrite``, ``allow_anonymized_input``,
-    ``ignore_model_mismatch``; tracking and encoding are the video commands' defaults);
-    for anonymize the key file's face ledger (``ledger_path``); for recovery the key
-    file's record and ledger, for clips without a sidecar."""
+    """How a folder run treats its clips: with the folder's run (`inference.run.Run`):
+    its model, face finder and password, its settings (the batch size, ``overwrite``,
+    ``allow_anonymized_input``, ``ignore_model_mismatch``; tracking and encoding are the
+    video commands' defaults, `ClipRunSettings.of_run`); for anonymize its face ledger
+    file; for recovery its key record and face ledger, for clips without a sidecar."""
 
-    anonymizer: FaceAnonymizer
-    faces: photos.PhotoFaces
-    password: str
-    settings: RunSettings = RunSettings()
-    operation: str = "anonymize"
-    ledger_path: Path | None = None
-    key_record: keys.KeyRecord | None = None
-    face_ledger: list[ledger.Entry] | None = None
+    folder_run: Run
 
     def _outputs(self, target: Path) -> list[Path]:
-        return [target, sidecar.path_for(target)] if self.operation == "anonymize" else [target]
+        anonymizing = self.folder_run.operation == "anonymize"
+        return [target, sidecar.path_for(target)] if anonymizing else [target]
 
     def check(self, plan: Plan, resume: bool = False) -> dict[Path, keys.KeyRecord]:
         """Before any work: OutputExistsError when a clip's outputs exist (unless
@@ -58,7 +49,7 @@ class FolderClips:
         if not resume:
             check_outputs(
                 [path for target in targets for path in self._outputs(target)],
-                self.settings.overwrite,
+                self.folder_run.settings.overwrite,
             )
             return {}
         kept = {}
@@ -70,7 +61,7 @@ class FolderClips:
                 made = sidecar.read(side).made
             except InputError:
                 made = None
-            if made is None or made.fingerprint != self.anonymizer.fingerprint:
+            if made is None or made.fingerprint != self.folder_run.anonymizer.fingerprint:
                 raise OutputExistsError(
                     f"{side} exists and is not the sidecar of this model's anonymize run; move it or pass --overwrite"
                 )
@@ -86,30 +77,24 @@ class FolderClips:
         redo: bool = False,
     ) -> None:
         """Runs every clip of ``plan`` but those ``kept`` into ``report``: anonymize with
-        ``record`` (the run's salt), recovery with each clip's sidecar. ``redo``
-        (resume): an incomplete earlier output of a clip is replaced."""
+        ``record`` (the run's salt, as the photos' runner settled it), recovery with each
+        clip's sidecar (else the run's key record and face ledger). ``redo`` (resume): an
+        incomplete earlier output of a clip is replaced."""
         kept = set(kept)
-        settings = ClipRunSettings.of_run(self.settings)
-        run = (self.anonymizer, self.faces, self.password)
-        if self.operation == "anonymize":
-            face_ledger: Path | list[ledger.Entry] | None = self.ledger_path
-        else:  # recovery: the key file's record and ledger, for clips without a sidecar
-            record, face_ledger = self.key_record, self.face_ledger
+        run = self.folder_run
+        if run.operation == "anonymize":
+            again = dataclasses.replace(run.settings, overwrite=run.settings.overwrite or redo)
+            run = dataclasses.replace(run, record=record, settings=again)
         report.kept += [plan.video_targets[source] for source in plan.videos if source in kept]
         for source in plan.videos:
             if source in kept:
                 continue
             target = plan.video_targets[source]
             try:
-                if self.operation == "anonymize":
-                    again = dataclasses.replace(settings, overwrite=settings.overwrite or redo)
-                    outcome = runner.anonymize_video(
-                        *run, source, target, again, record, face_ledger
-                    )
+                if run.operation == "anonymize":
+                    outcome = runner.anonymize_video(run, source, target)
                 else:
-                    outcome = runner.recover_video(
-                        *run, source, target, settings, record, face_ledger
-                    )
+                    outcome = runner.recover_video(run, source, target)
             except InputError as err:
                 # This clip only: damaged, no sidecar, another model's, already anonymized
                 # (`runner.anonymized_clip`), a sidecar recovery would refuse; nothing of it

@@ -1,4 +1,6 @@
-"""Anonymize a clip with per-track keys, and recover it: what the video commands call.
+"""Anonymize a clip with per-track keys, and recover it: what the video commands call,
+with the run (`inference.run.Run`: model, face finder, password, key record, face
+ledger, settings) and their source and target.
 
 The clip is read twice and never held whole: the first pass detects the faces of
 its frames (`passes.DETECT_FRAMES` at a time on an accelerator) and links them into tracks
@@ -26,19 +28,21 @@ only the pixels under the faces' masks.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import jax
 import numpy as np
 
 from dbaf_jax.core.errors import InputError
-from dbaf_jax.faces import ledger, metadata, photos
+from dbaf_jax.faces import ledger, metadata
 from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import check_outputs
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys, output_folder
 from dbaf_jax.video import clip, sidecar, track_ledger, tracks
 from dbaf_jax.video.passes import FacePass, Placed, find_tracks, rewrite, track_keys
 from dbaf_jax.video.report import VideoReport
-from dbaf_jax.video.settings import CLIP_DEFAULTS, ClipRunSettings
+from dbaf_jax.video.settings import ClipRunSettings
 
 
 def _anonymize_step(anonymizer: FaceAnonymizer):
@@ -140,21 +144,92 @@ def _count(placed: Placed) -> int:
     return sum(len(stack) for _, _, stack in placed)
 
 
-def anonymize_video(
+def _held_sidecar(
     anonymizer: FaceAnonymizer,
-    faces: photos.PhotoFaces,
-    password: str,
-    source: str | Path,
-    target: str | Path,
-    settings: ClipRunSettings = CLIP_DEFAULTS,
-    record: keys.KeyRecord | None = None,
-    face_ledger: Path | None = None,
+    record: keys.KeyRecord,
+    info: clip.ClipInfo,
+    count: int,
+    size: int,
+    placed: Placed,
+    target: Path,
+) -> tuple[str, str | None, Callable[[Path], None]]:
+    """The sidecar of ``target``: (its text, the copy its container holds: None when the
+    container cannot hold it or it is too long for a tag, the check of the clip as
+    written). Held to what recovery accepts before the second pass, with the frames
+    counted; the check holds the clip as written (its size, its packets, its
+    container's copy read back) before it is put in place."""
+    shape = info.upright_shape
+    recorded = sidecar.content(
+        metadata.anonymization(record, anonymizer.fingerprint), shape, count, size, placed
+    )
+    tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
+    text = sidecar.text(recorded)
+    _recoverable(target, text, tag, shape, sidecar.max_bytes(shape, count), anonymizer, size)
+
+    def written(clip_file: Path) -> None:
+        made = clip.probe(clip_file).upright_shape
+        copy = clip.read_tag(clip_file, sidecar.TAG) if tag is not None else None
+        if copy != tag:
+            raise InputError(f"{target}: not written: its container did not keep the sidecar")
+        limit = sidecar.clip_limit(clip_file, made)
+        _recoverable(target, text, copy, made, limit, anonymizer, size)
+
+    return text, tag, written
+
+
+def _anonymized_report(
+    source: Path,
+    target: Path,
+    in_container: bool,
+    count: int,
+    found: list[tracks.Track],
+    placed: Placed,
+    interpolated: int,
+    hidden: dict[int, list[np.ndarray]],
+    tracker: tracks.Tracker,
+    notes: list[str],
+    short: str | None,
 ) -> VideoReport:
+    """What anonymize did to the clip, its notes: a short clip, a sidecar only in its
+    file (``in_container`` False), a clip without a face."""
+    side = sidecar.path_for(target)
+    report = VideoReport(
+        [target, side],
+        count,
+        len(found),
+        _count(placed),
+        interpolated,
+        sum(map(len, hidden.values())),
+        tracker.left,
+        notes,
+        short=short is not None,
+    )
+    report.notes += [short] if short else []
+    if not in_container:
+        where = (
+            f"the {clip.muxer(target)} container cannot hold it"
+            if not clip.holds_tags(target)
+            else "it is too long for a container tag"
+        )
+        report.notes.append(
+            f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip"
+        )
+    if not found and not hidden and not tracker.left:
+        report.notes.append(
+            f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged"
+        )
+    return report
+
+
+def anonymize_video(run: Run, source: str | Path, target: str | Path) -> VideoReport:
     """Anonymizes every tracked face of the clip ``source`` into ``target`` (same size,
-    rate, rotation, audio) and writes ``target``'s sidecar, as ``settings`` ask.
-    ``record``: a key file's (else a fresh salt); ``face_ledger`` (with a key file:
-    `ledger.ledger_path`) gets the tracks' entries that recovery without a sidecar
-    verifies faces against (`track_ledger`)."""
+    rate, rotation, audio) with ``run`` and writes ``target``'s sidecar, as the run's
+    settings ask (`ClipRunSettings.of_run`). The run's record: a key file's (else a
+    fresh salt); its ``ledger_file`` (with a key file: `ledger.ledger_path`) gets the
+    tracks' entries that recovery without a sidecar verifies faces against
+    (`track_ledger`)."""
+    anonymizer, face_ledger = run.anonymizer, run.ledger_file
+    settings = ClipRunSettings.of_run(run.settings)
     source, target = Path(source), Path(target)
     side = sidecar.path_for(target)
     refused = None if settings.allow_anonymized_input else anonymized_clip(source)
@@ -164,37 +239,16 @@ def anonymize_video(
     if face_ledger is not None:
         # Before any frame is read, then again with its entries counted.
         notes += [note for note in [ledger.check_appendable(face_ledger, 1)] if note]
+    faces = run.finder  # after the checks that need no model
     notes += [faces.describe(), *faces.notes]  # which detectors ran
     info = clip.probe(source)
     found, tracked, count, tracker, short = find_tracks(faces, source, info, settings.sigma)
     placed, hidden, interpolated = _as_recorded(
         found, tracked, tracker, info.upright_shape, faces.size
     )
-    record = record or keys.new_key_record()
-    keyed = track_keys(anonymizer, keys.derive_seed(password, record), placed)
-    recorded = sidecar.content(
-        metadata.anonymization(record, anonymizer.fingerprint),
-        info.upright_shape,
-        count,
-        faces.size,
-        placed,
-    )
-    tag = sidecar.as_tag(recorded) if clip.holds_tags(target) else None
-    text = sidecar.text(recorded)
-    shape = info.upright_shape
-    # Held to what recovery accepts before the second pass, with the frames counted; then
-    # the clip as written (its size, its packets, its container's copy read back) before
-    # it is put in place.
-    _recoverable(target, text, tag, shape, sidecar.max_bytes(shape, count), anonymizer, faces.size)
-
-    def written(clip_file: Path) -> None:
-        made = clip.probe(clip_file).upright_shape
-        copy = clip.read_tag(clip_file, sidecar.TAG) if tag is not None else None
-        if copy != tag:
-            raise InputError(f"{target}: not written: its container did not keep the sidecar")
-        limit = sidecar.clip_limit(clip_file, made)
-        _recoverable(target, text, copy, made, limit, anonymizer, faces.size)
-
+    record = run.record or keys.new_key_record()
+    keyed = track_keys(anonymizer, keys.derive_seed(run.password, record), placed)
+    text, tag, written = _held_sidecar(anonymizer, record, info, count, faces.size, placed, target)
     recorder = (
         track_ledger.Recorder(placed, float(info.rate), faces.crops, face_ledger)
         if face_ledger is not None
@@ -217,51 +271,25 @@ def anonymize_video(
         anonymizer, faces, source, target, info, work, settings, {sidecar.TAG: tag} if tag else None
     )
     sidecar.write(side, text, settings.overwrite)
-    report = VideoReport(
-        [target, side],
-        count,
-        len(found),
-        _count(placed),
-        interpolated,
-        sum(map(len, hidden.values())),
-        tracker.left,
+    return _anonymized_report(
+        *(source, target, tag is not None, count, found, placed, interpolated, hidden, tracker),
         notes,
-        short=short is not None,
+        short,
     )
-    report.notes += [short] if short else []
-    if tag is None:
-        where = (
-            f"the {clip.muxer(target)} container cannot hold it"
-            if not clip.holds_tags(target)
-            else "it is too long for a container tag"
-        )
-        report.notes.append(
-            f"{target}: the sidecar is only in {side} ({where}): keep the two together to recover the clip"
-        )
-    if not found and not hidden and not tracker.left:
-        report.notes.append(
-            f"{source}: no face found in {count} frame(s); the clip was re-encoded unchanged"
-        )
-    return report
 
 
 def recover_video(
-    anonymizer: FaceAnonymizer,
-    faces: photos.PhotoFaces,
-    password: str,
-    source: str | Path,
-    target: str | Path,
-    settings: ClipRunSettings = CLIP_DEFAULTS,
-    record: keys.KeyRecord | None = None,
-    face_ledger: list[ledger.Entry] | None = None,
-    sidecar_path: str | Path | None = None,
+    run: Run, source: str | Path, target: str | Path, sidecar_path: str | Path | None = None
 ) -> VideoReport:
-    """Recovers the anonymized clip ``source`` into ``target``, as ``settings`` ask: at
-    the sidecar's places (``sidecar_path``, default ``source`` + `sidecar.SUFFIX`, else
-    the container's copy). Without a sidecar, ``record`` (a key file's) lets detection
-    and tracking find the faces again: with ``face_ledger`` (the key file's) only the
-    tracks it verifies are recovered (`track_ledger`); without one, only with
-    ``settings.redetect``, every track found (a face never anonymized is overwritten too)."""
+    """Recovers the anonymized clip ``source`` into ``target`` with ``run``, as its
+    settings ask (`ClipRunSettings.of_run`): at the sidecar's places (``sidecar_path``,
+    default ``source`` + `sidecar.SUFFIX`, else the container's copy). Without a
+    sidecar, the run's record (a key file's) lets detection and tracking find the faces
+    again: with its ``face_ledger`` (the key file's) only the tracks it verifies are
+    recovered (`track_ledger`); without one, only with ``settings.redetect``, every
+    track found (a face never anonymized is overwritten too)."""
+    anonymizer, record, face_ledger = run.anonymizer, run.record, run.face_ledger
+    settings = ClipRunSettings.of_run(run.settings)
     source, target = Path(source), Path(target)
     notes = _prepare_outputs(source, [target], settings.overwrite)
     info = clip.probe(source)
@@ -269,6 +297,7 @@ def recover_video(
     regions, unverified = None, 0
     given = side if sidecar_path is not None or side.exists() else None
     found_sidecar = sidecar.of_clip(source, info.upright_shape, given)
+    faces = run.finder  # after the checks that need no model
     if found_sidecar is not None:
         recorded, where = found_sidecar
         sidecar.check_use(
@@ -306,7 +335,7 @@ def recover_video(
         raise InputError(
             f"{source}: no sidecar ({side}, or in the container's metadata); give the key file (--key-file) to find the faces again"
         )
-    keyed = track_keys(anonymizer, keys.derive_seed(password, record), placed)
+    keyed = track_keys(anonymizer, keys.derive_seed(run.password, record), placed)
     work = FacePass(placed, keyed, _recover_step(anonymizer), count, regions=regions)
     rewrite(anonymizer, faces, source, target, info, work, settings)
     report = VideoReport(

@@ -1,7 +1,7 @@
 """What a user sets for a clip's run (the video commands' options, and a folder run's
 clips with the video commands' defaults for tracking and encoding): one frozen object,
-built once from the command line (`dbaf_jax.commands`) and passed whole to
-`runner.anonymize_video` and `runner.recover_video`.
+built once from the command line (`dbaf_jax.commands`) and carried whole in the run
+(`inference.run.Run`) that `runner.anonymize_video` and `runner.recover_video` take.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ class ClipRunSettings(RunSettings):
 
     @classmethod
     def of_run(cls, settings: RunSettings) -> ClipRunSettings:
-        """A folder run's clips: ``settings``' common part, the video commands' defaults
+        """A clip run's settings: ``settings`` when they are a clip run's, else (a folder
+        run's clips, the web page's) their common part with the video commands' defaults
         for the rest."""
-        return cls(**settings.common())
-
-
-CLIP_DEFAULTS = ClipRunSettings()  # the runners' default: every option as the commands' default
+        return settings if isinstance(settings, cls) else cls(**settings.common())

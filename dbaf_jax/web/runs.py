@@ -4,7 +4,8 @@ A thin adapter, no anonymization of its own. The job's run is built as the comma
 build theirs (`inference.run.Run.start`: the server's model and settings, the job's
 password and key file); each photo goes through
 `inference.photo_folders.anonymize_photo_folder` (or ``recover_photo_folder``) as a
-folder of one, each clip through `video.runner.anonymize_video` (or ``recover_video``).
+folder of one, each clip through `video.runner.anonymize_video` (or ``recover_video``),
+each with the job's run and the file's source and target.
 Their reports are read as data: each file's line comes from its report's counts, and
 every report is counted into one `inference.report.Report` of the job, whose summary
 (`Report.lines`) is the one the folder commands print for a folder of the same files,
@@ -29,7 +30,6 @@ from dbaf_jax.inference.run import Model, Run
 from dbaf_jax.inference.settings import FOLDER_DEFAULTS, FolderRunSettings
 from dbaf_jax.storage import file_kinds, images, keys
 from dbaf_jax.video import runner
-from dbaf_jax.video.settings import ClipRunSettings
 from dbaf_jax.web.jobs import KEY_FILE_NAME, Entry, Job, Output
 
 KEY_CHOICES = ("none", "new", "file")  # no key file, a new one, the uploaded one
@@ -174,10 +174,7 @@ def _run_file(run: Run, job: Job, entry: Entry, side: Path | None, total: Report
 
 def _run_photo(run: Run, job: Job, entry: Entry, total: Report) -> None:
     runs = anonymize_photo_folder if run.operation == "anonymize" else recover_photo_folder
-    where = (entry.stored.parent, job.output_path(entry))
-    report = runs(
-        *(run.anonymizer, run.faces, run.password, *where, run.settings, run.record, run.ledger)
-    )
+    report = runs(run, entry.stored.parent, job.output_path(entry))
     total.add(report)
     stem = entry.name.rsplit(".", 1)[0]
     entry.outputs = [Output(f"{stem}.png", path) for path in report.written]
@@ -197,12 +194,10 @@ def _run_photo(run: Run, job: Job, entry: Entry, total: Report) -> None:
 
 def _run_clip(run: Run, job: Job, entry: Entry, side: Path | None, total: Report) -> None:
     target = job.output_path(entry) / entry.stored.name
-    keyed = (run.anonymizer, run.faces, run.password, entry.stored, target)
-    settings = ClipRunSettings.of_run(run.settings)
     if run.operation == "anonymize":
-        report = runner.anonymize_video(*keyed, settings, run.record, run.ledger)
+        report = runner.anonymize_video(run, entry.stored, target)
     else:
-        report = runner.recover_video(*keyed, settings, run.record, run.ledger, sidecar_path=side)
+        report = runner.recover_video(run, entry.stored, target, side)
     total.add_clip(report)
     entry.outputs = [
         Output(entry.name if path == target else entry.name + path.name[len(target.name) :], path)

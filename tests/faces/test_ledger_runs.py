@@ -4,6 +4,7 @@ checked before any photo or frame is processed, and a write that still fails (a 
 disk, simulated) is one error naming the ledger and its reason, with no output written
 without its entries and the outputs already complete kept."""
 
+import dataclasses
 import errno
 import functools
 import os
@@ -15,6 +16,7 @@ import pytest
 from dbaf_jax.core.errors import OutputWriteError
 from dbaf_jax.faces import ledger, ledger_match
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.storage import keys
 from dbaf_jax.video import runner, sidecar
@@ -56,30 +58,23 @@ def key_file(folder):
 def test_an_unwritable_ledger_is_refused_before_any_photo_or_frame(ws, tmp_path):
     tmp, double, _ = ws
     ledger.ledger_path(key_file(tmp_path)).mkdir()  # the ledger's path is a folder
+    run = Run(
+        "anonymize",
+        double,
+        Untouchable(),
+        PASSWORD,
+        RECORD,
+        ledger_file=ledger.ledger_path(tmp_path / "me.key"),
+    )
     with pytest.raises(OutputWriteError, match="Is a directory") as error:
-        anonymize_photo_folder(
-            double,
-            Untouchable(),
-            PASSWORD,
-            tmp / "photos",
-            tmp_path / "out",
-            record=RECORD,
-            face_ledger=ledger.ledger_path(tmp_path / "me.key"),
-        )
+        anonymize_photo_folder(run, tmp / "photos", tmp_path / "out")
     assert (
         str(ledger.ledger_path(tmp_path / "me.key")) in str(error.value)
         and not (tmp_path / "out").exists()
     )
     with pytest.raises(OutputWriteError, match="Is a directory"):
         runner.anonymize_video(
-            double,
-            Untouchable(),
-            PASSWORD,
-            tmp / "pan.mp4",
-            tmp_path / "anon.mp4",
-            BATCH,
-            record=RECORD,
-            face_ledger=ledger.ledger_path(tmp_path / "me.key"),
+            dataclasses.replace(run, settings=BATCH), tmp / "pan.mp4", tmp_path / "anon.mp4"
         )
     assert (
         not (tmp_path / "anon.mp4").exists()
@@ -123,14 +118,17 @@ def test_a_photo_whose_entries_cannot_be_written_is_not_written(ws, tmp_path, mo
     monkeypatch.setattr(ledger, "append", append_then_full)
     with pytest.raises(OutputWriteError, match="No space left on device") as error:
         anonymize_photo_folder(
-            double,
-            faces,
-            PASSWORD,
+            Run(
+                "anonymize",
+                double,
+                faces,
+                PASSWORD,
+                RECORD,
+                ledger_file=path,
+                settings=FolderRunSettings(batch_size=1),
+            ),
             tmp_path / "in",
             tmp_path / "out",
-            FolderRunSettings(batch_size=1),
-            record=RECORD,
-            face_ledger=path,
         )
     message = str(error.value)
     assert str(path) in message and "office3.jpg" in message and "were not written" in message, (
@@ -153,9 +151,9 @@ def test_a_clip_whose_entries_cannot_be_written_is_not_published(ws, tmp_path, m
     fill_disk_after(monkeypatch, path, 100)
     anonymize_clip = functools.partial(
         runner.anonymize_video,
-        *(double, faces, PASSWORD, tmp / "pan.mp4", tmp_path / "anon.mp4", BATCH),
-        record=RECORD,
-        face_ledger=path,
+        Run("anonymize", double, faces, PASSWORD, RECORD, ledger_file=path, settings=BATCH),
+        tmp / "pan.mp4",
+        tmp_path / "anon.mp4",
     )
     with pytest.raises(OutputWriteError, match="No space left on device") as error:
         anonymize_clip()

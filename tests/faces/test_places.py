@@ -18,6 +18,7 @@ from dbaf_jax.faces import align, metadata, paste, photos, places
 from dbaf_jax.faces.detectors import ensemble, registry
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_photo_folder
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.storage import images, keys
 from fixtures.invertible_double import InvertibleDouble
@@ -77,22 +78,17 @@ def written_and_recovered(tmp_path, detections: Detections):
     original = scene()
     Image.fromarray(original).save(tmp_path / "in" / "scene.png")
     double = InvertibleDouble(SIZE)
+    finder = photos.PhotoFaces(Fixed(detections), SIZE)
     made = anonymize_photo_folder(
-        double,
-        photos.PhotoFaces(Fixed(detections), SIZE),
-        PASSWORD,
+        Run("anonymize", double, finder, PASSWORD, RECORD, settings=SETTINGS),
         tmp_path / "in",
         tmp_path / "out",
-        SETTINGS,
-        record=RECORD,
     )
+    from_metadata = photos.PhotoFaces(None, SIZE, hide_doubtful=False)
     back = recover_photo_folder(
-        double,
-        photos.PhotoFaces(None, SIZE, hide_doubtful=False),
-        PASSWORD,
+        Run("recover", double, from_metadata, PASSWORD, settings=SETTINGS),
         tmp_path / "out",
         tmp_path / "back",
-        SETTINGS,
     )
     return (
         made,
@@ -253,14 +249,11 @@ def test_a_photo_whose_record_recover_would_refuse_is_not_written(tmp_path, monk
     near = [(200, 150), (230, 150), (215, 176), (214, 160)]
     (tmp_path / "in").mkdir()
     Image.fromarray(scene()).save(tmp_path / "in" / "scene.png")
+    finder = photos.PhotoFaces(Fixed(found(*[(x, y, 60, True) for x, y in near])), SIZE)
     made = anonymize_photo_folder(
-        InvertibleDouble(SIZE),
-        photos.PhotoFaces(Fixed(found(*[(x, y, 60, True) for x, y in near])), SIZE),
-        PASSWORD,
+        Run("anonymize", InvertibleDouble(SIZE), finder, PASSWORD, RECORD, settings=SETTINGS),
         tmp_path / "in",
         tmp_path / "out",
-        SETTINGS,
-        record=RECORD,
     )
     assert [s.path.name for s in made.skipped] == ["scene.png"]
     assert "recover would refuse its metadata" in made.skipped[0].reason

@@ -6,6 +6,7 @@ assert exact properties: metadata, keys re-derived from it, latent recovery equa
 `DBAF.recover_latent` computed directly, no password anywhere, refusals (typed errors
 from the Python API, one ``error:`` line and exit status 1 from the commands)."""
 
+import dataclasses
 import os
 import re
 import resource
@@ -38,6 +39,7 @@ from dbaf_jax.inference.anonymizer import FaceAnonymizer
 from dbaf_jax.inference.planning import LATENTS_SUFFIX
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_SKIPPED
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.models.dbaf import dbaf
 from dbaf_jax.storage import images, keys, model_directory, model_families, network_kinds
@@ -288,9 +290,8 @@ def test_anonymized_crops_are_refused_unless_asked(workspace, anonymized, anonym
     """--aligned anonymize, as the photo runs do, skips crops that are already its outputs
     (their copies would lose the recovery record), each named with the flag that allows it;
     --allow-anonymized-input anonymizes them again."""
-    again = anonymize_folder(
-        anonymizer, PASSWORD, workspace / "anonymized", tmp_path / "again", SETTINGS
-    )
+    run = Run("anonymize", anonymizer, None, PASSWORD, settings=SETTINGS)
+    again = anonymize_folder(run, workspace / "anonymized", tmp_path / "again")
     assert again.written == [] and not list((tmp_path / "again").rglob("*.png"))
     outputs = sorted((workspace / "anonymized").rglob("*.png"))
     assert sorted(item.path for item in again.skipped) == outputs
@@ -299,12 +300,9 @@ def test_anonymized_crops_are_refused_unless_asked(workspace, anonymized, anonym
         and "--allow-anonymized-input" in item.reason
         for item in again.skipped
     )
+    settings = FolderRunSettings(batch_size=BATCH, allow_anonymized_input=True)
     allowed = anonymize_folder(
-        anonymizer,
-        PASSWORD,
-        workspace / "anonymized",
-        tmp_path / "allowed",
-        FolderRunSettings(batch_size=BATCH, allow_anonymized_input=True),
+        dataclasses.replace(run, settings=settings), workspace / "anonymized", tmp_path / "allowed"
     )
     assert len(allowed.written) == len(outputs) and not allowed.skipped
 
@@ -314,7 +312,11 @@ def test_python_api_raises_output_exists(workspace, anonymized, anonymizer):
     out = workspace / "anonymized"
     before = snapshot(out)
     with pytest.raises(OutputExistsError, match="exist already") as err:
-        anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, SETTINGS)
+        anonymize_folder(
+            Run("anonymize", anonymizer, None, PASSWORD, settings=SETTINGS),
+            workspace / "faces",
+            out,
+        )
     assert isinstance(err.value, FileExistsError)
     assert snapshot(out) == before
 
@@ -360,7 +362,9 @@ def test_missing_password_file_model_or_input(anonymizer, tmp_path):
     with pytest.raises(ModelDirectoryError, match="no_model"):
         FaceAnonymizer(tmp_path / "no_model")
     with pytest.raises(InputError, match="no_faces"):
-        anonymize_folder(anonymizer, PASSWORD, tmp_path / "no_faces", tmp_path / "out")
+        anonymize_folder(
+            Run("anonymize", anonymizer, None, PASSWORD), tmp_path / "no_faces", tmp_path / "out"
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -672,10 +676,9 @@ def test_a_failed_write_is_one_line_naming_the_file_and_cause(
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a killed process
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    run = Run("anonymize", anonymizer, None, PASSWORD, settings=SETTINGS)
     try:
-        status = commands.exit_status(
-            lambda argv: anonymize_folder(anonymizer, PASSWORD, workspace / "faces", out, SETTINGS)
-        )
+        status = commands.exit_status(lambda argv: anonymize_folder(run, workspace / "faces", out))
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
@@ -745,9 +748,8 @@ def test_a_folder_the_user_cannot_write_is_refused_before_work(
         for path in (shared, *(p for p in shared.rglob("*"))):
             path.chmod(0o755 if path.is_dir() else 0o644)
         locked.chmod(0o555)
-        message = _as_unprivileged_user(
-            lambda: anonymize_folder(anonymizer, PASSWORD, shared / "faces", out, SETTINGS)
-        )
+        run = Run("anonymize", anonymizer, None, PASSWORD, settings=SETTINGS)
+        message = _as_unprivileged_user(lambda: anonymize_folder(run, shared / "faces", out))
         assert message == f"{out}: cannot write to the output folder (Permission denied)", message
         assert list(locked.iterdir()) == []
     finally:
@@ -768,7 +770,8 @@ def test_stale_temporaries_are_removed_and_reported(workspace, anonymized, anony
     running = out / f".b.png.{os.getpid()}.00000000.partial"
     for path in stale + [running]:
         path.write_bytes(pixels_of_a_face)
-    report = recover_folder(anonymizer, PASSWORD, workspace / "anonymized", out, SETTINGS)
+    run = Run("recover", anonymizer, None, PASSWORD, settings=SETTINGS)
+    report = recover_folder(run, workspace / "anonymized", out)
     assert not any(path.exists() for path in stale) and running.exists()
     assert sorted(report.notes) == sorted(
         f"removed {path}, a temporary file an interrupted run left (it may hold face pixels)"
@@ -860,7 +863,8 @@ def test_a_damaged_sidecar_skips_only_its_own_image(
             with open(side, "wb") as file:
                 np.savez(file, **content)
     out = tmp_path / "out"
-    report = recover_folder(anonymizer, PASSWORD, source, out, SETTINGS, mode="latent")
+    run = Run("recover", anonymizer, None, PASSWORD, settings=SETTINGS, recovery="latent")
+    report = recover_folder(run, source, out)
     reasons = {item.path.stem: item.reason for item in report.skipped}
     assert sorted(reasons) == sorted(faults)
     for fault, (_, words) in faults.items():

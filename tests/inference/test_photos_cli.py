@@ -27,6 +27,7 @@ from dbaf_jax.inference.photo_folders import anonymize_photo_folder, recover_pho
 from dbaf_jax.inference.planning import crop_path
 from dbaf_jax.inference.programs import pad_batch
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_FALLBACK, EXIT_SKIPPED
+from dbaf_jax.inference.run import Run
 from dbaf_jax.inference.settings import FolderRunSettings
 from dbaf_jax.storage import images, keys
 from fixtures.labelled import labelled_canvas
@@ -420,23 +421,20 @@ def test_key_file_round_trip_without_metadata(workspace, anonymizer, faces, tmp_
     assert not report.written and "pass a key file" in report.skipped[0].reason
 
     with_metadata = recover_photo_folder(
-        anonymizer, faces, PASSWORD, tmp_path / "anonymized", tmp_path / "rec_meta", SETTINGS
+        Run("recover", anonymizer, faces, PASSWORD, settings=SETTINGS),
+        tmp_path / "anonymized",
+        tmp_path / "rec_meta",
     )
     original = images.read_photo(folder / "office3.jpg")
     redetecting = photos.PhotoFaces(
         RecordedDetector(faces.detector.detect(original)), faces.size, None, faces.min_face_size
     )
     record = keys.read_key_file(key_file)
-    without = recover_photo_folder(
-        anonymizer,
-        redetecting,
-        PASSWORD,
-        stripped,
-        tmp_path / "rec_key",
-        SETTINGS,
-        record=record,
-        face_ledger=ledger.read(ledger.ledger_path(key_file)),
+    entries = ledger.read(ledger.ledger_path(key_file))
+    run = Run(
+        "recover", anonymizer, redetecting, PASSWORD, record, face_ledger=entries, settings=SETTINGS
     )
+    without = recover_photo_folder(run, stripped, tmp_path / "rec_key")
     assert without.faces == with_metadata.faces == 4 and without.unverified == 0
     # The same keys: within each face's ledger disc (what recovery without metadata may
     # change) the pixels are the metadata recovery's, outside it the shared copy's.
@@ -509,14 +507,17 @@ def test_recovery_without_metadata_changes_no_face_that_was_never_anonymized(
         RecordedDetector(faces.detector.detect(original)), faces.size, None, 0.0
     )
     report = recover_photo_folder(
-        anonymizer,
-        redetecting,
-        PASSWORD,
+        Run(
+            "recover",
+            anonymizer,
+            redetecting,
+            PASSWORD,
+            keys.read_key_file(key_file),
+            face_ledger=ledger.read(ledger.ledger_path(key_file)),
+            settings=SETTINGS,
+        ),
         jpeg,
         tmp_path / "rec_jpeg",
-        SETTINGS,
-        record=keys.read_key_file(key_file),
-        face_ledger=ledger.read(ledger.ledger_path(key_file)),
     )
     assert (report.faces, report.unverified) == (4, 0)
 
@@ -595,13 +596,9 @@ def test_a_face_the_model_cannot_take_is_hidden_and_counted(workspace, anonymize
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "office3.jpg").write_bytes((DATA / "office3.jpg").read_bytes())
+    strict = FolderRunSettings(batch_size=BATCH, strict=True)
     report = anonymize_photo_folder(
-        anonymizer,
-        hiding,
-        PASSWORD,
-        folder,
-        tmp_path / "out",
-        FolderRunSettings(batch_size=BATCH, strict=True),
+        Run("anonymize", anonymizer, hiding, PASSWORD, settings=strict), folder, tmp_path / "out"
     )
     assert (
         report.faces_hidden == 1
@@ -665,14 +662,9 @@ def test_resume_continues_an_interrupted_run_to_the_same_outputs(
     for name in ("empty.png", "office3.jpg"):
         (partial / name).write_bytes((workspace / "photos" / name).read_bytes())
     out = tmp_path / "out"
+    with_crops = FolderRunSettings(batch_size=BATCH, save_crops=True)
     anonymize_photo_folder(
-        anonymizer,
-        faces,
-        PASSWORD,
-        partial,
-        out,
-        FolderRunSettings(batch_size=BATCH, save_crops=True),
-        record=fixed,
+        Run("anonymize", anonymizer, faces, PASSWORD, fixed, settings=with_crops), partial, out
     )
     crop_path(out / "office3.png", 2).unlink()  # killed between the photo and its crops
     args = command_line(

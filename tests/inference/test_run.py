@@ -1,21 +1,28 @@
 """The run object (`dbaf_jax.inference.run`): what `Run.start` reads and in which order,
 which ledger the runners get, recovery's mode, note and warning, the password kept out
-of the repr; and a job's reports counted together as data (`Report.add`,
-`Report.add_clip`, `Report.lines`), as the web page counts its files."""
+of the repr; one `Model.load` reading model.json once and hashing each weight file
+once; and a job's reports counted together as data (`Report.add`, `Report.add_clip`,
+`Report.lines`), as the web page counts its files."""
 
+import dataclasses
 import io
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from convert.common import run
+from convert.mtcnn import main as convert_mtcnn
 from dbaf_jax.core.errors import ConfigError, InputError
 from dbaf_jax.faces import ledger
+from dbaf_jax.inference.aligned_folders import recover_folder
+from dbaf_jax.inference.photo_folders import recover_photo_folder
 from dbaf_jax.inference.recovery_modes import UNTRAINED_FLAG
 from dbaf_jax.inference.report import EXIT_FACES_LEFT, EXIT_SKIPPED, Report
 from dbaf_jax.inference.run import Model, Run
-from dbaf_jax.inference.settings import FolderRunSettings
-from dbaf_jax.storage import keys
+from dbaf_jax.inference.settings import FaceFinding, FolderRunSettings, RunSettings
+from dbaf_jax.storage import keys, model_directory
 from dbaf_jax.storage.images import Skipped
 from dbaf_jax.video.report import VideoReport
 from tests.cli_helpers import PASSWORD
@@ -47,9 +54,17 @@ def key_file_with_torn_ledger(folder: Path) -> tuple[Path, keys.KeyRecord]:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """The tempered tiny model (it records latent recovery), without face finders."""
-    return Model.load(build_tiny_model(tmp_path_factory.mktemp("run")), finding=None)
+def model_dir(tmp_path_factory):
+    """The tempered tiny model (it records latent recovery), with MTCNN's weights in it."""
+    folder = build_tiny_model(tmp_path_factory.mktemp("run"))
+    run(convert_mtcnn, ["--out", str(folder)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    """The model without face finders."""
+    return Model.load(model_dir, finding=None)
 
 
 @pytest.mark.slow  # a model converted and loaded: about 15 s on 2 cores
@@ -58,12 +73,13 @@ def test_anonymize_and_recover_runs_of_one_key_file(model, tmp_path):
     settings = FolderRunSettings(batch_size=2)
     anonymize = Run.start("anonymize", PASSWORD, model, settings, key_file)
     assert anonymize.record == record and anonymize.settings is settings
-    assert anonymize.ledger == ledger.ledger_path(key_file)  # appended to
+    assert anonymize.ledger_file == ledger.ledger_path(key_file)  # appended to
+    assert anonymize.key_file == key_file and anonymize.face_ledger is None
     assert anonymize.notes == () and anonymize.recovery is None and anonymize.faces is None
     assert PASSWORD not in repr(anonymize)
     fresh = keys.new_key_record()
     assert Run.start("anonymize", PASSWORD, model, record=fresh).record == fresh
-    assert Run.start("anonymize", PASSWORD, model).ledger is None
+    assert Run.start("anonymize", PASSWORD, model).ledger_file is None
 
     # Recovery: the mode the model was not trained for is refused, naming the flag ...
     with pytest.raises(ConfigError, match=UNTRAINED_FLAG):
@@ -71,13 +87,58 @@ def test_anonymize_and_recover_runs_of_one_key_file(model, tmp_path):
     # ... and runs with it, with the warning; the ledger's entries and its torn line said once.
     recover = Run.start("recover", PASSWORD, lambda: model, key_file=key_file, untrained=True)
     assert recover.recovery == "image" and recover.record == record
-    assert [entry.index for entry in recover.ledger] == [3]
+    assert [entry.index for entry in recover.face_ledger] == [3] and recover.ledger_file is None
     assert recover.notes[0] == "recovery mode: image (photos and clips recover from the image)"
     assert len(recover.notes) == 2 and "line 2 is torn" in recover.notes[1]
     assert len(recover.warnings) == 1 and UNTRAINED_FLAG in recover.warnings[0]
     # Aligned crops recover in the mode the model was trained for, without a warning.
     aligned = Run.start("recover", PASSWORD, model, aligned=True)
-    assert aligned.recovery == "latent" and aligned.warnings == () and aligned.ledger is None
+    assert aligned.recovery == "latent" and aligned.warnings == () and aligned.face_ledger is None
+    # The runners take a run of their kind only, before any work.
+    with pytest.raises(TypeError, match="no face finder"):
+        recover_photo_folder(aligned, tmp_path, tmp_path / "out")
+    with pytest.raises(TypeError, match="FolderRunSettings"):
+        recover_folder(
+            dataclasses.replace(aligned, settings=RunSettings()), tmp_path, tmp_path / "out"
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # a model converted and loaded twice: about 20 s on 2 cores
+def test_one_load_reads_model_json_once_and_hashes_each_weight_file_once(model_dir):
+    """Issue 44: `Model.load` with both operations' face finders (as the web page loads
+    it) reads model.json once and hashes each weight file once, the model's and the
+    detector's: the two finders share one detector, and each is the one
+    `FaceFinding.load` makes alone."""
+    weights = sorted(  # all but the discriminator's (training's alone)
+        path
+        for path in model_dir.rglob("*")
+        if path.is_file() and "variables" in path.parts and "discriminator" not in path.parts
+    )
+    finding = FaceFinding(detectors="mtcnn")
+    with (
+        mock.patch.object(
+            model_directory, "read_manifest", wraps=model_directory.read_manifest
+        ) as manifests,
+        mock.patch.object(
+            model_directory, "file_sha256", wraps=model_directory.file_sha256
+        ) as hashed,
+    ):
+        loaded = Model.load(model_dir, finding=finding)
+    assert [call.args[0] for call in manifests.call_args_list] == [model_dir]
+    assert sorted(call.args[0] for call in hashed.call_args_list) == weights
+    assert any("mtcnn" in path.parts for path in weights)
+    anonymize, recover = loaded.finders["anonymize"], loaded.finders["recover"]
+    assert anonymize.detector is recover.detector
+    for operation, finder in loaded.finders.items():
+        alone = finding.load(loaded.anonymizer, recovering=operation == "recover")
+        assert finder.describe() == alone.describe() and finder.hide_doubtful == (
+            operation == "anonymize"
+        )
+        shared = ("detector", "parser")
+        assert {k: v for k, v in vars(finder).items() if k not in shared} == {
+            k: v for k, v in vars(alone).items() if k not in shared
+        }
 
 
 def test_a_jobs_reports_counted_as_data():

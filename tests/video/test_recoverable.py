@@ -16,6 +16,7 @@ from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import align, photos, places
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.faces.detectors.ensemble import Ensemble
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, runner, sidecar
 from dbaf_jax.video.settings import ClipRunSettings
@@ -152,15 +153,18 @@ def test_what_anonymize_writes_recovery_takes(tmp_path, seed):
     source, faces, found = generated(tmp_path, seed)
     double = InvertibleDouble(SIZE)
     target = tmp_path / "anon.mp4"
-    report = runner.anonymize_video(double, found, "pw", source, target, SETTINGS)
+    report = runner.anonymize_video(
+        Run("anonymize", double, found, "pw", settings=SETTINGS), source, target
+    )
     shape = (HEIGHT, WIDTH)
     for file in (sidecar.path_for(target), None):
         made, where = sidecar.of_clip(target, shape, file)
         sidecar.check_use(made, where, double.fingerprint, shape, SIZE)
     made = sidecar.read(sidecar.path_for(target))
     assert report.faces == sum(len(stack) for _, _, stack in made.tracks) > FRAMES * 3
+    from_sidecar = photos.PhotoFaces(None, SIZE)
     recovered = runner.recover_video(
-        double, photos.PhotoFaces(None, SIZE), "pw", target, tmp_path / "back.mp4", SETTINGS
+        Run("recover", double, from_sidecar, "pw", settings=SETTINGS), target, tmp_path / "back.mp4"
     )
     assert recovered.faces == report.faces
     for t in range(FRAMES):
@@ -189,7 +193,9 @@ def test_a_sidecar_recovery_would_refuse_fails_the_run_before_anything_is_writte
     monkeypatch.setattr(places, "max_recorded_faces", lambda shape: 1)
     target = tmp_path / "anon.mp4"
     with pytest.raises(InputError) as refused:
-        runner.anonymize_video(InvertibleDouble(SIZE), found, "pw", source, target, SETTINGS)
+        runner.anonymize_video(
+            Run("anonymize", InvertibleDouble(SIZE), found, "pw", settings=SETTINGS), source, target
+        )
     message = str(refused.value)
     assert message.startswith(f"{target}: not written: recover_video would refuse its sidecar")
     assert "more than the 1 a 320x240 frame can" in message, message
@@ -204,21 +210,23 @@ def test_an_anonymized_clip_is_refused_unless_asked(tmp_path):
     source, _, found = generated(tmp_path, 1)
     double = InvertibleDouble(SIZE)
     target = tmp_path / "anon.mp4"
-    runner.anonymize_video(double, found, "pw", source, target, SETTINGS)
+    run = Run("anonymize", double, found, "pw", settings=SETTINGS)
+    runner.anonymize_video(run, source, target)
     expected = (
         f"{target}: already an output of anonymize (it has a sidecar); anonymizing it again would leave a clip whose "
         "sidecar recovers nothing, so it is not processed (pass --allow-anonymized-input to anonymize it again)"
     )
     with pytest.raises(InputError) as refused:
-        runner.anonymize_video(double, found, "pw", target, tmp_path / "again.mp4", SETTINGS)
+        runner.anonymize_video(run, target, tmp_path / "again.mp4")
     assert str(refused.value) == expected
     sidecar.path_for(target).unlink()  # the container's copy alone says so too
     with pytest.raises(InputError, match="already an output of anonymize"):
-        runner.anonymize_video(double, found, "pw", target, tmp_path / "again.mp4", SETTINGS)
+        runner.anonymize_video(run, target, tmp_path / "again.mp4")
     assert not (tmp_path / "again.mp4").exists()
     _, _, again = generated(tmp_path, 1)
     allowed = dataclasses.replace(SETTINGS, allow_anonymized_input=True)
-    report = runner.anonymize_video(double, again, "pw", target, tmp_path / "again.mp4", allowed)
+    run = dataclasses.replace(run, faces=again, settings=allowed)
+    report = runner.anonymize_video(run, target, tmp_path / "again.mp4")
     assert report.faces > 0 and (tmp_path / "again.mp4").exists()
 
 
@@ -256,34 +264,27 @@ def test_a_low_band_detection_on_an_anonymized_face_is_not_pixelated_over_it(tmp
         frames = [frame.pixels for frame in clip.frames(clip_path, clip.probe(clip_path))]
         return max(float(np.abs(f[window].astype(int) - still[window]).mean()) for f in frames)
 
+    on_face = photos.PhotoFaces(scripted(on), size)
     report = runner.anonymize_video(
-        double,
-        photos.PhotoFaces(scripted(on), size),
-        "pw",
+        Run("anonymize", double, on_face, "pw", LOW_BAND_RECORD, settings=SETTINGS),
         source,
         tmp_path / "on.mp4",
-        SETTINGS,
-        record=LOW_BAND_RECORD,
     )
     assert report.faces == FRAMES and report.hidden == 0
+    from_sidecar = photos.PhotoFaces(None, size)
     runner.recover_video(
-        double,
-        photos.PhotoFaces(None, size),
-        "pw",
+        Run("recover", double, from_sidecar, "pw", settings=SETTINGS),
         tmp_path / "on.mp4",
         tmp_path / "back.mp4",
-        SETTINGS,
     )
     # Measured: the source's own encoding 1.5 levels, anonymized 26.7 (the fixed salt's key:
     # with a fresh salt the change ranged 4.7-28), recovered 4.1 (two more encodings); the
     # low-band box pixelated over the face would leave 17 of its own in the recovery.
     assert error(tmp_path / "on.mp4") > 8 > error(tmp_path / "back.mp4")
+    touched = photos.PhotoFaces(scripted(on, touching), size)
     report = runner.anonymize_video(
-        double,
-        photos.PhotoFaces(scripted(on, touching), size),
-        "pw",
+        Run("anonymize", double, touched, "pw", settings=SETTINGS),
         source,
         tmp_path / "touching.mp4",
-        SETTINGS,
     )
     assert report.faces == FRAMES and report.hidden == FRAMES

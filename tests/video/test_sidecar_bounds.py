@@ -143,10 +143,11 @@ PEAK = textwrap.dedent("""
     import resource, sys
     from pathlib import Path
     from dbaf_jax.core.errors import InputError
+    from dbaf_jax.inference.run import Run
     from dbaf_jax.video import runner
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        runner.recover_video(None, None, "pw", Path(sys.argv[1]), Path(sys.argv[2]))
+        runner.recover_video(Run("recover", None, None, "pw"), Path(sys.argv[1]), Path(sys.argv[2]))
     except InputError as err:
         print(err)
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)

@@ -5,12 +5,15 @@ sidecar file), and recovery with the key file alone restores the tracks the face
 verifies and changes nothing outside the anonymized faces; the never-anonymized clip
 is left as it was."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.ndimage import binary_dilation
 
 from dbaf_jax.core.errors import InputError
 from dbaf_jax.faces import ledger, ledger_match, paste
+from dbaf_jax.inference.run import Model, Run
 from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, runner, sidecar, track_ledger
 from dbaf_jax.video.settings import ClipRunSettings
@@ -19,7 +22,7 @@ from tests.video_clips import pan_frames, reencode, write_clip
 
 PASSWORD = "clip ledger"
 FRAMES = 10
-BATCH = 4
+BATCHED = ClipRunSettings(batch_size=4)
 LOSSLESS = clip.Encoding(
     crf=0
 )  # the recovered clip's pixels are compared, not the encoder's choices
@@ -43,40 +46,20 @@ def ws(tmp_path_factory):
     write_clip(tmp / "pan.mp4", pan_frames(FRAMES, travel=0.5), audio_streams=0)
     record = keys.KeyRecord(salt="6b" * keys.SALT_BYTES)
     keys.write_key_file(tmp / "me.key", record)
-    anonymized = runner.anonymize_video(
-        double,
-        faces,
-        PASSWORD,
-        tmp / "pan.mp4",
-        tmp / "anon.mp4",
-        ClipRunSettings(batch_size=BATCH),
-        record=record,
-        face_ledger=ledger.ledger_path(tmp / "me.key"),
+    anonymize = Run.start(
+        "anonymize", PASSWORD, Model(double, {"anonymize": faces}), BATCHED, tmp / "me.key"
     )
+    anonymized = runner.anonymize_video(anonymize, tmp / "pan.mp4", tmp / "anon.mp4")
     shared = write_clip(
         tmp / "shared.mp4", decoded(tmp / "anon.mp4").astype(np.uint8), audio_streams=0
     )
     entries = ledger.read(ledger.ledger_path(tmp / "me.key"))
-    recovered = runner.recover_video(
-        double,
-        faces,
-        PASSWORD,
-        shared,
-        tmp / "back.mkv",
-        ClipRunSettings(batch_size=BATCH, encoding=LOSSLESS),
-        record=record,
-        face_ledger=entries,
+    lossless = dataclasses.replace(BATCHED, encoding=LOSSLESS)
+    recover = Run(
+        "recover", double, faces, PASSWORD, record, face_ledger=entries, settings=lossless
     )
-    control = runner.recover_video(
-        double,
-        faces,
-        PASSWORD,
-        tmp / "pan.mp4",
-        tmp / "control.mkv",
-        ClipRunSettings(batch_size=BATCH, encoding=LOSSLESS),
-        record=record,
-        face_ledger=entries,
-    )
+    recovered = runner.recover_video(recover, shared, tmp / "back.mkv")
+    control = runner.recover_video(recover, tmp / "pan.mp4", tmp / "control.mkv")
     return tmp, anonymized, recovered, control, entries
 
 

@@ -25,6 +25,7 @@ from dbaf_jax.faces import align, ledger, paste
 from dbaf_jax.faces.detectors.base import Detections
 from dbaf_jax.inference.anonymizer import FaceAnonymizer, load_photo_faces
 from dbaf_jax.inference.programs import pad_batch
+from dbaf_jax.inference.run import Run
 from dbaf_jax.storage import keys
 from dbaf_jax.video import clip, passes, runner, sidecar, tracks
 from dbaf_jax.video.settings import ClipRunSettings
@@ -568,11 +569,10 @@ def test_recover_killed_while_writing_leaves_nothing(ws, anonymized, tmp_path):
 def test_the_input_is_never_an_output(tmp_path):
     """Even with --overwrite the clip cannot be anonymized into itself (the original would be gone)."""
     source = write_clip(tmp_path / "in.mp4", pan_frames(2), audio_streams=0)
+    run = Run("anonymize", None, None, PASSWORD, settings=ClipRunSettings(BATCH, overwrite=True))
     for target in (source, tmp_path / "." / "in.mp4"):
         with pytest.raises(InputError, match="would replace the input"):
-            runner.anonymize_video(
-                None, None, PASSWORD, source, target, ClipRunSettings(BATCH, overwrite=True)
-            )
+            runner.anonymize_video(run, source, target)
     assert clip.probe(source).width == WIDTH
 
 
