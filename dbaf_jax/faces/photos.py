@@ -124,6 +124,20 @@ class PhotoFaces:
         self.notes = list(notes)
         self.tile = tile
 
+    def sharing(self, hide_doubtful: bool) -> PhotoFaces:
+        """These faces' detectors, parser and bounds (loaded once, their weights hashed
+        once), with low-confidence detections hidden (``hide_doubtful``: anonymizing) or
+        taken as faces (recovering)."""
+        return PhotoFaces(
+            self.detector,
+            self.size,
+            self.parser,
+            self.min_face_size,
+            hide_doubtful,
+            self.notes,
+            self.tile,
+        )
+
     def describe(self) -> str:
         """The detection line of a run's summary."""
         band = (

@@ -7,7 +7,6 @@ record and the loaded model, which are not settings.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 from typing import Sequence
@@ -44,14 +43,8 @@ class FaceFinding:
         finders differ only in what they do with low-confidence detections."""
         if not operations:
             return {}
-        loaded = self.load(anonymizer, recovering=operations[0] == "recover")
-        finders = {}
-        for operation in operations:
-            finder = copy.copy(loaded)
-            finder.hide_doubtful = operation != "recover"
-            finder.notes = list(loaded.notes)
-            finders[operation] = finder
-        return finders
+        loaded = self.load(anonymizer)
+        return {operation: loaded.sharing(operation != "recover") for operation in operations}
 
 
 @dataclasses.dataclass(frozen=True)
