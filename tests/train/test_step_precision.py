@@ -17,9 +17,9 @@ from dbaf_jax.core import precision
 from dbaf_jax.models.dbaf.dbaf import KEY_GENERATOR
 from dbaf_jax.models.parsers import BiSeNet
 from dbaf_jax.train import initialization, loop, stages
-from dbaf_jax.train import networks as networks_lib
+from tests.train import tiny_stage2
 
-SIZE = 64  # the tiny config's
+SIZE = tiny_stage2.SIZE
 
 
 def tiny_config(compute_dtype: str):
@@ -33,8 +33,7 @@ def tiny_config(compute_dtype: str):
 def start():
     """The tiny stage-2 networks in float32 and bfloat16, one set of float32 variables."""
     networks = {d: stages.build_networks(tiny_config(d)) for d in ("float32", "bfloat16")}
-    variables = networks_lib.init_variables(networks["float32"], jax.random.PRNGKey(0), SIZE)
-    return networks, jax.device_get(variables)
+    return networks, tiny_stage2.random_variables()
 
 
 def equations(jaxpr):
