@@ -13,12 +13,13 @@ from configs.dbaf import stage2
 from dbaf_jax.train import networks as networks_lib
 from dbaf_jax.train import stages
 
-SIZE = 64  # the tiny config's image side
+CONFIG = stage2.get_config("tiny")
+SIZE = CONFIG.model.size  # its image side
 
 
 @functools.cache
 def _drawn() -> dict:
-    networks = stages.build_networks(stage2.get_config("tiny"))
+    networks = stages.build_networks(CONFIG)
     return jax.device_get(networks_lib.init_variables(networks, jax.random.PRNGKey(0), SIZE))
 
 
