@@ -22,6 +22,11 @@ Saving is asynchronous: `save` returns once the arrays are copied off the device
 `close` (or leaving the ``with`` block) waits for the writes. The caller saves on
 its schedule (`save` honours ``save_every``) and with ``force=True`` at the end and
 when interrupted (KeyboardInterrupt, or SIGTERM via `catch_sigterm`).
+
+On CPU devices one replica of each array writes it whole (`write_replicas_whole_on_cpu`):
+Orbax otherwise splits each replicated array among its replicas, which compiles one
+``slice`` program per array and shape, 256 of them (15 s) at the first save of the tiny
+stage-1 state on 8 host devices, for writes that share one host's memory anyway.
 """
 
 from __future__ import annotations
@@ -137,6 +142,16 @@ def _key_from_json(stored: Mapping[str, Any]) -> jax.Array:
     )
 
 
+def write_replicas_whole_on_cpu() -> None:
+    """On the CPU backend, Orbax's array handler without replica-parallel writes (its
+    default on GPUs; see the module docstring). Orbax keeps one handler per type for the
+    process, so this sets it for every Orbax save of the process; reading is unchanged."""
+    if jax.default_backend() == "cpu":
+        ocp.type_handlers.register_type_handler(
+            jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True
+        )
+
+
 class TrainingCheckpointer:
     """Periodic, resumable training checkpoints in ``WORKDIR/checkpoints``.
 
@@ -151,6 +166,7 @@ class TrainingCheckpointer:
         self.directory = Path(workdir).absolute() / CHECKPOINT_DIR
         self.metadata = dict(metadata)
         json.dumps(self.metadata)  # fail now, not at the first save
+        write_replicas_whole_on_cpu()
         self.set_aside: list[Path] = []
         if jax.process_index() == 0:
             self.set_aside = _set_aside_incomplete(self.directory)

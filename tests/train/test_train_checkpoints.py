@@ -102,6 +102,33 @@ def test_a_step_that_is_not_saved_reads_nothing_from_the_device(tmp_path, mesh, 
     assert len(fetched) == len(saved)
 
 
+def test_a_replicated_state_on_cpu_devices_is_saved_without_compiling(tmp_path):
+    """On 8 host devices, a state replicated on all of them (the stage-1 loop's layout)
+    is written by one replica: no `slice` program per array (Orbax's replica-parallel
+    split), no compile at all, and it reads back whole."""
+    mesh = sharding.make_mesh(data=8, fsdp=1)
+    state = {
+        f"layer{i}": jax.device_put(jnp.full((16, 3 + i), float(i)), sharding.replicated(mesh))
+        for i in range(4)
+    }
+    rng, compiles = jax.random.key(0), []
+
+    def count(event, seconds, **_):
+        compiles.extend([event] if event == "/jax/core/compile/backend_compile_duration" else [])
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        with TrainingCheckpointer(tmp_path, save_every=1, keep=1, metadata=META) as ckpt:
+            assert ckpt.save(1, state, rng)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert compiles == []
+    with TrainingCheckpointer(tmp_path, save_every=1, keep=1, metadata=META) as ckpt:
+        restored = ckpt.restore_latest(checkpoints.abstract_like(state))
+    for name, value in state.items():
+        np.testing.assert_array_equal(restored.state[name], value)
+
+
 def test_half_written_checkpoints_are_ignored(tmp_path, mesh):
     state, rng = make_state(mesh), jax.random.key(0)
     with TrainingCheckpointer(tmp_path, save_every=1, keep=5, metadata=META) as ckpt:
